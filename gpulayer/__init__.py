@@ -1,0 +1,36 @@
+"""gpulayer: run ML jobs wherever the right GPU is.
+
+Public names are loaded on first use so that ``import gpulayer`` (and so the CLI) stays fast.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "JobSpec": "gpulayer.spec",
+    "API_VERSION": "gpulayer.spec",
+    "PROFILES": "gpulayer.spec",
+}
+
+if TYPE_CHECKING:
+    from gpulayer.spec import API_VERSION, PROFILES, JobSpec
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gpulayer' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+__all__ = ["API_VERSION", "PROFILES", "JobSpec", "__version__"]

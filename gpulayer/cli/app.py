@@ -1,0 +1,36 @@
+"""The typer application and the entry point that turns typed errors into exit codes."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from gpulayer.cli import spec_commands
+from gpulayer.errors import GpulayerError, SpecError
+
+app = typer.Typer(
+    name="gpulayer",
+    help="Run ML jobs wherever the right GPU is: here, on registered workers, or in a cloud.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+spec_commands.register(app)
+
+
+def main() -> None:
+    try:
+        app()
+    except SpecError as exc:
+        for line in exc.lines:
+            print(f"error: {line}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except GpulayerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -1,0 +1,33 @@
+"""Typed errors shared across gpulayer. The CLI maps them to exit codes and one-line messages."""
+
+from __future__ import annotations
+
+
+class GpulayerError(Exception):
+    """Base of every error gpulayer raises on purpose."""
+
+    exit_code = 1
+
+
+class UsageError(GpulayerError):
+    """Bad input from the user: a flag, an argument or a spec field. Exit code 2."""
+
+    exit_code = 2
+
+
+class SpecError(UsageError):
+    """A JobSpec that does not validate; ``lines`` holds one message per problem."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("; ".join(lines))
+        self.lines = lines
+
+
+class NotFoundError(GpulayerError):
+    """A job, worker or artifact that does not exist."""
+
+    exit_code = 2
+
+
+class ControlPlaneError(GpulayerError):
+    """The control plane could not be reached or answered with an error."""

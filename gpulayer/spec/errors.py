@@ -1,0 +1,43 @@
+"""Turn pydantic errors into one line per problem, each naming the field path."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+_WORKLOAD_KINDS = frozenset({"command", "function", "distributed"})
+_FIELD_PREFIX = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]*): (.*)$", re.S)
+_FRIENDLY = {
+    "extra_forbidden": "unknown field",
+    "missing": "required field is missing",
+    "union_tag_invalid": "unknown kind; expected one of command, function, distributed",
+    "union_tag_not_found": "kind is required (command, function or distributed)",
+}
+
+
+def _path(loc: tuple[Any, ...]) -> list[str]:
+    parts = [str(p) for p in loc]
+    # A discriminated union puts the chosen tag in the location: workload.command.command.
+    if len(parts) >= 2 and parts[0] == "workload" and parts[1] in _WORKLOAD_KINDS:
+        del parts[1]
+    return parts
+
+
+def error_lines(error: ValidationError) -> list[str]:
+    lines = []
+    for item in error.errors(include_url=False):
+        parts = _path(item["loc"])
+        message = _FRIENDLY.get(item["type"], item["msg"])
+        if item["type"] == "value_error":
+            message = message.removeprefix("Value error, ")
+            match = _FIELD_PREFIX.match(message)
+            if match:
+                parts.append(match.group(1))
+                message = match.group(2)
+        elif item["type"] == "literal_error":
+            message = f"{item['input']!r} is not allowed; {message[0].lower()}{message[1:]}"
+        lines.append(f"{'.'.join(parts) or '(spec)'}: {message}")
+    return lines

@@ -1,0 +1,428 @@
+"""The JobSpec contract (gpulayer.dev/v1alpha1) as pydantic v2 models.
+
+Pure: no I/O. Rules that span several fields live in model validators, which raise
+``ValueError("field: message")`` so that :mod:`gpulayer.spec.errors` can name the field path.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath, PureWindowsPath
+from typing import Annotated, Any, Literal, Union
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    field_validator,
+    model_validator,
+)
+
+from gpulayer.spec.currency import ISO_4217_CODES
+from gpulayer.spec.profiles import PROFILES
+
+API_VERSION: Literal["gpulayer.dev/v1alpha1"] = "gpulayer.dev/v1alpha1"
+
+Accelerator = Literal["cpu", "cuda", "mps", "rocm"]
+GPU_ACCELERATORS: frozenset[str] = frozenset({"cuda", "mps", "rocm"})
+Target = Literal["local", "remote", "cloud"]
+Strategy = Literal["spread", "first_fit", "most_free_memory"]
+OnUnschedulable = Literal["queue", "fail"]
+ProfileName = Literal["pytorch-cpu", "pytorch-cuda", "pytorch-mps", "jax-cuda", "cupy-cuda", "mlx"]
+RetryEvent = Literal["worker_lost", "preempted"]
+"""worker_lost: the worker stopped heartbeating mid-attempt; preempted: the provider
+reclaimed the (spot) instance the attempt ran on."""
+
+OS_NAMES: frozenset[str] = frozenset({"linux", "darwin", "windows"})
+CPU_ARCH_ALIASES: dict[str, str] = {
+    "x86_64": "x86_64",
+    "amd64": "x86_64",
+    "aarch64": "aarch64",
+    "arm64": "aarch64",
+}
+
+# Names torchrun / torch.distributed.elastic set for each process; a job may not override them.
+TORCHRUN_ENV_NAMES: frozenset[str] = frozenset(
+    {
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "GROUP_WORLD_SIZE",
+        "ROLE_RANK",
+        "ROLE_WORLD_SIZE",
+        "ROLE_NAME",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    }
+)
+RESERVED_ENV_PREFIXES: tuple[str, ...] = ("GPULAYER_", "TORCHELASTIC_")
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
+_ENTRYPOINT_RE = re.compile(rf"^{_IDENTIFIER}(\.{_IDENTIFIER})*:{_IDENTIFIER}(\.{_IDENTIFIER})*$")
+_CAPABILITY_RE = re.compile(r"^\d{1,2}\.\d{1,2}$")
+# A distribution name (PEP 508) optionally followed by dotted marker parts: torch, torch.cuda.
+_FRAMEWORK_KEY_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+
+
+class StrictModel(BaseModel):
+    """Unknown fields are an error at every level of the contract."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_default=True)
+
+
+def is_reserved_env_name(name: str) -> bool:
+    return name in TORCHRUN_ENV_NAMES or name.startswith(RESERVED_ENV_PREFIXES)
+
+
+def _check_entrypoint(value: str) -> str:
+    if not _ENTRYPOINT_RE.match(value):
+        raise ValueError(f"{value!r} is not of the form module:function")
+    return value
+
+
+def _check_specifier(value: str) -> str:
+    try:
+        SpecifierSet(value)
+    except InvalidSpecifier:
+        raise ValueError(f"{value!r} is not a PEP 440 version specifier") from None
+    return value
+
+
+Entrypoint = Annotated[str, AfterValidator(_check_entrypoint)]
+VersionSpecifier = Annotated[str, AfterValidator(_check_specifier)]
+NonEmptyStr = Annotated[str, Field(min_length=1)]
+
+
+# --- workloads ------------------------------------------------------------------------------
+
+
+class CommandWorkload(StrictModel):
+    kind: Literal["command"]
+    command: Annotated[list[str], Field(min_length=1)]
+    source: str | None = None
+
+    @field_validator("command")
+    @classmethod
+    def _program_named(cls, command: list[str]) -> list[str]:
+        if not command[0]:
+            raise ValueError("the program (first argument) may not be empty")
+        return command
+
+
+class FunctionWorkload(StrictModel):
+    kind: Literal["function"]
+    entrypoint: Entrypoint
+    args: list[JsonValue] = Field(default_factory=list)
+    kwargs: dict[str, JsonValue] = Field(default_factory=dict)
+    source: str | None = None
+
+
+class Rendezvous(StrictModel):
+    port: Annotated[int, Field(ge=1, le=65535)] = 29500
+    join_timeout_seconds: Annotated[float, Field(gt=0)] = 300
+
+
+class DistributedWorkload(StrictModel):
+    kind: Literal["distributed"]
+    entrypoint: NonEmptyStr | None = None
+    args: list[str] = Field(default_factory=list)
+    function: Entrypoint | None = None
+    function_args: list[JsonValue] = Field(default_factory=list)
+    function_kwargs: dict[str, JsonValue] = Field(default_factory=dict)
+    source: str | None = None
+    num_workers: Annotated[int, Field(ge=1)] = 1
+    procs_per_worker: Annotated[int, Field(ge=1)] = 1
+    comm_backend: Literal["gloo", "nccl"] | None = None
+    """None until the JobSpec resolves it from the accelerator: nccl on cuda, else gloo."""
+    rendezvous: Rendezvous = Field(default_factory=Rendezvous)
+
+    @model_validator(mode="after")
+    def _one_program(self) -> DistributedWorkload:
+        if (self.entrypoint is None) == (self.function is None):
+            raise ValueError("entrypoint: give exactly one of entrypoint (a script) and function")
+        if self.entrypoint is not None and (self.function_args or self.function_kwargs):
+            raise ValueError("function_args: only allowed with function, not with entrypoint")
+        if self.function is not None and self.args:
+            raise ValueError("args: only allowed with entrypoint; use function_args for function")
+        if self.entrypoint is not None:
+            _check_relative_path(self.entrypoint, "entrypoint")
+        return self
+
+    @property
+    def world_size(self) -> int:
+        return self.num_workers * self.procs_per_worker
+
+
+Workload = Annotated[
+    Union[CommandWorkload, FunctionWorkload, DistributedWorkload], Field(discriminator="kind")
+]
+
+
+# --- resources ------------------------------------------------------------------------------
+
+
+class ResourceRequest(StrictModel):
+    profile: ProfileName | None = None
+    accelerator: Accelerator = "cpu"
+    gpu_count: Annotated[int, Field(ge=0)] | None = None
+    gpu_memory_gb: Annotated[float, Field(gt=0)] | None = None
+    gpu_memory_kind: Literal["dedicated", "unified"] | None = None
+    min_cuda_compute_capability: str | None = None
+    cpu_cores: Annotated[float, Field(gt=0)] = 1
+    memory_gb: Annotated[float, Field(gt=0)] | None = None
+    disk_gb: Annotated[float, Field(gt=0)] | None = None
+    os: list[str] = Field(default_factory=list)
+    cpu_arch: list[str] = Field(default_factory=list)
+    frameworks: dict[str, VersionSpecifier] = Field(default_factory=dict)
+    python: VersionSpecifier | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_profile(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("profile"), str):
+            return data
+        profile = PROFILES.get(data["profile"])
+        if profile is None:
+            return data  # the Literal check names the unknown profile
+        merged = dict(data)
+        explicit = merged.get("accelerator")
+        if explicit is None:
+            merged["accelerator"] = profile.accelerator
+        elif explicit != profile.accelerator:
+            raise ValueError(
+                f"accelerator: {explicit!r} does not match profile {profile.name!r}, "
+                f"which needs {profile.accelerator!r}"
+            )
+        frameworks = merged.get("frameworks")
+        if frameworks is None or isinstance(frameworks, dict):
+            merged["frameworks"] = {**profile.frameworks, **(frameworks or {})}
+        return merged
+
+    @field_validator("min_cuda_compute_capability")
+    @classmethod
+    def _capability_form(cls, value: str | None) -> str | None:
+        if value is not None and not _CAPABILITY_RE.match(value):
+            raise ValueError(f"{value!r} is not of the form major.minor, e.g. '8.0'")
+        return value
+
+    @field_validator("os")
+    @classmethod
+    def _known_os(cls, values: list[str]) -> list[str]:
+        normalized = [v.lower() for v in values]
+        unknown = [v for v in normalized if v not in OS_NAMES]
+        if unknown:
+            raise ValueError(f"unknown os {unknown[0]!r}; known: {', '.join(sorted(OS_NAMES))}")
+        return list(dict.fromkeys(normalized))
+
+    @field_validator("cpu_arch")
+    @classmethod
+    def _known_arch(cls, values: list[str]) -> list[str]:
+        normalized = []
+        for value in values:
+            arch = CPU_ARCH_ALIASES.get(value.lower())
+            if arch is None:
+                known = ", ".join(sorted(CPU_ARCH_ALIASES))
+                raise ValueError(f"unknown cpu_arch {value!r}; known: {known}")
+            normalized.append(arch)
+        return list(dict.fromkeys(normalized))
+
+    @field_validator("frameworks")
+    @classmethod
+    def _framework_names(cls, frameworks: dict[str, str]) -> dict[str, str]:
+        for name in frameworks:
+            if not _FRAMEWORK_KEY_RE.match(name):
+                raise ValueError(f"{name!r} is not a package name or marker such as torch.cuda")
+        return frameworks
+
+    @model_validator(mode="after")
+    def _gpu_rules(self) -> ResourceRequest:
+        if self.accelerator == "cpu":
+            if self.gpu_count:
+                raise ValueError("gpu_count: a cpu job cannot ask for GPUs; set an accelerator")
+            for name in ("gpu_memory_gb", "gpu_memory_kind"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name}: only meaningful with a GPU accelerator")
+            self.gpu_count = 0
+        else:
+            if self.gpu_count is None:
+                self.gpu_count = 1
+            elif self.gpu_count == 0:
+                raise ValueError(f"gpu_count: accelerator {self.accelerator} needs at least 1 GPU")
+        if self.min_cuda_compute_capability is not None and self.accelerator != "cuda":
+            raise ValueError("min_cuda_compute_capability: only meaningful with accelerator cuda")
+        return self
+
+    @property
+    def gpus(self) -> int:
+        return self.gpu_count or 0
+
+
+# --- placement ------------------------------------------------------------------------------
+
+
+class Provisioning(StrictModel):
+    provider: NonEmptyStr | None = None
+    release: NonEmptyStr | None = None
+    """An image release from images/; None means the newest release for the provider."""
+    provisioning_timeout_seconds: Annotated[float, Field(gt=0)] = 600
+
+
+class PlacementPolicy(StrictModel):
+    target: Target = "local"
+    fallback_targets: list[Target] = Field(default_factory=list)
+    worker_ids: list[NonEmptyStr] = Field(default_factory=list)
+    worker_labels: dict[str, str] = Field(default_factory=dict)
+    providers: list[NonEmptyStr] = Field(default_factory=list)
+    regions: list[NonEmptyStr] = Field(default_factory=list)
+    strategy: Strategy = "spread"
+    on_unschedulable: OnUnschedulable = "queue"
+    max_hourly_cost: Annotated[float, Field(ge=0)] | None = None
+    currency: str = "USD"
+    provisioning: Provisioning | None = None
+
+    @field_validator("currency")
+    @classmethod
+    def _iso_currency(cls, value: str) -> str:
+        if value not in ISO_4217_CODES:
+            raise ValueError(f"{value!r} is not an ISO 4217 currency code such as USD or EUR")
+        return value
+
+    @model_validator(mode="after")
+    def _fallbacks_distinct(self) -> PlacementPolicy:
+        chain = [self.target, *self.fallback_targets]
+        if len(set(chain)) != len(chain):
+            raise ValueError("fallback_targets: each target may appear once, target included")
+        return self
+
+    @property
+    def targets(self) -> list[str]:
+        return [self.target, *self.fallback_targets]
+
+
+# --- the rest of the top level --------------------------------------------------------------
+
+
+class SecretRef(StrictModel):
+    name: str
+    source: Literal["env"] = "env"
+    key: NonEmptyStr | None = None
+    """Where the worker reads the value (for source env: a variable of the worker's
+    environment); defaults to name."""
+
+    @field_validator("name")
+    @classmethod
+    def _env_name(cls, name: str) -> str:
+        _check_env_name(name)
+        return name
+
+    @model_validator(mode="after")
+    def _default_key(self) -> SecretRef:
+        if self.key is None:
+            self.key = self.name
+        return self
+
+
+class InputRef(StrictModel):
+    artifact: NonEmptyStr
+    path: str
+
+    @field_validator("path")
+    @classmethod
+    def _inside_input_dir(cls, path: str) -> str:
+        return _check_relative_path(path, None)
+
+
+_DEFAULT_RETRY_ON: tuple[RetryEvent, ...] = ("worker_lost",)
+
+
+class RetryPolicy(StrictModel):
+    max_attempts: Annotated[int, Field(ge=1)] = 1
+    retry_on: list[RetryEvent] = Field(default_factory=lambda: list(_DEFAULT_RETRY_ON))
+
+
+class JobSpec(StrictModel):
+    api_version: Literal["gpulayer.dev/v1alpha1"] = API_VERSION
+    name: str = "job"
+    workload: Workload
+    resources: ResourceRequest = Field(default_factory=ResourceRequest)
+    placement: PlacementPolicy = Field(default_factory=PlacementPolicy)
+    env: dict[str, str] = Field(default_factory=dict)
+    secrets: list[SecretRef] = Field(default_factory=list)
+    inputs: list[InputRef] = Field(default_factory=list)
+    timeout_seconds: Annotated[float, Field(gt=0)] | None = None
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name_form(cls, name: str) -> str:
+        if not _NAME_RE.match(name):
+            raise ValueError("1 to 63 of letters, digits, '_', '.' and '-'")
+        return name
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
+        for name in env:
+            _check_env_name(name)
+        return env
+
+    @field_validator("secrets")
+    @classmethod
+    def _secret_names_unique(cls, secrets: list[SecretRef]) -> list[SecretRef]:
+        names = [s.name for s in secrets]
+        duplicate = next((n for n in names if names.count(n) > 1), None)
+        if duplicate:
+            raise ValueError(f"secret {duplicate!r} is listed twice")
+        return secrets
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> JobSpec:
+        clash = sorted({s.name for s in self.secrets} & set(self.env))
+        if clash:
+            raise ValueError(f"env: {clash[0]!r} is also a secret; set it in one place only")
+        paths = [i.path for i in self.inputs]
+        duplicate = next((p for p in paths if paths.count(p) > 1), None)
+        if duplicate:
+            raise ValueError(f"inputs: path {duplicate!r} is used twice")
+        workload = self.workload
+        if isinstance(workload, DistributedWorkload):
+            if self.retry.max_attempts > 1:
+                raise ValueError("retry: distributed jobs take no retry (max_attempts must be 1)")
+            self.retry = RetryPolicy(max_attempts=1, retry_on=[])
+            if workload.comm_backend is None:
+                workload.comm_backend = "nccl" if self.resources.accelerator == "cuda" else "gloo"
+            if workload.comm_backend == "nccl" and self.resources.accelerator != "cuda":
+                raise ValueError("workload.comm_backend: nccl needs accelerator cuda; use gloo")
+        return self
+
+
+# --- shared checks --------------------------------------------------------------------------
+
+
+def _check_env_name(name: str) -> None:
+    if not _ENV_NAME_RE.match(name):
+        raise ValueError(f"{name!r} is not a valid environment variable name")
+    if is_reserved_env_name(name):
+        raise ValueError(f"{name!r} is reserved (GPULAYER_*, TORCHELASTIC_* and torchrun's names)")
+
+
+def _check_relative_path(path: str, field: str | None) -> str:
+    prefix = f"{field}: " if field else ""
+    if not path or path.strip() in ("", "."):
+        raise ValueError(f"{prefix}path may not be empty")
+    if "\x00" in path:
+        raise ValueError(f"{prefix}path may not contain NUL")
+    posix, windows = PurePosixPath(path), PureWindowsPath(path)
+    if posix.is_absolute() or windows.is_absolute() or windows.drive or path.startswith("\\"):
+        raise ValueError(f"{prefix}{path!r} must be a relative path")
+    if ".." in posix.parts or ".." in windows.parts:
+        raise ValueError(f"{prefix}{path!r} may not contain '..'")
+    return path
