@@ -15,7 +15,9 @@ os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 
 
 @pytest.fixture(autouse=True)
-def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     home = tmp_path_factory.mktemp("gpulayer-home")
     monkeypatch.setenv("GPULAYER_HOME", str(home))
     monkeypatch.delenv("GPULAYER_SERVER", raising=False)

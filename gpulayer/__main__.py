@@ -1,0 +1,3 @@
+from gpulayer.cli import main
+
+main()
