@@ -14,9 +14,29 @@ _EXPORTS = {
     "JobSpec": "gpulayer.spec",
     "API_VERSION": "gpulayer.spec",
     "PROFILES": "gpulayer.spec",
+    "Job": "gpulayer.sdk",
+    "JobBuilder": "gpulayer.sdk",
+    "JobFailed": "gpulayer.sdk",
+    "JobTimeout": "gpulayer.sdk",
+    "command": "gpulayer.sdk",
+    "distributed": "gpulayer.sdk",
+    "function": "gpulayer.sdk",
+    "launch": "gpulayer.sdk",
+    "remote": "gpulayer.sdk",
 }
 
 if TYPE_CHECKING:
+    from gpulayer.sdk import (
+        Job,
+        JobBuilder,
+        JobFailed,
+        JobTimeout,
+        command,
+        distributed,
+        function,
+        launch,
+        remote,
+    )
     from gpulayer.spec import API_VERSION, PROFILES, JobSpec
 
 
@@ -33,4 +53,18 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_EXPORTS])
 
 
-__all__ = ["API_VERSION", "PROFILES", "JobSpec", "__version__"]
+__all__ = [
+    "API_VERSION",
+    "PROFILES",
+    "Job",
+    "JobBuilder",
+    "JobFailed",
+    "JobSpec",
+    "JobTimeout",
+    "__version__",
+    "command",
+    "distributed",
+    "function",
+    "launch",
+    "remote",
+]

@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from gpulayer.cli import spec_commands
+from gpulayer.cli import job_commands, spec_commands
 from gpulayer.errors import GpulayerError, SpecError
 
 app = typer.Typer(
@@ -18,6 +18,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
+job_commands.register(app)
 spec_commands.register(app)
 
 

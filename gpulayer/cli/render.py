@@ -1,0 +1,139 @@
+"""Rich rendering of jobs and workers for people (scripts use --json)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+_STATE_STYLE = {
+    "queued": "yellow",
+    "provisioning": "cyan",
+    "running": "blue",
+    "succeeded": "green",
+    "failed": "red",
+    "cancelled": "magenta",
+}
+
+
+def _console() -> Console:
+    return Console(highlight=False)
+
+
+def _state(state: str) -> str:
+    return f"[{_STATE_STYLE.get(state, 'white')}]{state}[/]"
+
+
+def _short_time(value: str | None) -> str:
+    return value.replace("T", " ")[:19] if value else "-"
+
+
+def jobs_table(jobs: list[dict[str, Any]]) -> None:
+    table = Table(box=None, header_style="bold")
+    for column in ("ID", "NAME", "STATE", "REASON", "TARGET", "EXIT", "CREATED"):
+        table.add_column(column)
+    for job in jobs:
+        table.add_row(
+            job["id"],
+            job["name"],
+            _state(job["state"]),
+            job.get("reason") or "",
+            job.get("target") or "",
+            "" if job.get("exit_code") is None else str(job["exit_code"]),
+            _short_time(job.get("created_at")),
+        )
+    _console().print(table)
+
+
+def job_panel(job: dict[str, Any]) -> None:
+    console = _console()
+    rows = [
+        ("id", job["id"]),
+        ("name", job["name"]),
+        ("state", _state(job["state"])),
+        ("reason", job.get("reason") or "-"),
+        ("message", job.get("message") or "-"),
+        ("exit code", "-" if job.get("exit_code") is None else str(job["exit_code"])),
+        ("target", job.get("target") or "-"),
+        ("created", _short_time(job.get("created_at"))),
+        ("started", _short_time(job.get("started_at"))),
+        ("finished", _short_time(job.get("finished_at"))),
+    ]
+    if job.get("result") is not None:
+        import json
+
+        rows.append(("result", json.dumps(job["result"])[:500]))
+    table = Table(box=None, show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in rows:
+        table.add_row(key, value)
+    console.print(table)
+    attempts = job.get("attempts")
+    if isinstance(attempts, list) and attempts:
+        detail = Table(box=None, header_style="bold", title="attempts", title_justify="left")
+        for column in ("#", "STATE", "REASON", "WORKER", "GPUS", "STARTED", "FINISHED"):
+            detail.add_column(column)
+        for attempt in attempts:
+            worker = attempt.get("worker_name") or "-"
+            if attempt.get("worker_id"):
+                worker = f"{worker} ({attempt['worker_id']})"
+            detail.add_row(
+                str(attempt["number"]),
+                _state(attempt["state"]),
+                attempt.get("reason") or "",
+                worker,
+                ",".join(str(g) for g in attempt.get("gpu_indices") or []) or "-",
+                _short_time(attempt.get("started_at")),
+                _short_time(attempt.get("finished_at")),
+            )
+        console.print(detail)
+
+
+def _hardware(caps: dict[str, Any]) -> str:
+    gpus = caps.get("gpus") or []
+    if not gpus:
+        return caps.get("accelerator", "cpu")
+    names: dict[str, int] = {}
+    for gpu in gpus:
+        label = gpu.get("name", "gpu")
+        if gpu.get("memory_gb"):
+            label += f" {gpu['memory_gb']:.0f}GB"
+        names[label] = names.get(label, 0) + 1
+    return ", ".join(f"{count}x {label}" for label, count in names.items())
+
+
+def workers_table(workers: list[dict[str, Any]]) -> None:
+    table = Table(box=None, header_style="bold")
+    for column in (
+        "ID",
+        "NAME",
+        "KIND",
+        "STATE",
+        "RUNNING",
+        "HARDWARE",
+        "CPU",
+        "MEM GB",
+        "OS/ARCH",
+        "PYTHON",
+        "LABELS",
+    ):
+        table.add_column(column)
+    for worker in workers:
+        caps = worker.get("capabilities") or {}
+        memory = caps.get("memory_gb")
+        table.add_row(
+            worker["id"],
+            worker["name"],
+            worker["kind"],
+            worker["state"],
+            str(worker.get("running", 0)),
+            _hardware(caps),
+            str(caps.get("cpu_cores", "-")),
+            "-" if memory is None else f"{memory:.1f}",
+            f"{caps.get('os', '?')}/{caps.get('cpu_arch', '?')}",
+            caps.get("python_version", "-"),
+            ",".join(f"{k}={v}" for k, v in (worker.get("labels") or {}).items()),
+        )
+    _console().print(table)

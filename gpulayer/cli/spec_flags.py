@@ -1,0 +1,129 @@
+"""Turn `gpulayer submit` flags into JobSpec data. Pure: flags override the file's fields."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpulayer.errors import UsageError
+
+
+@dataclass
+class SubmitFlags:
+    argv: list[str] = field(default_factory=list)
+    name: str | None = None
+    profile: str | None = None
+    target: str | None = None
+    fallback: list[str] = field(default_factory=list)
+    accelerator: str | None = None
+    gpus: int | None = None
+    env: list[str] = field(default_factory=list)
+    secrets: list[str] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    timeout: float | None = None
+    max_hourly_cost: float | None = None
+    worker_labels: list[str] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)
+    providers: list[str] = field(default_factory=list)
+    regions: list[str] = field(default_factory=list)
+
+
+def parse_pairs(values: list[str], flag: str) -> dict[str, str]:
+    pairs = {}
+    for value in values:
+        key, sep, item = value.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{flag}: expected KEY=VALUE, got {value!r}")
+        pairs[key] = item
+    return pairs
+
+
+def parse_secret(value: str) -> dict[str, str]:
+    name, sep, key = value.partition("=")
+    if not name or (sep and not key):
+        raise UsageError(f"--secret: expected NAME or NAME=KEY, got {value!r}")
+    return {"name": name, "source": "env", "key": key or name}
+
+
+def parse_input(value: str) -> dict[str, str]:
+    # The artifact may hold colons itself (s3://..., job:<id>/...); the path never does.
+    artifact, sep, path = value.rpartition(":")
+    if not sep or not artifact or not path or path.startswith("//"):
+        raise UsageError(f"--input: expected ARTIFACT:PATH, got {value!r}")
+    return {"artifact": artifact, "path": path}
+
+
+def apply_flags(base: dict[str, Any] | None, flags: SubmitFlags) -> dict[str, Any]:
+    data = copy.deepcopy(base) if base else {}
+    if flags.argv:
+        data["workload"] = {"kind": "command", "command": list(flags.argv)}
+    elif "workload" not in data:
+        raise UsageError("ARGV: give a command after -- (or a job file with -f)")
+    if flags.name is not None:
+        data["name"] = flags.name
+
+    resources = _section(data, "resources")
+    if flags.profile is not None:
+        resources["profile"] = flags.profile
+        if flags.accelerator is None and "accelerator" in resources:
+            del resources["accelerator"]  # let the profile choose, rather than clash with the file
+    if flags.accelerator is not None:
+        resources["accelerator"] = flags.accelerator
+    if flags.gpus is not None:
+        resources["gpu_count"] = flags.gpus
+
+    placement = _section(data, "placement")
+    if flags.target is not None:
+        placement["target"] = flags.target
+    if flags.fallback:
+        placement["fallback_targets"] = list(flags.fallback)
+    if flags.max_hourly_cost is not None:
+        placement["max_hourly_cost"] = flags.max_hourly_cost
+    if flags.worker_labels:
+        placement["worker_labels"] = {
+            **placement.get("worker_labels", {}),
+            **parse_pairs(flags.worker_labels, "--worker-label"),
+        }
+    if flags.providers:
+        placement["providers"] = list(flags.providers)
+    if flags.regions:
+        placement["regions"] = list(flags.regions)
+
+    if flags.env:
+        data["env"] = {**data.get("env", {}), **parse_pairs(flags.env, "--env")}
+    if flags.labels:
+        data["labels"] = {**data.get("labels", {}), **parse_pairs(flags.labels, "--label")}
+    if flags.secrets:
+        given = [parse_secret(s) for s in flags.secrets]
+        names = {s["name"] for s in given}
+        kept = [
+            s
+            for s in data.get("secrets", [])
+            if not isinstance(s, dict) or s.get("name") not in names
+        ]
+        data["secrets"] = kept + given
+    if flags.inputs:
+        given_inputs = [parse_input(i) for i in flags.inputs]
+        paths = {i["path"] for i in given_inputs}
+        kept_inputs = [
+            i
+            for i in data.get("inputs", [])
+            if not isinstance(i, dict) or i.get("path") not in paths
+        ]
+        data["inputs"] = kept_inputs + given_inputs
+    if flags.timeout is not None:
+        data["timeout_seconds"] = flags.timeout
+    for section in ("resources", "placement"):
+        if not data[section]:
+            del data[section]
+    return data
+
+
+def _section(data: dict[str, Any], name: str) -> dict[str, Any]:
+    section = data.get(name)
+    if section is None:
+        section = data[name] = {}
+    if not isinstance(section, dict):
+        raise UsageError(f"{name}: must be an object")
+    return section

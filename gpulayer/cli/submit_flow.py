@@ -1,0 +1,68 @@
+"""What `gpulayer submit` does after parsing: send the job, stream it, exit as it did."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Any
+
+from gpulayer.control.client import ControlClient
+from gpulayer.sdk.submission import send_job
+
+__all__ = ["describe_end", "exit_code_of", "print_line", "send_job", "stream_until_done"]
+
+
+def print_line(line: dict[str, Any]) -> None:
+    text = line["text"]
+    if not text.endswith("\n"):
+        text += "\n"
+    if line["stream"] == "stdout":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    elif line["stream"] == "stderr":
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    else:
+        sys.stderr.write(f"gpulayer: {text}")
+        sys.stderr.flush()
+
+
+def exit_code_of(job: dict[str, Any]) -> int:
+    if job["state"] == "succeeded":
+        return 0
+    if job["state"] == "cancelled":
+        return 130
+    code = job.get("exit_code")
+    if isinstance(code, int) and code > 0:
+        return code
+    if isinstance(code, int) and code < 0:
+        return 128 + (-code)  # killed by a signal, as a shell reports it
+    return 1
+
+
+def describe_end(job: dict[str, Any]) -> str | None:
+    if job["state"] == "succeeded":
+        return None
+    detail = f" ({job['message']})" if job.get("message") else ""
+    return f"job {job['id']} {job['state']}: {job.get('reason') or 'unknown'}{detail}"
+
+
+def stream_until_done(client: ControlClient, job_id: str) -> dict[str, Any]:
+    """Print the job's output live; Ctrl-C cancels the job, then waits for it to end."""
+    after = 0
+    cancelling = False
+    while True:
+        try:
+            for item in client.follow_logs(job_id, after=after):
+                if "job" in item:
+                    return dict(item["job"])
+                after = item["id"]
+                print_line(item)
+        except KeyboardInterrupt:
+            if cancelling:
+                raise
+            cancelling = True
+            sys.stderr.write(f"gpulayer: cancelling job {job_id} (Ctrl-C again to leave it)\n")
+            # A second Ctrl-C while we wait should leave at once, not stack tracebacks.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            client.cancel(job_id)

@@ -1,0 +1,181 @@
+"""The control plane's HTTP API (FastAPI). Thin: parse, call the service, shape the answer."""
+
+from __future__ import annotations
+
+import hmac
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import FileResponse, JSONResponse
+
+from gpulayer import __version__
+from gpulayer.control.protocol import AttemptReport, LogBatch, Registration
+from gpulayer.control.service import ControlService
+from gpulayer.control.views import job_view, log_view, worker_view
+from gpulayer.errors import GpulayerError, NotFoundError, SpecError, UsageError
+
+_MAX_WAIT_SECONDS = 30.0
+
+
+def create_app(service: ControlService, token: str, *, embedded: bool = False) -> FastAPI:
+    app = FastAPI(
+        title="gpulayer control plane", version=__version__, docs_url=None, redoc_url=None
+    )
+
+    def authorized(request: Request) -> None:
+        service.touch()
+        given = request.headers.get("authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            raise _Unauthorized()
+
+    @app.exception_handler(_Unauthorized)
+    async def _unauthorized(_request: Request, _exc: _Unauthorized) -> JSONResponse:
+        return JSONResponse({"error": "missing or wrong token"}, status_code=401)
+
+    @app.exception_handler(GpulayerError)
+    async def _typed_error(_request: Request, exc: GpulayerError) -> JSONResponse:
+        if isinstance(exc, SpecError):
+            return JSONResponse({"error": str(exc), "errors": exc.lines}, status_code=422)
+        status = (
+            404 if isinstance(exc, NotFoundError) else 400 if isinstance(exc, UsageError) else 500
+        )
+        return JSONResponse({"error": str(exc), "kind": type(exc).__name__}, status_code=status)
+
+    auth = [Depends(authorized)]
+
+    @app.get("/v1/health")
+    def health() -> dict[str, Any]:
+        import os
+
+        return {"ok": True, "version": __version__, "embedded": embedded, "pid": os.getpid()}
+
+    # --- jobs ---------------------------------------------------------------------------------
+
+    @app.post("/v1/jobs", dependencies=auth, status_code=201)
+    def submit(body: dict[str, Any]) -> dict[str, Any]:
+        spec = body.get("spec")
+        if not isinstance(spec, dict):
+            raise UsageError("spec: a JobSpec object is required")
+        bundle = _incoming_bundle(service, body.get("bundle_id"))
+        source_dir = body.get("source_dir")
+        if source_dir is not None and not embedded:
+            raise UsageError("source_dir: only the local control plane reads local directories")
+        client_env = body.get("client_env")
+        if not embedded or not isinstance(client_env, dict):
+            client_env = None
+        job = service.submit(
+            spec,
+            working_dir=body.get("working_dir"),
+            bundle=bundle,
+            source_dir=Path(source_dir) if source_dir else None,
+            client_env=client_env,
+        )
+        return _job(service, job.id)
+
+    @app.get("/v1/jobs", dependencies=auth)
+    def list_jobs(limit: int = 50, state: str | None = None) -> list[dict[str, Any]]:
+        states = state.split(",") if state else None
+        return [job_view(j) for j in service.list_jobs(states=states, limit=limit)]
+
+    @app.get("/v1/jobs/{job_ref}", dependencies=auth)
+    def get_job(job_ref: str) -> dict[str, Any]:
+        return _job(service, service.resolve_job_id(job_ref))
+
+    @app.post("/v1/jobs/{job_ref}/cancel", dependencies=auth)
+    def cancel(job_ref: str) -> dict[str, Any]:
+        job = service.cancel(job_ref)
+        return _job(service, job.id)
+
+    @app.get("/v1/jobs/{job_ref}/logs", dependencies=auth)
+    def logs(job_ref: str, after: int = 0, wait: float = 0) -> dict[str, Any]:
+        lines, job = service.read_logs(job_ref, after=after, wait=min(wait, _MAX_WAIT_SECONDS))
+        return {
+            "lines": [log_view(line) for line in lines],
+            "job": job_view(job),
+        }
+
+    @app.get("/v1/jobs/{job_ref}/artifacts", dependencies=auth)
+    def artifacts(job_ref: str) -> list[dict[str, Any]]:
+        return service.artifacts(job_ref)
+
+    @app.get("/v1/jobs/{job_ref}/artifacts/{path:path}", dependencies=auth)
+    def artifact(job_ref: str, path: str) -> FileResponse:
+        return FileResponse(service.artifact_path(job_ref, path))
+
+    # --- workers ------------------------------------------------------------------------------
+
+    @app.get("/v1/workers", dependencies=auth)
+    def workers() -> list[dict[str, Any]]:
+        running = Counter(a.worker_id for a in service.store.active_attempts())
+        return [worker_view(w, running=running[w.id]) for w in service.list_workers()]
+
+    @app.post("/v1/workers", dependencies=auth)
+    def register(registration: Registration) -> dict[str, Any]:
+        worker = service.register_worker(registration)
+        return {"worker_id": worker.id, "epoch": worker.epoch}
+
+    @app.post("/v1/workers/{worker_id}/heartbeat", dependencies=auth)
+    def heartbeat(worker_id: str) -> dict[str, Any]:
+        return service.heartbeat(worker_id).model_dump()
+
+    @app.post("/v1/workers/{worker_id}/claim", dependencies=auth)
+    def claim(worker_id: str, wait: float = 0) -> list[dict[str, Any]]:
+        since = service.version
+        found = service.claim(worker_id)
+        if not found and wait > 0:
+            service.wait_for_change(since, min(wait, _MAX_WAIT_SECONDS))
+            found = service.claim(worker_id)
+        return [a.model_dump() for a in found]
+
+    @app.post("/v1/attempts/{attempt_id}/logs", dependencies=auth)
+    def attempt_logs(attempt_id: int, batch: LogBatch) -> dict[str, Any]:
+        service.append_logs(attempt_id, batch.lines)
+        return {"ok": True}
+
+    @app.post("/v1/attempts/{attempt_id}/finish", dependencies=auth)
+    def finish(attempt_id: int, report: AttemptReport) -> dict[str, Any]:
+        service.finish_attempt(attempt_id, report)
+        return {"ok": True}
+
+    @app.get("/v1/jobs/{job_id}/bundle", dependencies=auth)
+    def bundle(job_id: str) -> FileResponse:
+        path = service.layout.bundle_file(service.resolve_job_id(job_id))
+        if not path.exists():
+            raise NotFoundError(f"job {job_id} has no source bundle")
+        return FileResponse(path)
+
+    @app.put("/v1/bundles", dependencies=auth)
+    async def upload_bundle(request: Request) -> dict[str, Any]:
+        incoming = service.layout.root / "incoming"
+        incoming.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=incoming, suffix=".tar.gz", delete=False) as out:
+            async for chunk in request.stream():
+                out.write(chunk)
+        return {"bundle_id": Path(out.name).name}
+
+    return app
+
+
+class _Unauthorized(Exception):
+    pass
+
+
+def _incoming_bundle(service: ControlService, bundle_id: Any) -> Path | None:
+    if bundle_id is None:
+        return None
+    if not isinstance(bundle_id, str) or "/" in bundle_id or not bundle_id.endswith(".tar.gz"):
+        raise UsageError("bundle_id: not a bundle this server handed out")
+    path = service.layout.root / "incoming" / bundle_id
+    if not path.is_file():
+        raise UsageError(f"bundle_id: {bundle_id} was not uploaded (or was used already)")
+    return path
+
+
+def _job(service: ControlService, job_id: str) -> dict[str, Any]:
+    job = service.store.get_job(job_id)
+    attempts = service.attempts(job_id)
+    workers = {w.id: w for w in service.list_workers()}
+    return job_view(job, attempts, workers)

@@ -1,0 +1,231 @@
+"""A small JSON-over-HTTP client for the control plane.
+
+Built on http.client rather than an HTTP library so that `gpulayer submit` starts fast; the
+API is a handful of JSON calls on a keep-alive connection.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+from urllib.parse import quote, urlencode, urlsplit
+
+from gpulayer.errors import ControlPlaneError, GpulayerError, NotFoundError, SpecError, UsageError
+
+
+class Unauthorized(ControlPlaneError):
+    exit_code = 2
+
+
+class ControlClient:
+    def __init__(self, base_url: str, token: str, *, timeout: float = 60.0) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise UsageError(f"--server: {base_url!r} is not an http(s) URL")
+        self.base_url = base_url.rstrip("/")
+        self._scheme = parts.scheme
+        self._host = parts.hostname
+        self._port = parts.port
+        self._prefix = parts.path.rstrip("/")
+        self._token = token
+        self._timeout = timeout
+        self._local = threading.local()
+
+    # --- transport ----------------------------------------------------------------------------
+
+    def _connection(self) -> http.client.HTTPConnection:
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            factory = (
+                http.client.HTTPSConnection
+                if self._scheme == "https"
+                else http.client.HTTPConnection
+            )
+            conn = factory(self._host, self._port, timeout=self._timeout)
+            self._local.conn = conn
+        return conn
+
+    def _drop_connection(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        params: dict[str, Any] | None = None,
+        raw: bytes | BinaryIO | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        response = self._send(method, path, body, params=params, raw=raw, timeout=timeout)
+        data = response.read()
+        return self._decode(response.status, data)
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        params: dict[str, Any] | None = None,
+        raw: bytes | BinaryIO | None = None,
+        timeout: float | None = None,
+    ) -> http.client.HTTPResponse:
+        url = self._prefix + path
+        if params:
+            url += "?" + urlencode({k: v for k, v in params.items() if v is not None})
+        headers = {"Authorization": f"Bearer {self._token}"}
+        payload: bytes | BinaryIO | None = raw
+        if body is not None:
+            payload = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        for retry in (True, False):
+            conn = self._connection()
+            conn.timeout = timeout or self._timeout
+            try:
+                if conn.sock is not None:
+                    conn.sock.settimeout(conn.timeout)
+                conn.request(method, url, body=payload, headers=headers)
+                return conn.getresponse()
+            except (ConnectionError, http.client.RemoteDisconnected, BrokenPipeError) as exc:
+                self._drop_connection()
+                if retry and raw is None:
+                    continue  # a keep-alive connection the server had closed
+                raise ControlPlaneError(
+                    f"control plane at {self.base_url} is unreachable: {exc}"
+                ) from None
+            except TimeoutError:
+                self._drop_connection()
+                raise ControlPlaneError(
+                    f"control plane at {self.base_url} did not answer in time"
+                ) from None
+            except OSError as exc:
+                self._drop_connection()
+                raise ControlPlaneError(
+                    f"control plane at {self.base_url} is unreachable: {exc}"
+                ) from None
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _decode(status: int, data: bytes) -> Any:
+        try:
+            decoded = json.loads(data) if data else None
+        except ValueError:
+            decoded = None
+        if status < 400:
+            return decoded
+        message = (
+            decoded.get("error")
+            if isinstance(decoded, dict)
+            else data[:200].decode(errors="replace")
+        )
+        if status == 422 and isinstance(decoded, dict) and "errors" in decoded:
+            raise SpecError(list(decoded["errors"]))
+        if status == 422 and isinstance(decoded, dict) and "detail" in decoded:
+            raise UsageError(_detail_line(decoded["detail"]))
+        if status == 401:
+            raise Unauthorized("the control plane rejected the token (set GPULAYER_TOKEN)")
+        if status == 404:
+            raise NotFoundError(str(message))
+        if status == 400:
+            raise UsageError(str(message))
+        raise GpulayerError(f"control plane error {status}: {message}")
+
+    # --- jobs ---------------------------------------------------------------------------------
+
+    def health(self, timeout: float = 2.0) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("GET", "/v1/health", timeout=timeout)
+        return result
+
+    def submit(
+        self,
+        spec: dict[str, Any],
+        *,
+        working_dir: str | None = None,
+        source_dir: str | None = None,
+        bundle_id: str | None = None,
+        client_env: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        body = {
+            "spec": spec,
+            "working_dir": working_dir,
+            "source_dir": source_dir,
+            "bundle_id": bundle_id,
+            "client_env": client_env,
+        }
+        result: dict[str, Any] = self.request("POST", "/v1/jobs", body)
+        return result
+
+    def upload_bundle(self, path: Path) -> str:
+        with path.open("rb") as stream:
+            result = self.request("PUT", "/v1/bundles", raw=stream.read())
+        return str(result["bundle_id"])
+
+    def job(self, job_ref: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("GET", f"/v1/jobs/{quote(job_ref, safe='')}")
+        return result
+
+    def jobs(self, *, limit: int = 50, states: list[str] | None = None) -> list[dict[str, Any]]:
+        params = {"limit": limit, "state": ",".join(states) if states else None}
+        result: list[dict[str, Any]] = self.request("GET", "/v1/jobs", params=params)
+        return result
+
+    def cancel(self, job_ref: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("POST", f"/v1/jobs/{quote(job_ref, safe='')}/cancel")
+        return result
+
+    def logs(self, job_ref: str, *, after: int = 0, wait: float = 0) -> dict[str, Any]:
+        result: dict[str, Any] = self.request(
+            "GET",
+            f"/v1/jobs/{quote(job_ref, safe='')}/logs",
+            params={"after": after, "wait": wait},
+            timeout=wait + 30,
+        )
+        return result
+
+    def follow_logs(self, job_ref: str, *, after: int = 0) -> Iterator[dict[str, Any]]:
+        """Yield log lines as they come, then a final {"job": ...} item once the job ended."""
+        while True:
+            page = self.logs(job_ref, after=after, wait=10)
+            for line in page["lines"]:
+                after = line["id"]
+                yield line
+            job = page["job"]
+            if job["state"] in ("succeeded", "failed", "cancelled") and not page["lines"]:
+                yield {"job": job}
+                return
+
+    def artifacts(self, job_ref: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.request(
+            "GET", f"/v1/jobs/{quote(job_ref, safe='')}/artifacts"
+        )
+        return result
+
+    def download_artifact(self, job_ref: str, path: str, destination: Path) -> None:
+        response = self._send("GET", f"/v1/jobs/{quote(job_ref, safe='')}/artifacts/{quote(path)}")
+        if response.status >= 400:
+            self._decode(response.status, response.read())
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        with destination.open("wb") as out:
+            while chunk := response.read(1 << 16):
+                out.write(chunk)
+
+    def workers(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.request("GET", "/v1/workers")
+        return result
+
+
+def _detail_line(detail: Any) -> str:
+    if isinstance(detail, list) and detail and isinstance(detail[0], dict):
+        first = detail[0]
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        return f"{where or 'request'}: {first.get('msg', 'invalid')}"
+    return str(detail)

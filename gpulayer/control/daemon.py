@@ -1,0 +1,136 @@
+"""The embedded local control plane: started on demand, loopback only, exits when idle.
+
+It holds the store, runs the local worker, and outlives the CLI that started it, which is what
+lets a detached job finish and be recorded after `gpulayer submit -d` has returned.
+
+Run as `python -m gpulayer.control.daemon`; clients find it through server.json in the home.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from gpulayer.control.paths import HomeLayout, home
+from gpulayer.control.tokens import ensure_token
+
+log = logging.getLogger("gpulayer.daemon")
+
+DEFAULT_IDLE_SECONDS = 300.0
+
+
+def _acquire_lock(path: Path) -> Any:
+    import fcntl
+
+    handle = path.open("a+")
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
+def _write_server_file(layout: HomeLayout, url: str) -> None:
+    temporary = layout.server_file.with_suffix(".tmp")
+    temporary.write_text(json.dumps({"url": url, "pid": os.getpid(), "started": time.time()}))
+    os.chmod(temporary, 0o600)
+    temporary.replace(layout.server_file)
+
+
+def _remove_server_file(layout: HomeLayout) -> None:
+    try:
+        if json.loads(layout.server_file.read_text()).get("pid") == os.getpid():
+            layout.server_file.unlink()
+    except (OSError, ValueError):
+        pass
+
+
+def start_local_worker(service: Any, layout: HomeLayout) -> Any:
+    from gpulayer.control.local_link import LocalLink
+    from gpulayer.control.protocol import Registration
+    from gpulayer.worker.agent import WorkerAgent
+    from gpulayer.worker.probe import probe_capabilities
+
+    capabilities = probe_capabilities(layout.root)
+    registration = Registration(
+        name=capabilities.hostname or "local",
+        kind="local",
+        capabilities=capabilities.model_dump(mode="json"),
+        worker_id="local",
+    )
+    agent = WorkerAgent(LocalLink(service), registration, work_root=layout.jobs_dir)
+    agent.start()
+    return agent
+
+
+def serve(layout: HomeLayout, *, idle_seconds: float) -> int:
+    layout.ensure()
+    lock = _acquire_lock(layout.daemon_lock)
+    if lock is None:
+        log.info("another local control plane holds %s", layout.daemon_lock)
+        return 0
+
+    import uvicorn
+
+    from gpulayer.control.api import create_app
+    from gpulayer.control.service import ControlService
+    from gpulayer.control.store import Store
+
+    token = ensure_token(layout.token_file)
+    store = Store(f"sqlite:///{layout.database}")
+    service = ControlService(store, layout)
+    agent = start_local_worker(service, layout)
+    app = create_app(service, token, embedded=True)
+
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(128)
+    port = listener.getsockname()[1]
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+    server = uvicorn.Server(config)
+
+    def watchdog() -> None:
+        while not server.should_exit:
+            time.sleep(1.0)
+            try:
+                service.dispatch()
+                idle_for = time.monotonic() - service.last_call
+                if idle_for > idle_seconds and service.live_jobs() == 0 and agent.running == 0:
+                    log.info("idle for %.0f s with no live job; exiting", idle_for)
+                    server.should_exit = True
+            except Exception:
+                log.exception("watchdog pass failed")
+
+    threading.Thread(target=watchdog, name="gpulayer-watchdog", daemon=True).start()
+    _write_server_file(layout, f"http://127.0.0.1:{port}")
+    try:
+        server.run(sockets=[listener])
+    finally:
+        _remove_server_file(layout)
+        agent.stop(cancel_running=True)
+        store.close()
+        lock.close()
+    return 0
+
+
+def main() -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    idle = float(os.environ.get("GPULAYER_IDLE_SECONDS", DEFAULT_IDLE_SECONDS))
+    sys.exit(serve(home(), idle_seconds=idle))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""Bridge from stored state to the pure scheduler: snapshots in, assignments out."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from gpulayer.control.store import Store
+from gpulayer.control.targets import TARGET_WORKER_KIND, WorkerView
+from gpulayer.scheduler import QueuedJob, WorkerSnapshot, plan
+from gpulayer.spec import JobSpec
+from gpulayer.spec.capabilities import WorkerCapabilities
+
+
+def worker_snapshots(store: Store, *, only_ready: bool = False) -> list[WorkerView]:
+    """Every worker with its free capacity, from the attempts running on it."""
+    busy_gpus: dict[str, set[int]] = defaultdict(set)
+    busy_cores: dict[str, float] = defaultdict(float)
+    busy_memory: dict[str, float] = defaultdict(float)
+    running: dict[str, int] = defaultdict(int)
+    for attempt in store.active_attempts():
+        if attempt.worker_id is None:
+            continue
+        resources = store.get_job(attempt.job_id).spec["resources"]
+        busy_gpus[attempt.worker_id].update(attempt.gpu_indices)
+        busy_cores[attempt.worker_id] += float(resources.get("cpu_cores") or 0)
+        busy_memory[attempt.worker_id] += float(resources.get("memory_gb") or 0)
+        running[attempt.worker_id] += 1
+    views = []
+    for worker in store.list_workers():
+        if only_ready and worker.state != "ready":
+            continue
+        caps = WorkerCapabilities.model_validate(worker.capabilities)
+        free_memory = None if caps.memory_gb is None else caps.memory_gb - busy_memory[worker.id]
+        snapshot = WorkerSnapshot(
+            id=worker.id,
+            name=worker.name,
+            labels=worker.labels,
+            capabilities=caps,
+            state=worker.state,
+            free_gpus=tuple(g.index for g in caps.gpus if g.index not in busy_gpus[worker.id]),
+            free_cpu_cores=caps.cpu_cores - busy_cores[worker.id],
+            free_memory_gb=free_memory,
+            running=running[worker.id],
+        )
+        views.append(WorkerView(worker.kind, snapshot))
+    return views
+
+
+def plan_assignments(store: Store) -> list[tuple[str, str, tuple[int, ...]]]:
+    """(job id, worker id, GPU indices) for queued jobs that fit now, per target pool."""
+    queued = store.queued_jobs()
+    if not queued:
+        return []
+    views = worker_snapshots(store, only_ready=True)
+    decisions: list[tuple[str, str, tuple[int, ...]]] = []
+    for target, kind in TARGET_WORKER_KIND.items():
+        jobs = [j for j in queued if j.target == target]
+        workers = [v.snapshot for v in views if v.kind == kind]
+        if not jobs or not workers:
+            continue
+        queue = [QueuedJob(j.id, JobSpec.model_validate(j.spec), j.created_at) for j in jobs]
+        for assignment in plan(queue, workers):
+            decisions.append(
+                (assignment.job_id, assignment.worker_id, tuple(assignment.gpu_indices))
+            )
+    return decisions

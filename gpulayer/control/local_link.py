@@ -1,0 +1,63 @@
+"""The in-process door between the embedded control plane and its local worker."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+from gpulayer.control.protocol import Assignment, AttemptReport, HeartbeatReply, Registration
+from gpulayer.control.service import ControlService
+from gpulayer.errors import UsageError
+
+JOB_ARTIFACT_PREFIX = "job:"
+
+
+class LocalLink:
+    def __init__(self, service: ControlService) -> None:
+        self.service = service
+
+    def register(self, registration: Registration) -> str:
+        return self.service.register_worker(registration).id
+
+    def heartbeat(self, worker_id: str) -> HeartbeatReply:
+        return self.service.heartbeat(worker_id)
+
+    def claim(self, worker_id: str, wait: float) -> list[Assignment]:
+        since = self.service.version
+        found = self.service.claim(worker_id)
+        if not found and wait > 0:
+            self.service.wait_for_change(since, wait)
+            found = self.service.claim(worker_id)
+        return found
+
+    def append_logs(self, attempt_id: int, lines: list[tuple[str, str]]) -> None:
+        self.service.append_logs(attempt_id, lines)
+
+    def finish(self, attempt_id: int, report: AttemptReport) -> None:
+        self.service.finish_attempt(attempt_id, report)
+
+    def fetch_bundle(self, job_id: str, destination: Path) -> None:
+        shutil.copyfile(self.service.layout.bundle_file(job_id), destination)
+
+    def store_outputs(self, job_id: str, output_dir: Path) -> None:
+        self.service.record_outputs(job_id, output_dir)
+
+    def resolve_artifact(self, reference: str, scratch: Path) -> Path:
+        return resolve_job_artifact(self.service, reference)
+
+    def job_environment(self, job_id: str) -> Mapping[str, str] | None:
+        return self.service.job_environment(job_id)
+
+
+def resolve_job_artifact(service: ControlService, reference: str) -> Path:
+    """`job:<id>/<path>`: an earlier job's output file or directory."""
+    if not reference.startswith(JOB_ARTIFACT_PREFIX):
+        raise UsageError(f"inputs: {reference!r} is not a job:<id>/<path> reference")
+    job_ref, _, path = reference[len(JOB_ARTIFACT_PREFIX) :].partition("/")
+    if not job_ref:
+        raise UsageError(f"inputs: {reference!r} names no job")
+    job_id = service.resolve_job_id(job_ref)
+    if not path:
+        return service.layout.outputs_dir(job_id)
+    return service.artifact_path(job_id, path)

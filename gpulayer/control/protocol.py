@@ -1,0 +1,55 @@
+"""Messages of the worker protocol: what the control plane hands a worker and hears back.
+
+The same shapes travel in-process (the embedded local worker) and as JSON over HTTP.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class Assignment(Message):
+    attempt_id: int
+    job_id: str
+    attempt: int
+    spec: dict[str, Any]
+    gpu_indices: list[int] = Field(default_factory=list)
+    working_dir: str | None = None
+    """Run in this directory as it is (local jobs without a source bundle)."""
+    has_bundle: bool = False
+    """The job's source is a bundle to fetch from the control plane and unpack."""
+
+
+class LogBatch(Message):
+    lines: list[tuple[str, str]]
+    """(stream, text) pairs: stream is stdout, stderr or system."""
+
+
+class AttemptReport(Message):
+    state: Literal["succeeded", "failed", "cancelled"]
+    reason: str | None = None
+    exit_code: int | None = None
+    result: Any = None
+    message: str | None = None
+
+
+class Registration(Message):
+    name: str
+    kind: Literal["local", "remote", "cloud"] = "remote"
+    labels: dict[str, str] = Field(default_factory=dict)
+    capabilities: dict[str, Any]
+    worker_id: str | None = None
+    """Set when a worker re-registers under the id it had (it gets a new epoch)."""
+
+
+class HeartbeatReply(Message):
+    cancel_attempts: list[int] = Field(default_factory=list)
+    """Attempts of this worker whose jobs were cancelled: end them."""
+    fenced_attempts: list[int] = Field(default_factory=list)
+    """Attempts this worker must drop: they were given up on and may run elsewhere."""

@@ -1,0 +1,388 @@
+"""The control plane's service: jobs in, assignments out, reports back.
+
+One class serves the embedded local control plane and the team server alike; the HTTP API and
+the in-process local worker are two doors into it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from gpulayer.control.ids import new_id
+from gpulayer.control.paths import HomeLayout
+from gpulayer.control.protocol import Assignment, AttemptReport, HeartbeatReply, Registration
+from gpulayer.control.store import (
+    TERMINAL_STATES,
+    AttemptRecord,
+    JobRecord,
+    LogLine,
+    Store,
+    WorkerRecord,
+)
+from gpulayer.control.targets import TargetDecision, choose_target
+from gpulayer.errors import NotFoundError, UsageError
+from gpulayer.spec import JobSpec
+from gpulayer.spec.capabilities import WorkerCapabilities
+from gpulayer.spec.validate import validate_spec
+
+log = logging.getLogger("gpulayer.control")
+
+_RETRYABLE_REASONS = frozenset({"worker_lost", "preempted"})
+
+
+class ControlService:
+    def __init__(
+        self, store: Store, layout: HomeLayout, *, heartbeat_timeout: float = 30.0
+    ) -> None:
+        self.store = store
+        self.layout = layout
+        self.heartbeat_timeout = heartbeat_timeout
+        self._dispatch_lock = threading.Lock()
+        self._changed = threading.Condition()
+        self._version = 0
+        self._listeners: list[Callable[[], None]] = []
+        self.last_call = time.monotonic()
+        # The submitting shell's environment for local jobs: memory only, never the store.
+        self._client_env: dict[str, dict[str, str]] = {}
+
+    # --- change notification ----------------------------------------------------------------
+
+    def on_work(self, listener: Callable[[], None]) -> None:
+        """Call listener whenever new assignments or cancellations may be waiting."""
+        self._listeners.append(listener)
+
+    def _notify(self) -> None:
+        with self._changed:
+            self._version += 1
+            self._changed.notify_all()
+        for listener in self._listeners:
+            listener()
+
+    def wait_for_change(self, since: int, timeout: float) -> int:
+        with self._changed:
+            self._changed.wait_for(lambda: self._version != since, timeout=timeout)
+            return self._version
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def touch(self) -> None:
+        self.last_call = time.monotonic()
+
+    # --- jobs -------------------------------------------------------------------------------
+
+    def submit(
+        self,
+        spec_data: dict[str, Any],
+        *,
+        working_dir: str | None = None,
+        bundle: Path | None = None,
+        source_dir: Path | None = None,
+        client_env: dict[str, str] | None = None,
+    ) -> JobRecord:
+        """Validate, choose a target, persist.
+
+        `bundle` is an uploaded source tarball to keep for the job; `source_dir` a local
+        directory to snapshot into one. Nothing is kept when the spec does not validate.
+        """
+        try:
+            spec = validate_spec(spec_data)
+        except Exception:
+            if bundle is not None:
+                bundle.unlink(missing_ok=True)
+            raise
+        decision = choose_target(spec, self._worker_views())
+        job_id = new_id("j")
+        destination = self.layout.bundle_file(job_id)
+        if source_dir is not None:
+            from gpulayer.worker.bundle import create_bundle
+
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                create_bundle(source_dir, destination)
+            except Exception:
+                shutil.rmtree(destination.parent, ignore_errors=True)
+                raise
+        elif bundle is not None:
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(bundle), destination)
+        job = self.store.insert_job(
+            job_id=job_id,
+            name=spec.name,
+            spec=spec.model_dump(mode="json"),
+            state="queued" if decision.target else "failed",
+            target=decision.target or spec.placement.target,
+            working_dir=working_dir,
+            has_bundle=destination.exists(),
+            labels=dict(spec.labels),
+            reason=None if decision.target else "unschedulable",
+            message=decision.message,
+        )
+        self._log_system(job.id, 0, decision.notes)
+        if client_env is not None and decision.target == "local":
+            self._client_env[job.id] = dict(client_env)
+        if decision.target:
+            self.dispatch()
+        return self.store.get_job(job.id)
+
+    def job_environment(self, job_id: str) -> dict[str, str] | None:
+        """The environment a local job starts from, if its submitter handed one over."""
+        return self._client_env.get(job_id)
+
+    def _forget_environment(self, job_id: str) -> None:
+        self._client_env.pop(job_id, None)
+
+    def resolve_job_id(self, job_ref: str) -> str:
+        try:
+            return self.store.get_job(job_ref).id
+        except NotFoundError:
+            matches = self.store.find_job_ids(job_ref) if len(job_ref) >= 3 else []
+            if len(matches) == 1:
+                return matches[0]
+            if len(matches) > 1:
+                raise UsageError(
+                    f"JOB: {job_ref!r} matches several jobs: {', '.join(matches)}"
+                ) from None
+            raise
+
+    def get_job(self, job_ref: str) -> JobRecord:
+        return self.store.get_job(self.resolve_job_id(job_ref))
+
+    def list_jobs(self, *, states: Sequence[str] | None = None, limit: int = 50) -> list[JobRecord]:
+        return self.store.list_jobs(states=states, limit=limit)
+
+    def attempts(self, job_id: str) -> list[AttemptRecord]:
+        return self.store.attempts_for(job_id)
+
+    def cancel(self, job_ref: str) -> JobRecord:
+        job = self.get_job(job_ref)
+        if job.terminal:
+            return job
+        if self.store.update_job(
+            job.id,
+            expect_states=["queued", "provisioning"],
+            state="cancelled",
+            reason="cancelled",
+            message="cancelled before it started",
+            finished_at=time.time(),
+        ):
+            self._log_system(job.id, job.attempts, ["cancelled"])
+            self._forget_environment(job.id)
+        else:
+            self.store.update_job(job.id, cancel_requested=True)
+        self._notify()
+        return self.store.get_job(job.id)
+
+    def read_logs(
+        self, job_ref: str, *, after: int = 0, wait: float = 0.0
+    ) -> tuple[list[LogLine], JobRecord]:
+        """Lines after the given id; with wait, block up to that long for news."""
+        job_id = self.resolve_job_id(job_ref)
+        deadline = time.monotonic() + wait
+        while True:
+            since = self.version
+            job = self.store.get_job(job_id)
+            lines = self.store.read_logs(job_id, after=after)
+            remaining = deadline - time.monotonic()
+            if lines or job.terminal or remaining <= 0:
+                return lines, job
+            self.wait_for_change(since, min(remaining, 1.0))
+
+    def artifacts(self, job_ref: str) -> list[dict[str, Any]]:
+        return self.store.list_artifacts(self.resolve_job_id(job_ref))
+
+    def artifact_path(self, job_ref: str, path: str) -> Path:
+        job_id = self.resolve_job_id(job_ref)
+        root = self.layout.outputs_dir(job_id).resolve()
+        target = (root / path).resolve()
+        if not target.is_relative_to(root) or not target.exists():
+            raise NotFoundError(f"job {job_id} has no output {path!r}")
+        return target
+
+    # --- workers ----------------------------------------------------------------------------
+
+    def register_worker(self, registration: Registration) -> WorkerRecord:
+        capabilities = WorkerCapabilities.model_validate(registration.capabilities)
+        worker_id = registration.worker_id or new_id("w")
+        worker = self.store.upsert_worker(
+            worker_id=worker_id,
+            name=registration.name,
+            kind=registration.kind,
+            labels=registration.labels,
+            capabilities=capabilities.model_dump(mode="json"),
+        )
+        if worker.epoch > 1:
+            # Whatever it ran before it came back is gone with its old process.
+            for attempt in self.store.active_attempts(worker.id):
+                self._lose_attempt(attempt, "the worker restarted")
+        self.dispatch()
+        return worker
+
+    def list_workers(self) -> list[WorkerRecord]:
+        return self.store.list_workers()
+
+    def heartbeat(self, worker_id: str) -> HeartbeatReply:
+        self.store.set_worker_state(worker_id, "ready", heartbeat=True)
+        return self.pending_signals(worker_id)
+
+    def pending_signals(self, worker_id: str) -> HeartbeatReply:
+        reply = HeartbeatReply()
+        for attempt in self.store.active_attempts(worker_id):
+            job = self.store.get_job(attempt.job_id)
+            if job.cancel_requested:
+                reply.cancel_attempts.append(attempt.id)
+        return reply
+
+    def claim(self, worker_id: str) -> list[Assignment]:
+        """Assignments made for this worker that it has not started yet."""
+        claimed = []
+        for attempt in self.store.active_attempts(worker_id):
+            if attempt.state != "assigned":
+                continue
+            if not self.store.update_attempt(
+                attempt.id, expect_states=["assigned"], state="running", started_at=time.time()
+            ):
+                continue
+            job = self.store.get_job(attempt.job_id)
+            claimed.append(
+                Assignment(
+                    attempt_id=attempt.id,
+                    job_id=job.id,
+                    attempt=attempt.number,
+                    spec=job.spec,
+                    gpu_indices=attempt.gpu_indices,
+                    working_dir=job.working_dir,
+                    has_bundle=job.has_bundle,
+                )
+            )
+        return claimed
+
+    def append_logs(self, attempt_id: int, lines: Sequence[tuple[str, str]]) -> None:
+        attempt = self.store.get_attempt(attempt_id)
+        if attempt.state not in ("assigned", "running"):
+            return  # a fenced attempt's late output is not the job's
+        self.store.append_logs(attempt.job_id, attempt.number, lines)
+        self._notify()
+
+    def finish_attempt(self, attempt_id: int, report: AttemptReport) -> None:
+        attempt = self.store.get_attempt(attempt_id)
+        if not self.store.update_attempt(
+            attempt_id,
+            expect_states=["assigned", "running"],
+            state=report.state,
+            reason=report.reason,
+            exit_code=report.exit_code,
+            finished_at=time.time(),
+        ):
+            return
+        if report.reason in _RETRYABLE_REASONS:
+            self._retry_or_fail(attempt, report.reason, report.message or report.reason)
+        else:
+            self.store.update_job(
+                attempt.job_id,
+                expect_states=["running"],
+                state=report.state,
+                reason=report.reason,
+                message=report.message,
+                exit_code=report.exit_code,
+                result=report.result,
+                finished_at=time.time(),
+            )
+        if self.is_terminal(attempt.job_id):
+            self._forget_environment(attempt.job_id)
+        self.dispatch()
+
+    def record_outputs(self, job_id: str, output_dir: Path) -> None:
+        """Keep the files an attempt wrote under GPULAYER_OUTPUT_DIR as the job's outputs."""
+        destination = self.layout.outputs_dir(job_id)
+        if destination.exists():
+            shutil.rmtree(destination)
+        entries = []
+        if output_dir.exists():
+            shutil.copytree(output_dir, destination, symlinks=True)
+            for file in sorted(p for p in destination.rglob("*") if p.is_file()):
+                digest = hashlib.sha256(file.read_bytes()).hexdigest()
+                entries.append(
+                    (file.relative_to(destination).as_posix(), file.stat().st_size, digest)
+                )
+        self.store.record_artifacts(job_id, entries)
+
+    # --- faults -----------------------------------------------------------------------------
+
+    def sweep_lost_workers(self) -> None:
+        deadline = time.time() - self.heartbeat_timeout
+        for worker in self.store.list_workers():
+            if (
+                worker.kind != "local"
+                and worker.state == "ready"
+                and worker.last_heartbeat < deadline
+            ):
+                self.store.set_worker_state(worker.id, "lost")
+                for attempt in self.store.active_attempts(worker.id):
+                    self._lose_attempt(attempt, f"worker {worker.name} stopped heartbeating")
+
+    def _lose_attempt(self, attempt: AttemptRecord, why: str) -> None:
+        if self.store.update_attempt(
+            attempt.id,
+            expect_states=["assigned", "running"],
+            state="failed",
+            reason="worker_lost",
+            finished_at=time.time(),
+        ):
+            self._retry_or_fail(attempt, "worker_lost", why)
+
+    def _retry_or_fail(self, attempt: AttemptRecord, reason: str, why: str) -> None:
+        job = self.store.get_job(attempt.job_id)
+        spec = JobSpec.model_validate(job.spec)
+        retry_allowed = reason in spec.retry.retry_on and job.attempts < spec.retry.max_attempts
+        if retry_allowed and not job.cancel_requested:
+            self.store.update_job(job.id, expect_states=["running"], state="queued")
+            self._log_system(job.id, attempt.number, [f"attempt {attempt.number}: {why}; retrying"])
+        else:
+            self.store.update_job(
+                job.id,
+                expect_states=["running"],
+                state="cancelled" if job.cancel_requested else "failed",
+                reason="cancelled" if job.cancel_requested else reason,
+                message=why,
+                finished_at=time.time(),
+            )
+
+    # --- scheduling -------------------------------------------------------------------------
+
+    def _worker_views(self, *, only_ready: bool = False) -> list[Any]:
+        from gpulayer.control.dispatch import worker_snapshots
+
+        return worker_snapshots(self.store, only_ready=only_ready)
+
+    def dispatch(self) -> int:
+        """Place queued jobs on workers with room. Returns how many were assigned."""
+        from gpulayer.control.dispatch import plan_assignments
+
+        with self._dispatch_lock:
+            assigned = 0
+            for job_id, worker_id, gpus in plan_assignments(self.store):
+                if self.store.assign(job_id, worker_id, gpus) is not None:
+                    assigned += 1
+        self._notify()
+        return assigned
+
+    def _log_system(self, job_id: str, attempt: int, notes: Sequence[str]) -> None:
+        self.store.append_logs(job_id, attempt, [("system", note) for note in notes])
+
+    def live_jobs(self) -> int:
+        return self.store.count_live_jobs()
+
+    def is_terminal(self, job_id: str) -> bool:
+        return self.store.get_job(job_id).state in TERMINAL_STATES
+
+
+__all__ = ["ControlService", "TargetDecision"]

@@ -1,0 +1,443 @@
+"""Persistence for jobs, attempts, logs, workers and artifacts (SQLAlchemy Core).
+
+SQLite by default (WAL, so readers never block the writer and several gpulayer processes can
+share one file), PostgreSQL by URL. Every state change that must happen once is a conditional
+UPDATE whose row count says whether this caller won.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Engine,
+    and_,
+    create_engine,
+    event,
+    func,
+    insert,
+    select,
+    update,
+)
+
+from gpulayer.control import tables as t
+from gpulayer.errors import GpulayerError, NotFoundError
+
+TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
+LIVE_STATES = frozenset({"queued", "provisioning", "running"})
+
+
+class StoreError(GpulayerError):
+    """The database cannot be used (newer schema, unreachable server, ...)."""
+
+
+@dataclass
+class JobRecord:
+    id: str
+    seq: int
+    name: str
+    spec: dict[str, Any]
+    state: str
+    reason: str | None
+    message: str | None
+    exit_code: int | None
+    result: Any
+    target: str
+    working_dir: str | None
+    has_bundle: bool
+    attempts: int
+    cancel_requested: bool
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+@dataclass
+class AttemptRecord:
+    id: int
+    job_id: str
+    number: int
+    worker_id: str | None
+    gpu_indices: list[int]
+    state: str
+    reason: str | None
+    exit_code: int | None
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+
+
+@dataclass
+class WorkerRecord:
+    id: str
+    name: str
+    kind: str
+    labels: dict[str, str]
+    capabilities: dict[str, Any]
+    state: str
+    registered_at: float
+    last_heartbeat: float
+    epoch: int
+
+
+@dataclass
+class LogLine:
+    id: int
+    attempt: int
+    stream: str
+    text: str
+    at: float
+
+
+def _job(row: Any) -> JobRecord:
+    m = row._mapping
+    return JobRecord(
+        id=m["id"],
+        seq=m["seq"],
+        name=m["name"],
+        spec=json.loads(m["spec"]),
+        state=m["state"],
+        reason=m["reason"],
+        message=m["message"],
+        exit_code=m["exit_code"],
+        result=json.loads(m["result"]) if m["result"] is not None else None,
+        target=m["target"],
+        working_dir=m["working_dir"],
+        has_bundle=bool(m["has_bundle"]),
+        attempts=m["attempts"],
+        cancel_requested=bool(m["cancel_requested"]),
+        created_at=m["created_at"],
+        started_at=m["started_at"],
+        finished_at=m["finished_at"],
+        labels=json.loads(m["labels"]),
+    )
+
+
+def _attempt(row: Any) -> AttemptRecord:
+    m = row._mapping
+    return AttemptRecord(
+        id=m["id"],
+        job_id=m["job_id"],
+        number=m["number"],
+        worker_id=m["worker_id"],
+        gpu_indices=json.loads(m["gpu_indices"]),
+        state=m["state"],
+        reason=m["reason"],
+        exit_code=m["exit_code"],
+        created_at=m["created_at"],
+        started_at=m["started_at"],
+        finished_at=m["finished_at"],
+    )
+
+
+def _worker(row: Any) -> WorkerRecord:
+    m = row._mapping
+    return WorkerRecord(
+        id=m["id"],
+        name=m["name"],
+        kind=m["kind"],
+        labels=json.loads(m["labels"]),
+        capabilities=json.loads(m["capabilities"]),
+        state=m["state"],
+        registered_at=m["registered_at"],
+        last_heartbeat=m["last_heartbeat"],
+        epoch=m["epoch"],
+    )
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def create_store_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+class Store:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = create_store_engine(url)
+        self._migrate()
+
+    # --- schema -----------------------------------------------------------------------------
+
+    def _migrate(self) -> None:
+        with self.engine.begin() as conn:
+            t.metadata.create_all(conn, checkfirst=True)
+            found = conn.execute(select(t.meta.c.value).where(t.meta.c.key == "schema")).scalar()
+            if found is None:
+                conn.execute(insert(t.meta).values(key="schema", value=str(t.SCHEMA_VERSION)))
+            elif int(found) > t.SCHEMA_VERSION:
+                raise StoreError(
+                    f"database schema {found} is newer than this gpulayer understands "
+                    f"({t.SCHEMA_VERSION}); upgrade gpulayer"
+                )
+
+    def schema_version(self) -> int:
+        with self.engine.connect() as conn:
+            return int(
+                conn.execute(select(t.meta.c.value).where(t.meta.c.key == "schema")).scalar_one()
+            )
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # --- jobs -------------------------------------------------------------------------------
+
+    def insert_job(
+        self,
+        *,
+        job_id: str,
+        name: str,
+        spec: dict[str, Any],
+        state: str,
+        target: str,
+        working_dir: str | None,
+        has_bundle: bool,
+        labels: dict[str, str],
+        reason: str | None = None,
+        message: str | None = None,
+    ) -> JobRecord:
+        now = time.time()
+        with self.engine.begin() as conn:
+            seq = (conn.execute(select(func.max(t.jobs.c.seq))).scalar() or 0) + 1
+            conn.execute(
+                insert(t.jobs).values(
+                    id=job_id,
+                    seq=seq,
+                    name=name,
+                    spec=json.dumps(spec),
+                    state=state,
+                    reason=reason,
+                    message=message,
+                    target=target,
+                    working_dir=working_dir,
+                    has_bundle=has_bundle,
+                    attempts=0,
+                    cancel_requested=False,
+                    created_at=now,
+                    finished_at=now if state in TERMINAL_STATES else None,
+                    labels=json.dumps(labels),
+                )
+            )
+        return self.get_job(job_id)
+
+    def get_job(self, job_id: str) -> JobRecord:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(t.jobs).where(t.jobs.c.id == job_id)).first()
+        if row is None:
+            raise NotFoundError(f"job {job_id!r} not found")
+        return _job(row)
+
+    def find_job_ids(self, prefix: str) -> list[str]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(t.jobs.c.id).where(t.jobs.c.id.startswith(prefix, autoescape=True)).limit(5)
+            )
+            return [r[0] for r in rows]
+
+    def list_jobs(self, *, states: Iterable[str] | None = None, limit: int = 50) -> list[JobRecord]:
+        query = select(t.jobs).order_by(t.jobs.c.seq.desc()).limit(limit)
+        if states is not None:
+            query = query.where(t.jobs.c.state.in_(list(states)))
+        with self.engine.connect() as conn:
+            return [_job(r) for r in conn.execute(query)]
+
+    def queued_jobs(self) -> list[JobRecord]:
+        query = select(t.jobs).where(t.jobs.c.state == "queued").order_by(t.jobs.c.seq)
+        with self.engine.connect() as conn:
+            return [_job(r) for r in conn.execute(query)]
+
+    def count_live_jobs(self) -> int:
+        with self.engine.connect() as conn:
+            query = select(func.count()).select_from(t.jobs).where(t.jobs.c.state.in_(LIVE_STATES))
+            return int(conn.execute(query).scalar_one())
+
+    def update_job(
+        self, job_id: str, *, expect_states: Sequence[str] | None = None, **values: Any
+    ) -> bool:
+        """Change a job; with expect_states only if it is still in one of them. True if changed."""
+        if "result" in values and values["result"] is not None:
+            values["result"] = json.dumps(values["result"])
+        if "spec" in values:
+            values["spec"] = json.dumps(values["spec"])
+        condition = t.jobs.c.id == job_id
+        if expect_states is not None:
+            condition = and_(condition, t.jobs.c.state.in_(list(expect_states)))
+        with self.engine.begin() as conn:
+            return conn.execute(update(t.jobs).where(condition).values(**values)).rowcount == 1
+
+    # --- attempts ---------------------------------------------------------------------------
+
+    def assign(
+        self, job_id: str, worker_id: str, gpu_indices: Sequence[int]
+    ) -> AttemptRecord | None:
+        """Move a queued job to running on a worker, exactly once. None if someone else won."""
+        now = time.time()
+        with self.engine.begin() as conn:
+            won = conn.execute(
+                update(t.jobs)
+                .where(and_(t.jobs.c.id == job_id, t.jobs.c.state == "queued"))
+                .values(state="running", attempts=t.jobs.c.attempts + 1, started_at=now)
+            ).rowcount
+            if won != 1:
+                return None
+            number = conn.execute(
+                select(t.jobs.c.attempts).where(t.jobs.c.id == job_id)
+            ).scalar_one()
+            attempt_id = conn.execute(
+                insert(t.attempts).values(
+                    job_id=job_id,
+                    number=number,
+                    worker_id=worker_id,
+                    gpu_indices=json.dumps(list(gpu_indices)),
+                    state="assigned",
+                    created_at=now,
+                )
+            ).inserted_primary_key[0]  # type: ignore[index]
+            row = conn.execute(select(t.attempts).where(t.attempts.c.id == attempt_id)).one()
+        return _attempt(row)
+
+    def attempts_for(self, job_id: str) -> list[AttemptRecord]:
+        query = (
+            select(t.attempts).where(t.attempts.c.job_id == job_id).order_by(t.attempts.c.number)
+        )
+        with self.engine.connect() as conn:
+            return [_attempt(r) for r in conn.execute(query)]
+
+    def active_attempts(self, worker_id: str | None = None) -> list[AttemptRecord]:
+        condition: ColumnElement[bool] = t.attempts.c.state.in_(["assigned", "running"])
+        if worker_id is not None:
+            condition = and_(condition, t.attempts.c.worker_id == worker_id)
+        with self.engine.connect() as conn:
+            return [_attempt(r) for r in conn.execute(select(t.attempts).where(condition))]
+
+    def update_attempt(
+        self, attempt_id: int, *, expect_states: Sequence[str], **values: Any
+    ) -> bool:
+        condition = and_(t.attempts.c.id == attempt_id, t.attempts.c.state.in_(list(expect_states)))
+        with self.engine.begin() as conn:
+            return conn.execute(update(t.attempts).where(condition).values(**values)).rowcount == 1
+
+    def get_attempt(self, attempt_id: int) -> AttemptRecord:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(t.attempts).where(t.attempts.c.id == attempt_id)).first()
+        if row is None:
+            raise NotFoundError(f"attempt {attempt_id} not found")
+        return _attempt(row)
+
+    # --- logs -------------------------------------------------------------------------------
+
+    def append_logs(self, job_id: str, attempt: int, lines: Sequence[tuple[str, str]]) -> None:
+        if not lines:
+            return
+        now = time.time()
+        rows = [
+            {"job_id": job_id, "attempt": attempt, "stream": s, "text": text, "at": now}
+            for s, text in lines
+        ]
+        with self.engine.begin() as conn:
+            conn.execute(insert(t.logs), rows)
+
+    def read_logs(self, job_id: str, *, after: int = 0, limit: int = 5000) -> list[LogLine]:
+        query = (
+            select(t.logs)
+            .where(and_(t.logs.c.job_id == job_id, t.logs.c.id > after))
+            .order_by(t.logs.c.id)
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [LogLine(r.id, r.attempt, r.stream, r.text, r.at) for r in conn.execute(query)]
+
+    # --- workers ----------------------------------------------------------------------------
+
+    def upsert_worker(
+        self,
+        *,
+        worker_id: str,
+        name: str,
+        kind: str,
+        labels: dict[str, str],
+        capabilities: dict[str, Any],
+    ) -> WorkerRecord:
+        now = time.time()
+        values = {
+            "name": name,
+            "kind": kind,
+            "labels": json.dumps(labels),
+            "capabilities": json.dumps(capabilities),
+            "state": "ready",
+            "last_heartbeat": now,
+        }
+        with self.engine.begin() as conn:
+            existing = conn.execute(
+                select(t.workers.c.id).where(t.workers.c.id == worker_id)
+            ).first()
+            if existing:
+                conn.execute(
+                    update(t.workers)
+                    .where(t.workers.c.id == worker_id)
+                    .values(**values, epoch=t.workers.c.epoch + 1)
+                )
+            else:
+                conn.execute(
+                    insert(t.workers).values(id=worker_id, registered_at=now, epoch=1, **values)
+                )
+        return self.get_worker(worker_id)
+
+    def get_worker(self, worker_id: str) -> WorkerRecord:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(t.workers).where(t.workers.c.id == worker_id)).first()
+        if row is None:
+            raise NotFoundError(f"worker {worker_id!r} not found")
+        return _worker(row)
+
+    def list_workers(self) -> list[WorkerRecord]:
+        with self.engine.connect() as conn:
+            return [_worker(r) for r in conn.execute(select(t.workers).order_by(t.workers.c.id))]
+
+    def set_worker_state(self, worker_id: str, state: str, *, heartbeat: bool = False) -> None:
+        values: dict[str, Any] = {"state": state}
+        if heartbeat:
+            values["last_heartbeat"] = time.time()
+        with self.engine.begin() as conn:
+            conn.execute(update(t.workers).where(t.workers.c.id == worker_id).values(**values))
+
+    # --- artifacts --------------------------------------------------------------------------
+
+    def record_artifacts(self, job_id: str, entries: Sequence[tuple[str, int, str]]) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(t.artifacts.delete().where(t.artifacts.c.job_id == job_id))
+            if entries:
+                conn.execute(
+                    insert(t.artifacts),
+                    [{"job_id": job_id, "path": p, "size": s, "sha256": h} for p, s, h in entries],
+                )
+
+    def list_artifacts(self, job_id: str) -> list[dict[str, Any]]:
+        query = (
+            select(t.artifacts).where(t.artifacts.c.job_id == job_id).order_by(t.artifacts.c.path)
+        )
+        with self.engine.connect() as conn:
+            return [
+                {"path": r.path, "size": r.size, "sha256": r.sha256} for r in conn.execute(query)
+            ]

@@ -1,0 +1,104 @@
+"""The store's schema (SQLAlchemy Core). Bump SCHEMA_VERSION and add a migration to change it."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+SCHEMA_VERSION = 1
+
+metadata = MetaData()
+
+meta = Table(
+    "meta",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("seq", Integer, nullable=False, unique=True),
+    Column("name", String(63), nullable=False),
+    Column("spec", Text, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("reason", String(32)),
+    Column("message", Text),
+    Column("exit_code", Integer),
+    Column("result", Text),
+    Column("target", String(16), nullable=False),
+    Column("working_dir", Text),
+    Column("has_bundle", Boolean, nullable=False, default=False),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("cancel_requested", Boolean, nullable=False, default=False),
+    Column("created_at", Float, nullable=False),
+    Column("started_at", Float),
+    Column("finished_at", Float),
+    Column("labels", Text, nullable=False, default="{}"),
+)
+Index("ix_jobs_state_seq", jobs.c.state, jobs.c.seq)
+
+workers = Table(
+    "workers",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("name", String(128), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("labels", Text, nullable=False, default="{}"),
+    Column("capabilities", Text, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("registered_at", Float, nullable=False),
+    Column("last_heartbeat", Float, nullable=False),
+    Column("epoch", Integer, nullable=False, default=1),
+)
+
+attempts = Table(
+    "attempts",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", String(32), ForeignKey("jobs.id"), nullable=False),
+    Column("number", Integer, nullable=False),
+    Column("worker_id", String(32), ForeignKey("workers.id")),
+    Column("gpu_indices", Text, nullable=False, default="[]"),
+    Column("state", String(16), nullable=False),
+    Column("reason", String(32)),
+    Column("exit_code", Integer),
+    Column("created_at", Float, nullable=False),
+    Column("started_at", Float),
+    Column("finished_at", Float),
+)
+Index("ix_attempts_job", attempts.c.job_id, attempts.c.number, unique=True)
+Index("ix_attempts_worker_state", attempts.c.worker_id, attempts.c.state)
+
+logs = Table(
+    "logs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", String(32), ForeignKey("jobs.id"), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("stream", String(8), nullable=False),
+    Column("text", Text, nullable=False),
+    Column("at", Float, nullable=False),
+)
+Index("ix_logs_job_id", logs.c.job_id, logs.c.id)
+
+artifacts = Table(
+    "artifacts",
+    metadata,
+    Column("job_id", String(32), ForeignKey("jobs.id"), primary_key=True),
+    Column("path", Text, primary_key=True),
+    Column("size", Integer, nullable=False),
+    Column("sha256", String(64), nullable=False),
+)

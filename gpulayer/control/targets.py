@@ -1,0 +1,75 @@
+"""Choosing a job's target at submit: the first in its chain that could ever run it.
+
+A local target never waits for hardware that cannot appear; a remote target with nothing that
+could ever run it moves on to the next target, and as the last target it queues or fails as
+`on_unschedulable` says; a cloud target needs a provider.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from gpulayer.scheduler import WorkerSnapshot, reasons_never
+from gpulayer.spec import JobSpec
+
+TARGET_WORKER_KIND = {"local": "local", "remote": "remote", "cloud": "cloud"}
+
+
+@dataclass
+class TargetDecision:
+    target: str | None
+    """None: no target can take the job; it fails as unschedulable."""
+    message: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    kind: str
+    snapshot: WorkerSnapshot
+
+
+def _why_not(spec: JobSpec, workers: Sequence[WorkerView], target: str) -> list[str] | None:
+    """None if some worker of the target could ever run the job, else the reasons per worker."""
+    candidates = [w.snapshot for w in workers if w.kind == TARGET_WORKER_KIND[target]]
+    reasons: list[str] = []
+    for worker in candidates:
+        found = reasons_never(spec, worker)
+        if not found:
+            return None
+        label = "this machine" if target == "local" else f"worker {worker.name}"
+        reasons.extend(f"{label}: {reason}" for reason in found)
+    if not candidates:
+        reasons.append(f"no {target} worker is registered")
+    return reasons
+
+
+def choose_target(
+    spec: JobSpec, workers: Sequence[WorkerView], *, cloud_available: bool = False
+) -> TargetDecision:
+    chain = spec.placement.targets
+    notes: list[str] = []
+    for position, target in enumerate(chain):
+        last = position == len(chain) - 1
+        if target == "cloud":
+            if cloud_available:
+                return TargetDecision("cloud", notes=notes)
+            reasons = ["no cloud provider is installed or enabled"]
+        else:
+            found = _why_not(spec, workers, target)
+            if found is None:
+                return TargetDecision(target, notes=notes)
+            reasons = found
+            if target == "remote" and last and spec.placement.on_unschedulable == "queue":
+                notes.extend(f"waiting: {r}" for r in reasons)
+                return TargetDecision("remote", notes=notes)
+        summary = "; ".join(reasons)
+        if not last:
+            notes.append(
+                f"target {target} cannot run this job ({summary}); trying {chain[position + 1]}"
+            )
+            continue
+        notes.append(f"unschedulable: {summary}")
+        return TargetDecision(None, message=summary, notes=notes)
+    raise AssertionError("a placement chain is never empty")

@@ -1,0 +1,75 @@
+"""The JSON shapes the API returns (and `--json` prints)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from gpulayer.control.store import AttemptRecord, JobRecord, LogLine, WorkerRecord
+
+
+def iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="milliseconds")
+
+
+def job_view(
+    job: JobRecord,
+    attempts: list[AttemptRecord] | None = None,
+    workers: dict[str, WorkerRecord] | None = None,
+) -> dict[str, Any]:
+    view: dict[str, Any] = {
+        "id": job.id,
+        "name": job.name,
+        "state": job.state,
+        "reason": job.reason,
+        "message": job.message,
+        "exit_code": job.exit_code,
+        "result": job.result,
+        "target": job.target,
+        "labels": job.labels,
+        "created_at": iso(job.created_at),
+        "started_at": iso(job.started_at),
+        "finished_at": iso(job.finished_at),
+        "cancel_requested": job.cancel_requested,
+    }
+    if attempts is not None:
+        view["attempts"] = [
+            attempt_view(a, (workers or {}).get(a.worker_id or "")) for a in attempts
+        ]
+    else:
+        view["attempts"] = job.attempts
+    return view
+
+
+def attempt_view(attempt: AttemptRecord, worker: WorkerRecord | None) -> dict[str, Any]:
+    return {
+        "number": attempt.number,
+        "state": attempt.state,
+        "reason": attempt.reason,
+        "exit_code": attempt.exit_code,
+        "worker_id": attempt.worker_id,
+        "worker_name": worker.name if worker else None,
+        "gpu_indices": attempt.gpu_indices,
+        "started_at": iso(attempt.started_at),
+        "finished_at": iso(attempt.finished_at),
+    }
+
+
+def worker_view(worker: WorkerRecord, *, running: int = 0) -> dict[str, Any]:
+    return {
+        "id": worker.id,
+        "name": worker.name,
+        "kind": worker.kind,
+        "state": worker.state,
+        "labels": worker.labels,
+        "running": running,
+        "capabilities": worker.capabilities,
+        "registered_at": iso(worker.registered_at),
+        "last_heartbeat": iso(worker.last_heartbeat),
+    }
+
+
+def log_view(line: LogLine) -> dict[str, Any]:
+    return {"id": line.id, "attempt": line.attempt, "stream": line.stream, "text": line.text}
