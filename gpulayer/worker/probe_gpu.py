@@ -1,0 +1,338 @@
+"""GPU discovery from vendor command-line tools, never from an ML framework.
+
+Each probe takes a ``runner`` so the parsing can be exercised on recorded tool output. A tool
+that is missing, fails or hangs means "no such GPUs here", never an exception: a worker must
+still come up on a machine whose driver is broken.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from gpulayer.spec.capabilities import GpuDevice
+
+COMMAND_TIMEOUT_SECONDS = 5.0
+"""A wedged driver can make nvidia-smi hang for minutes; the probe must not."""
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    returncode: int
+    stdout: str = ""
+    stderr: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+Runner = Callable[[Sequence[str]], CommandResult]
+
+# Shell conventions, so a result reads the same whether the tool was absent or timed out.
+NOT_FOUND = 127
+TIMED_OUT = 124
+
+
+def run_command(argv: Sequence[str], timeout: float = COMMAND_TIMEOUT_SECONDS) -> CommandResult:
+    try:
+        # Its own session, so a timeout ends wrapper scripts' children too: an orphan holding
+        # the pipes open would keep communicate() waiting past the timeout.
+        proc = subprocess.Popen(
+            list(argv),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return CommandResult(NOT_FOUND, "", str(exc))
+    with proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_session(proc)
+            proc.communicate()
+            return CommandResult(TIMED_OUT, "", f"{argv[0]} timed out after {timeout:g} s")
+    return CommandResult(proc.returncode, stdout, stderr)
+
+
+def _kill_session(proc: subprocess.Popen[str]) -> None:
+    killpg = getattr(os, "killpg", None)
+    if killpg is None:  # Windows: no process groups to signal
+        proc.kill()
+        return
+    with contextlib.suppress(ProcessLookupError):  # it ended on its own meanwhile
+        killpg(proc.pid, signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class GpuReport:
+    """What one vendor tool said: the devices, and the driver stack they run under."""
+
+    gpus: list[GpuDevice] = field(default_factory=list)
+    driver_version: str | None = None
+    cuda_version: str | None = None
+
+
+# --- NVIDIA -----------------------------------------------------------------------------------
+
+NVIDIA_FIELDS: tuple[str, ...] = (
+    "index",
+    "name",
+    "memory.total",
+    "compute_cap",
+    "uuid",
+    "driver_version",
+)
+# Drivers before R510 do not know compute_cap; they are asked for the rest.
+NVIDIA_FIELDS_LEGACY: tuple[str, ...] = tuple(f for f in NVIDIA_FIELDS if f != "compute_cap")
+
+
+def nvidia_query_argv(fields: Sequence[str]) -> list[str]:
+    return [
+        "nvidia-smi",
+        f"--query-gpu={','.join(fields)}",
+        "--format=csv,noheader,nounits",
+    ]
+
+
+NVIDIA_HEADER_ARGV: tuple[str, ...] = ("nvidia-smi",)
+
+# Compute capability by product name, for drivers that cannot report it. Models are matched as
+# whole words, so A10 does not match an A100 nor L4 an L40S. Unknown names get None, which a
+# job with min_cuda_compute_capability treats as "not known to be enough".
+COMPUTE_CAPABILITY_BY_NAME: tuple[tuple[str, str], ...] = (
+    (r"\bGB300\b|\bB300\b", "10.3"),
+    (r"\bGB200\b|\bB200\b|\bB100\b", "10.0"),
+    (r"\bRTX PRO \d000 BLACKWELL\b|\bRTX 50\d0\b", "12.0"),
+    (r"\bGB10\b", "12.1"),
+    (r"\bGH200\b|\bH200\b|\bH100\b|\bH800\b|\bH20\b", "9.0"),
+    (r"\bL40S?\b|\bL20\b|\bL4\b|\bRTX \d000 ADA\b|\bRTX 40\d0\b", "8.9"),
+    (r"\bA100\b|\bA800\b|\bA30\b", "8.0"),
+    (r"\bA10G?\b|\bA40\b|\bA16\b|\bA2\b|\bRTX A\d000\b|\bRTX 30\d0\b", "8.6"),
+    (r"\bT4\b|\bQUADRO RTX\b|\bRTX 20\d0\b|\bTITAN RTX\b|\bGTX 16\d0\b", "7.5"),
+    (r"\bV100\b|\bTITAN V\b", "7.0"),
+    (r"\bP100\b", "6.0"),
+    (r"\bP40\b|\bP4\b|\bGTX 10\d0\b|\bTITAN XP\b", "6.1"),
+    (r"\bM60\b|\bM40\b", "5.2"),
+    (r"\bK80\b", "3.7"),
+)
+_COMPUTE_CAPABILITY_PATTERNS = tuple(
+    (re.compile(pattern), capability) for pattern, capability in COMPUTE_CAPABILITY_BY_NAME
+)
+
+# Integrated parts whose GPU shares the host's memory (DGX Spark's GB10). nvidia-smi reports
+# their memory as not supported, so the host's RAM is what the GPU can use.
+UNIFIED_MEMORY_NAMES: tuple[str, ...] = (r"\bGB10\b",)
+_UNIFIED_MEMORY_PATTERNS = tuple(re.compile(p) for p in UNIFIED_MEMORY_NAMES)
+
+_NOT_A_VALUE = re.compile(r"^\[.*\]$|^N/A$", re.IGNORECASE)  # [N/A], [Not Supported]
+_CUDA_VERSION_RE = re.compile(r"CUDA Version\s*:\s*(\d+\.\d+)")
+_MIB_PER_GIB = 1024
+
+
+def compute_capability_for_name(name: str) -> str | None:
+    upper = name.upper()
+    for pattern, capability in _COMPUTE_CAPABILITY_PATTERNS:
+        if pattern.search(upper):
+            return capability
+    return None
+
+
+def has_unified_memory(name: str) -> bool:
+    upper = name.upper()
+    return any(p.search(upper) for p in _UNIFIED_MEMORY_PATTERNS)
+
+
+def _value(text: str) -> str | None:
+    text = text.strip()
+    if not text or _NOT_A_VALUE.match(text):
+        return None
+    return text
+
+
+def _gib_from_mib(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return round(float(text) / _MIB_PER_GIB, 2)
+    except ValueError:
+        return None
+
+
+def _capability(text: str | None) -> str | None:
+    if text is not None and re.fullmatch(r"\d{1,2}\.\d{1,2}", text):
+        return text
+    return None
+
+
+def parse_nvidia_query(
+    text: str,
+    fields: Sequence[str] = NVIDIA_FIELDS,
+    host_memory_gb: float | None = None,
+) -> tuple[list[GpuDevice], str | None]:
+    """Devices and driver version from ``--format=csv,noheader,nounits`` output.
+
+    Lines that are not device rows (warnings, "Unable to determine the device handle" for a GPU
+    that fell off the bus) are skipped: the devices that do answer are still usable.
+    """
+    gpus: list[GpuDevice] = []
+    driver: str | None = None
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != len(fields):
+            continue
+        row = dict(zip(fields, cells, strict=True))
+        index = _value(row["index"])
+        name = _value(row["name"])
+        if index is None or not index.isdigit() or name is None:
+            continue
+        unified = has_unified_memory(name)
+        memory_gb = _gib_from_mib(_value(row["memory.total"]))
+        if unified and memory_gb is None:
+            memory_gb = host_memory_gb
+        capability = _capability(_value(row.get("compute_cap", "")))
+        gpus.append(
+            GpuDevice(
+                index=int(index),
+                name=name,
+                memory_gb=memory_gb,
+                memory_kind="unified" if unified else "dedicated",
+                compute_capability=capability or compute_capability_for_name(name),
+                uuid=_value(row.get("uuid", "")),
+            )
+        )
+        driver = driver or _value(row.get("driver_version", ""))
+    gpus.sort(key=lambda g: g.index)
+    return gpus, driver
+
+
+def parse_cuda_version(text: str) -> str | None:
+    """The CUDA version the driver supports, from the banner of plain ``nvidia-smi``."""
+    match = _CUDA_VERSION_RE.search(text)
+    return match.group(1) if match else None
+
+
+def _field_unknown(result: CommandResult, field_name: str) -> bool:
+    said = result.stdout + result.stderr
+    return f'"{field_name}"' in said and "not a valid field" in said
+
+
+def probe_nvidia(runner: Runner, host_memory_gb: float | None = None) -> GpuReport:
+    fields = NVIDIA_FIELDS
+    result = runner(nvidia_query_argv(fields))
+    if _field_unknown(result, "compute_cap"):
+        fields = NVIDIA_FIELDS_LEGACY
+        result = runner(nvidia_query_argv(fields))
+    gpus, driver = parse_nvidia_query(result.stdout, fields, host_memory_gb)
+    if not gpus:
+        return GpuReport()
+    banner = runner(list(NVIDIA_HEADER_ARGV))
+    return GpuReport(gpus, driver, parse_cuda_version(banner.stdout))
+
+
+# --- AMD ----------------------------------------------------------------------------------------
+
+ROCM_SMI_ARGV: tuple[str, ...] = (
+    "rocm-smi",
+    "--showproductname",
+    "--showmeminfo",
+    "vram",
+    "--showuniqueid",
+    "--showdriverversion",
+    "--json",
+)
+_CARD_RE = re.compile(r"^card(\d+)$")
+_BYTES_PER_GIB = 1024**3
+
+
+def _lookup(entry: dict[str, object], *keys: str) -> str | None:
+    # Key spelling drifts between rocm-smi releases ("Card series" vs "Card Series").
+    folded = {k.casefold(): v for k, v in entry.items()}
+    for key in keys:
+        value = folded.get(key.casefold())
+        if value is not None:
+            text = _value(str(value))
+            if text is not None:
+                return text
+    return None
+
+
+def _rocm_cards(data: dict[str, object]) -> dict[int, dict[str, object]]:
+    cards: dict[int, dict[str, object]] = {}
+    for key, value in data.items():
+        match = _CARD_RE.match(key)
+        if match and isinstance(value, dict):
+            cards[int(match.group(1))] = value
+        elif key == "system" and isinstance(value, dict):
+            # Some releases nest the cards under "system".
+            cards.update(_rocm_cards(value))
+    return cards
+
+
+def parse_rocm_smi(text: str) -> GpuReport:
+    """Devices from ``rocm-smi --showproductname --showmeminfo vram ... --json`` output."""
+    start = text.find("{")
+    if start < 0:
+        return GpuReport()
+    try:
+        data = json.loads(text[start:])
+    except ValueError:
+        return GpuReport()
+    if not isinstance(data, dict):
+        return GpuReport()
+    gpus: list[GpuDevice] = []
+    for index, card in sorted(_rocm_cards(data).items()):
+        name = _lookup(card, "Card series", "Card model", "Device Name") or f"AMD GPU {index}"
+        total = _lookup(card, "VRAM Total Memory (B)")
+        memory_gb = round(int(total) / _BYTES_PER_GIB, 2) if total and total.isdigit() else None
+        gpus.append(
+            GpuDevice(
+                index=index,
+                name=name,
+                memory_gb=memory_gb,
+                memory_kind="dedicated",
+                uuid=_lookup(card, "Unique ID"),
+            )
+        )
+    return GpuReport(gpus, _rocm_driver(data) if gpus else None)
+
+
+def _rocm_driver(data: dict[str, object]) -> str | None:
+    # --showdriverversion answers under "system" in most releases, per card in some.
+    holders = [data.get("system"), *_rocm_cards(data).values()]
+    for holder in holders:
+        if isinstance(holder, dict):
+            driver = _lookup(holder, "Driver version")
+            if driver is not None:
+                return driver
+    return None
+
+
+def probe_rocm(runner: Runner) -> GpuReport:
+    result = runner(list(ROCM_SMI_ARGV))
+    if not result.ok:
+        return GpuReport()
+    return parse_rocm_smi(result.stdout)
+
+
+# --- Apple --------------------------------------------------------------------------------------
+
+APPLE_CHIP_ARGV: tuple[str, ...] = ("sysctl", "-n", "machdep.cpu.brand_string")
+
+
+def probe_apple(runner: Runner, host_memory_gb: float | None) -> GpuReport:
+    """The one Metal GPU of an Apple silicon Mac; it uses the host's memory."""
+    result = runner(list(APPLE_CHIP_ARGV))
+    name = result.stdout.strip() if result.ok and result.stdout.strip() else "Apple GPU"
+    device = GpuDevice(index=0, name=name, memory_gb=host_memory_gb, memory_kind="unified")
+    return GpuReport([device])
