@@ -23,8 +23,21 @@ spec_commands.register(app)
 
 
 def main() -> None:
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+
     try:
-        app()
+        outcome = app(standalone_mode=False)
+        if isinstance(outcome, int) and outcome:
+            sys.exit(outcome)
+    except NoArgsIsHelpError as exc:
+        exc.show()
+        sys.exit(0)
+    except ClickException as exc:
+        # One line naming the flag, rather than a framed usage box.
+        print(f"error: {exc.format_message()}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        sys.exit(130)
     except SpecError as exc:
         for line in exc.lines:
             print(f"error: {line}", file=sys.stderr)

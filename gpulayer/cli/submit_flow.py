@@ -65,4 +65,5 @@ def stream_until_done(client: ControlClient, job_id: str) -> dict[str, Any]:
             sys.stderr.write(f"gpulayer: cancelling job {job_id} (Ctrl-C again to leave it)\n")
             # A second Ctrl-C while we wait should leave at once, not stack tracebacks.
             signal.signal(signal.SIGINT, signal.default_int_handler)
+            client.reset()
             client.cancel(job_id)

@@ -49,6 +49,10 @@ class ControlClient:
             self._local.conn = conn
         return conn
 
+    def reset(self) -> None:
+        """Forget this thread's connection, e.g. after a call was interrupted."""
+        self._drop_connection()
+
     def _drop_connection(self) -> None:
         conn = getattr(self._local, "conn", None)
         if conn is not None:
@@ -95,7 +99,8 @@ class ControlClient:
                     conn.sock.settimeout(conn.timeout)
                 conn.request(method, url, body=payload, headers=headers)
                 return conn.getresponse()
-            except (ConnectionError, http.client.RemoteDisconnected, BrokenPipeError) as exc:
+            except (ConnectionError, http.client.HTTPException) as exc:
+                # Includes a request cut off midway (Ctrl-C) that left the connection unusable.
                 self._drop_connection()
                 if retry and raw is None:
                     continue  # a keep-alive connection the server had closed
