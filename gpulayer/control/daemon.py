@@ -78,23 +78,35 @@ def serve(layout: HomeLayout, *, idle_seconds: float) -> int:
         log.info("another local control plane holds %s", layout.daemon_lock)
         return 0
 
+    # Listen before the heavy imports: a client that connects meanwhile waits in the backlog
+    # and is answered as soon as the app is up, instead of polling for it.
+    # Naming IPPROTO_TCP lets asyncio set TCP_NODELAY on accepted connections; without it
+    # every keep-alive request waits ~40 ms on Nagle and delayed ACKs.
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(128)
+    port = listener.getsockname()[1]
+    token = ensure_token(layout.token_file)
+    _write_server_file(layout, f"http://127.0.0.1:{port}")
+    try:
+        return _run(layout, listener, token, idle_seconds)
+    finally:
+        _remove_server_file(layout)
+        lock.close()
+
+
+def _run(layout: HomeLayout, listener: socket.socket, token: str, idle_seconds: float) -> int:
     import uvicorn
 
     from gpulayer.control.api import create_app
     from gpulayer.control.service import ControlService
     from gpulayer.control.store import Store
 
-    token = ensure_token(layout.token_file)
     store = Store(f"sqlite:///{layout.database}")
     service = ControlService(store, layout)
     agent = start_local_worker(service, layout)
     app = create_app(service, token, embedded=True)
-
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(128)
-    port = listener.getsockname()[1]
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)
 
@@ -111,14 +123,11 @@ def serve(layout: HomeLayout, *, idle_seconds: float) -> int:
                 log.exception("watchdog pass failed")
 
     threading.Thread(target=watchdog, name="gpulayer-watchdog", daemon=True).start()
-    _write_server_file(layout, f"http://127.0.0.1:{port}")
     try:
         server.run(sockets=[listener])
     finally:
-        _remove_server_file(layout)
         agent.stop(cancel_running=True)
         store.close()
-        lock.close()
     return 0
 
 
