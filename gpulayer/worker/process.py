@@ -1,0 +1,349 @@
+"""A job's processes: start them in a session of their own, stream their output, end them all.
+
+A job may fork freely (shell pipelines, data loader workers, torchrun's ranks), so ending the
+job means ending its whole process tree, not just the process we started. The child leads a
+new session and process group; on Linux we also follow descendants through /proc, which finds
+the ones that moved to a session of their own while their parent still lived.
+
+The leader is never reaped until the tree is gone: while it stays a zombie its pid, and so its
+process group id, cannot be reused by an unrelated process that a late ``killpg`` would hit.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import logging
+import os
+import selectors
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+_log = logging.getLogger(__name__)
+
+_PROC = Path("/proc")
+_GONE_STATES = frozenset({"Z", "X", "x"})
+
+LogSink = Callable[[str, str], None]
+"""(stream, text): stream is "stdout", "stderr" or "system"."""
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    pid: int
+    ppid: int
+    pgrp: int
+    session: int
+    state: str
+    start_time: int
+    """Clock ticks after boot; with the pid it names one process for good."""
+
+
+def parse_stat(text: str) -> ProcStat:
+    """Parse /proc/<pid>/stat. The command name may hold spaces and parentheses, so split
+    after its last ')'."""
+    head, _, rest = text.rpartition(")")
+    pid = int(head.split("(", 1)[0])
+    fields = rest.split()
+    return ProcStat(
+        pid=pid,
+        state=fields[0],
+        ppid=int(fields[1]),
+        pgrp=int(fields[2]),
+        session=int(fields[3]),
+        start_time=int(fields[19]),
+    )
+
+
+def read_stat(pid: int) -> ProcStat | None:
+    try:
+        return parse_stat((_PROC / str(pid) / "stat").read_text())
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def proc_table() -> list[ProcStat]:
+    table = []
+    for entry in os.scandir(_PROC):
+        if entry.name.isdigit():
+            stat = read_stat(int(entry.name))
+            if stat is not None:
+                table.append(stat)
+    return table
+
+
+def is_alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie."""
+    if _PROC.is_dir():
+        stat = read_stat(pid)
+        return stat is not None and stat.state not in _GONE_STATES
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def tree_members(
+    table: Iterable[ProcStat], leader: int, known: Mapping[int, int]
+) -> dict[int, int]:
+    """Pids (with start times) that belong to the tree led by ``leader``: its process group,
+    its session, the processes already ``known`` (if still the same process) and all of
+    their descendants. Zombies are left out: they are dead already."""
+    live = [p for p in table if p.state not in _GONE_STATES]
+    members = {
+        p.pid: p.start_time
+        for p in live
+        if p.pgrp == leader or p.session == leader or known.get(p.pid) == p.start_time
+    }
+    by_parent: dict[int, list[ProcStat]] = {}
+    for p in live:
+        by_parent.setdefault(p.ppid, []).append(p)
+    frontier = list(members)
+    while frontier:
+        for child in by_parent.get(frontier.pop(), ()):
+            if child.pid not in members:
+                members[child.pid] = child.start_time
+                frontier.append(child.pid)
+    members.pop(leader, None)  # the leader is waited for, never signalled by pid
+    return members
+
+
+class ProcessTree:
+    """A child started in a new session, and everything it spawns."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+        self._known: dict[int, int] = {}
+        self._returncode: int | None = None
+        self._can_scan = _PROC.is_dir()
+
+    @classmethod
+    def spawn(cls, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str]) -> ProcessTree:
+        popen = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+        )
+        return cls(popen)
+
+    def exited(self) -> int | None:
+        """The leader's return code once it has exited (negative: killed by that signal),
+        else None. Does not reap it."""
+        if self._returncode is None:
+            try:
+                info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:  # reaped already; Popen knows the code
+                info = None
+                self._returncode = self.popen.poll()
+            if info is not None:
+                code = info.si_status
+                self._returncode = code if info.si_code == os.CLD_EXITED else -code
+        return self._returncode
+
+    def refresh(self) -> None:
+        """Remember the tree's current members, so that those who leave the session are
+        still found once their parent is gone."""
+        if self._can_scan:
+            self._known = tree_members(proc_table(), self.pid, self._known)
+
+    def members(self) -> dict[int, int]:
+        """Live processes of the tree other than the leader."""
+        if not self._can_scan:
+            return {}
+        self._known = tree_members(proc_table(), self.pid, self._known)
+        return dict(self._known)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
+        for pid, start_time in self.members().items():
+            stat = read_stat(pid)
+            if stat is not None and stat.start_time == start_time:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+
+    def _all_gone(self) -> bool:
+        return self.exited() is not None and not self.members()
+
+    def _wait_gone(self, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while not self._all_gone():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def terminate(self, grace: float) -> int:
+        """SIGTERM the whole tree, then SIGKILL whatever is left after ``grace`` seconds.
+        Returns how many processes (leader included) were still running at the start."""
+        running = len(self.members()) + (self.exited() is None)
+        if self._can_scan and running == 0:
+            return 0
+        self._signal(signal.SIGTERM)
+        if self._wait_gone(grace) and self._can_scan:
+            return running
+        # Without /proc the group's members cannot be seen, so it gets SIGKILL regardless
+        # once the leader is gone or the grace is over; the unreaped leader keeps its id
+        # from being reused meanwhile.
+        self._signal(signal.SIGKILL)
+        self._wait_gone(10)
+        return running
+
+    def close(self) -> int:
+        """Reap the leader and close our ends of its pipes; returns its exit code."""
+        code = self.popen.wait()
+        for pipe in (self.popen.stdout, self.popen.stderr):
+            if pipe is not None:
+                pipe.close()
+        return code
+
+
+class Redactor:
+    """Replaces secret values with *** in text. Values shorter than ``min_length`` are
+    left alone: masking every "1" or "ab" would wreck the logs and hide nothing."""
+
+    MASK = "***"
+
+    def __init__(self, secrets: Iterable[str], min_length: int = 4) -> None:
+        needles: set[str] = set()
+        for value in secrets:
+            parts = [value, *value.splitlines()] if "\n" in value else [value]
+            needles.update(p for p in (s.strip("\r\n") for s in parts) if len(p) >= min_length)
+        # Longest first, so that a secret containing another is masked whole.
+        self._needles = sorted(needles, key=len, reverse=True)
+
+    def __bool__(self) -> bool:
+        return bool(self._needles)
+
+    def redact(self, text: str) -> str:
+        for needle in self._needles:
+            if needle in text:
+                text = text.replace(needle, self.MASK)
+        return text
+
+    def unsafe_tail(self, text: str) -> int:
+        """Length of the longest end of ``text`` that could be the start of a secret, which
+        must wait for more output before it is shown."""
+        longest = 0
+        for needle in self._needles:
+            for size in range(min(len(needle) - 1, len(text)), longest, -1):
+                if text.endswith(needle[:size]):
+                    longest = size
+                    break
+        return longest
+
+
+class OutputPump:
+    """Reads a child's stdout and stderr on one thread and hands them to ``sink`` line by
+    line. A partial line is flushed once no more output came for ``flush_after`` seconds
+    (progress bars, prompts), or when it grows past ``max_line`` characters."""
+
+    def __init__(
+        self,
+        streams: Mapping[str, int],
+        sink: LogSink,
+        *,
+        redactor: Redactor | None = None,
+        flush_after: float = 0.2,
+        max_line: int = 65536,
+    ) -> None:
+        self._fds = {fd: name for name, fd in streams.items()}
+        self._sink = sink
+        self._redactor = redactor or Redactor(())
+        self._flush_after = flush_after
+        self._max_line = max_line
+        self._pending = {fd: "" for fd in self._fds}
+        self._pending_since: dict[int, float] = {}
+        self._decoders = {fd: codecs.getincrementaldecoder("utf-8")("replace") for fd in self._fds}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpulayer-output", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def finish(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for end of output, then stop reading. False when
+        something outside the tree still held a pipe open."""
+        if self._thread.ident is None:
+            return True  # never started
+        self._thread.join(timeout)
+        drained = not self._thread.is_alive()
+        self._stop.set()
+        self._thread.join()
+        return drained
+
+    def _emit(self, fd: int, text: str) -> None:
+        if not text:
+            return
+        try:
+            self._sink(self._fds[fd], self._redactor.redact(text))
+        except Exception:
+            # A failing log sink must not stop the draining: a child blocked on a full pipe
+            # would hang until its timeout.
+            _log.exception("log sink failed")
+
+    def _feed(self, fd: int, text: str) -> None:
+        buffer = self._pending[fd] + text
+        cut = buffer.rfind("\n") + 1
+        if cut:
+            start = 0
+            while start < cut:  # only "\n" ends a line: a "\r" progress bar stays whole
+                end = buffer.index("\n", start) + 1
+                self._emit(fd, buffer[start:end])
+                start = end
+            buffer = buffer[cut:]
+        if len(buffer) >= self._max_line:
+            keep = self._redactor.unsafe_tail(buffer)
+            self._emit(fd, buffer[: len(buffer) - keep])
+            buffer = buffer[len(buffer) - keep :]
+        self._pending[fd] = buffer
+        if not buffer:
+            self._pending_since.pop(fd, None)
+        elif cut or fd not in self._pending_since:
+            self._pending_since[fd] = time.monotonic()
+
+    def _flush_stale(self, now: float, force: bool = False) -> None:
+        for fd, since in list(self._pending_since.items()):
+            if force or now - since >= self._flush_after:
+                buffer = self._pending[fd]
+                keep = 0 if force else self._redactor.unsafe_tail(buffer)
+                self._emit(fd, buffer[: len(buffer) - keep])
+                self._pending[fd] = buffer[len(buffer) - keep :]
+                if keep:
+                    self._pending_since[fd] = now
+                else:
+                    del self._pending_since[fd]
+
+    def _run(self) -> None:
+        # selectors, not select.select: a busy worker's pipes may have descriptors past 1024.
+        with selectors.DefaultSelector() as selector:
+            for fd in self._fds:
+                selector.register(fd, selectors.EVENT_READ)
+            try:
+                while selector.get_map():
+                    wait = self._flush_after if self._pending_since else 0.5
+                    for key, _ in selector.select(wait):
+                        fd = key.fd
+                        data = os.read(fd, 65536)
+                        self._feed(fd, self._decoders[fd].decode(data, final=not data))
+                        if not data:
+                            selector.unregister(fd)
+                    self._flush_stale(time.monotonic())
+                    if self._stop.is_set():
+                        break
+            finally:
+                self._flush_stale(time.monotonic(), force=True)

@@ -1,0 +1,435 @@
+"""Runs one attempt of a job on this machine: prepare, start, stream, end, report.
+
+Preparation happens in this order, and any failure ends the attempt before the job's code
+runs: secrets (read from the worker's environment), the launch line, the source bundle, the
+inputs. The job then runs as a child process in a session of its own (see :mod:`process`),
+and its whole process tree is ended when it exits, times out or is cancelled.
+
+A per-attempt ``job_dir`` holds::
+
+    work/       the unpacked bundle, the job's working directory
+    input/      staged inputs (GPULAYER_INPUT_DIR)
+    output/     what the job leaves for upload (GPULAYER_OUTPUT_DIR)
+    .gpulayer/  the function call and its result, between the runner and the shim
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pydantic import JsonValue
+
+from gpulayer.errors import GpulayerError
+from gpulayer.spec.models import (
+    CommandWorkload,
+    DistributedWorkload,
+    FunctionWorkload,
+    JobSpec,
+    SecretRef,
+    is_reserved_env_name,
+)
+from gpulayer.worker.bundle import BundleError, extract_bundle
+from gpulayer.worker.distributed import launch_argv, launch_env
+from gpulayer.worker.process import LogSink, OutputPump, ProcessTree, Redactor
+from gpulayer.worker.staging import StagingError, stage_inputs
+
+FUNCTION_SHIM = Path(__file__).with_name("function_shim.py")
+RESULT_LIMIT_BYTES = 16 * 1024 * 1024
+"""Bigger return values belong in GPULAYER_OUTPUT_DIR, not in the control plane's store."""
+
+_PYTHON_NAMES = frozenset({"python", "python3"})
+_REFRESH_SECONDS = 1.0
+_POLL_SECONDS = 0.05
+
+State = Literal["succeeded", "failed", "cancelled"]
+Reason = Literal[
+    "exit_code",
+    "timeout",
+    "cancelled",
+    "secret_missing",
+    "input_missing",
+    "setup_failed",
+    "function_error",
+]
+
+
+class SecretMissingError(GpulayerError):
+    """A secret the job needs is not in the worker's environment."""
+
+    def __init__(self, secret: SecretRef) -> None:
+        super().__init__(f"secret {secret.name}: key {secret.key} is not set on the worker")
+        self.secret = secret
+
+
+@dataclass
+class RunContext:
+    job_id: str
+    attempt: int
+    spec: JobSpec
+    job_dir: Path
+    bundle: Path | None = None
+    source_dir: Path | None = None
+    resolve_artifact: Callable[[str], Path] | None = None
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    worker_env: Mapping[str, str] | None = None
+    """Where secrets are read; os.environ when None. The job inherits os.environ either way."""
+    python: str = sys.executable
+    kill_grace_seconds: float = 5.0
+    """Between SIGTERM and SIGKILL when the job's processes are ended."""
+
+
+@dataclass
+class RunOutcome:
+    state: State
+    reason: Reason | None
+    exit_code: int | None
+    result: JsonValue | None
+    message: str | None
+    output_dir: Path
+
+
+class _SetupFailed(Exception):
+    def __init__(self, reason: Reason, message: str) -> None:
+        super().__init__(message)
+        self.reason: Reason = reason
+        self.message = message
+
+
+def resolve_secrets(secrets: list[SecretRef], worker_env: Mapping[str, str]) -> dict[str, str]:
+    """Secret name -> value, read from ``worker_env`` by each secret's key."""
+    resolved = {}
+    for secret in secrets:
+        key = secret.key or secret.name
+        if key not in worker_env:
+            raise SecretMissingError(secret)
+        resolved[secret.name] = worker_env[key]
+    return resolved
+
+
+def inherited_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The worker's environment less the names gpulayer and torchrun set themselves: the
+    worker's own GPULAYER_* settings (its token among them) are not the job's business."""
+    return {k: v for k, v in environ.items() if not is_reserved_env_name(k)}
+
+
+def job_env(
+    ctx: RunContext,
+    secrets: Mapping[str, str],
+    workload_env: Mapping[str, str],
+    *,
+    environ: Mapping[str, str],
+) -> dict[str, str]:
+    env = inherited_env(environ)
+    env["PYTHONUNBUFFERED"] = "1"  # Python jobs stream live; a job's env may still say 0
+    env.update(ctx.spec.env)
+    env.update(secrets)
+    env.update(
+        GPULAYER_JOB_ID=ctx.job_id,
+        GPULAYER_ATTEMPT=str(ctx.attempt),
+        GPULAYER_INPUT_DIR=str(ctx.job_dir / "input"),
+        GPULAYER_OUTPUT_DIR=str(ctx.job_dir / "output"),
+    )
+    env.update(workload_env)
+    env.update(ctx.extra_env)
+    return env
+
+
+def command_argv(command: list[str], python: str) -> list[str]:
+    if command[0] in _PYTHON_NAMES:
+        return [python, *command[1:]]
+    return list(command)
+
+
+def _one_line(text: str, limit: int = 2000) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name}"
+    return f"exited with code {code}"
+
+
+def _read_result(path: Path) -> dict[str, JsonValue] | None:
+    if not path.exists():
+        return None
+    size = path.stat().st_size
+    if size > RESULT_LIMIT_BYTES:
+        return {
+            "ok": False,
+            "error": f"the return value is {size} bytes, more than the "
+            f"{RESULT_LIMIT_BYTES} byte limit; write big results to GPULAYER_OUTPUT_DIR",
+        }
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return {"ok": False, "error": f"the result file cannot be read: {exc}"}
+    if not isinstance(payload, dict) or "ok" not in payload:
+        return {"ok": False, "error": "the result file is not one the function shim writes"}
+    return payload
+
+
+class JobRun:
+    """One attempt of one job. ``on_log(stream, text)`` receives the job's output as it
+    comes, from a background thread: ``text`` is one line ending in a newline, or a partial
+    line flushed because the job paused mid-line; joined they give the output exactly (less
+    masked secrets). "system" lines are the runner's own."""
+
+    def __init__(self, ctx: RunContext, on_log: LogSink) -> None:
+        self.ctx = ctx
+        self._on_log = on_log
+        self._log_lock = threading.Lock()
+        self._cancelled = threading.Event()
+        self._started = False
+        self._redactor = Redactor(())
+
+    @property
+    def work_dir(self) -> Path:
+        return self.ctx.job_dir / "work"
+
+    @property
+    def input_dir(self) -> Path:
+        return self.ctx.job_dir / "input"
+
+    @property
+    def output_dir(self) -> Path:
+        return self.ctx.job_dir / "output"
+
+    @property
+    def control_dir(self) -> Path:
+        return self.ctx.job_dir / ".gpulayer"
+
+    @property
+    def result_file(self) -> Path:
+        return self.control_dir / "result.json"
+
+    def cancel(self) -> None:
+        """End the job's whole process tree; run() returns cancelled. Safe from any thread,
+        before or during run()."""
+        self._cancelled.set()
+
+    def _log(self, stream: str, text: str) -> None:
+        with self._log_lock:
+            self._on_log(stream, text)
+
+    def _system(self, text: str) -> None:
+        self._log("system", self._redactor.redact(_one_line(text)) + "\n")
+
+    def _outcome(
+        self,
+        state: State,
+        reason: Reason | None,
+        *,
+        exit_code: int | None = None,
+        result: JsonValue | None = None,
+        message: str | None = None,
+    ) -> RunOutcome:
+        if message is not None:
+            message = self._redactor.redact(_one_line(message))
+        return RunOutcome(state, reason, exit_code, result, message, self.output_dir)
+
+    # --- preparation ----------------------------------------------------------------------
+
+    def _resolve_secrets(self) -> dict[str, str]:
+        ctx = self.ctx
+        try:
+            secrets = resolve_secrets(
+                ctx.spec.secrets, os.environ if ctx.worker_env is None else ctx.worker_env
+            )
+        except SecretMissingError as exc:
+            raise _SetupFailed("secret_missing", str(exc)) from None
+        self._redactor = Redactor(secrets.values())
+        return secrets
+
+    def _prepare_workspace(self) -> Path:
+        """Unpacks the bundle and stages the inputs; returns the working directory."""
+        ctx = self.ctx
+        if ctx.bundle is not None:
+            try:
+                extract_bundle(ctx.bundle, self.work_dir)
+            except BundleError as exc:
+                raise _SetupFailed("setup_failed", str(exc)) from None
+            cwd = self.work_dir
+        elif ctx.source_dir is not None:
+            cwd = ctx.source_dir
+        else:
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+            cwd = self.work_dir
+        if not cwd.is_dir():
+            raise _SetupFailed("setup_failed", f"source: {cwd} is not a directory")
+        try:
+            stage_inputs(
+                ctx.spec.inputs,
+                self.input_dir,
+                source_dir=cwd,
+                resolve_artifact=ctx.resolve_artifact,
+            )
+        except StagingError as exc:
+            reason: Reason = "input_missing" if exc.reason == "input_missing" else "setup_failed"
+            raise _SetupFailed(reason, str(exc)) from None
+        return cwd
+
+    def _launch(self) -> tuple[list[str], dict[str, str]]:
+        """The argv to run and the workload's own environment additions."""
+        workload = self.ctx.spec.workload
+        python = self.ctx.python
+        if isinstance(workload, CommandWorkload):
+            return command_argv(workload.command, python), {}
+        env = {
+            "GPULAYER_FUNCTION_CALL": str(self.control_dir / "call.json"),
+            "GPULAYER_FUNCTION_RESULT": str(self.result_file),
+        }
+        if isinstance(workload, FunctionWorkload):
+            self._write_call(workload.entrypoint, workload.args, workload.kwargs)
+            return [python, str(FUNCTION_SHIM)], env
+        try:
+            argv = launch_argv(workload, python=python, function_shim=FUNCTION_SHIM)
+        except GpulayerError as exc:
+            raise _SetupFailed("setup_failed", str(exc)) from None
+        if workload.function is None:
+            return argv, launch_env(workload)
+        self._write_call(workload.function, workload.function_args, workload.function_kwargs)
+        return argv, {**env, **launch_env(workload)}
+
+    def _write_call(
+        self, entrypoint: str, args: list[JsonValue], kwargs: dict[str, JsonValue]
+    ) -> None:
+        call = {"entrypoint": entrypoint, "args": args, "kwargs": kwargs}
+        (self.control_dir / "call.json").write_text(json.dumps(call), encoding="utf-8")
+
+    # --- running --------------------------------------------------------------------------
+
+    def run(self) -> RunOutcome:
+        if self._started:
+            raise RuntimeError("a JobRun runs once; make a new one for another attempt")
+        self._started = True
+        try:
+            if self._cancelled.is_set():
+                raise _SetupFailed("cancelled", "cancelled before start")
+            for path in (self.input_dir, self.output_dir, self.control_dir):
+                path.mkdir(parents=True, exist_ok=True)
+            # Cheapest checks first: nothing is unpacked or copied for a job that cannot run.
+            secrets = self._resolve_secrets()
+            argv, workload_env = self._launch()
+            cwd = self._prepare_workspace()
+            if self._cancelled.is_set():
+                raise _SetupFailed("cancelled", "cancelled before start")
+        except (OSError, GpulayerError) as exc:
+            failed = _SetupFailed("setup_failed", f"preparing the job failed: {exc}")
+            self._system(failed.message)
+            return self._outcome("failed", failed.reason, message=failed.message)
+        except _SetupFailed as failed:
+            self._system(failed.message)
+            if failed.reason == "cancelled":
+                return self._outcome("cancelled", "cancelled", message=failed.message)
+            return self._outcome("failed", failed.reason, message=failed.message)
+        env = job_env(self.ctx, secrets, workload_env, environ=os.environ)
+        return self._supervise(argv, cwd, env)
+
+    def _supervise(self, argv: list[str], cwd: Path, env: dict[str, str]) -> RunOutcome:
+        self._system(f"running {shlex.join(argv)} in {cwd}")
+        try:
+            tree = ProcessTree.spawn(argv, cwd=cwd, env=env)
+        except OSError as exc:
+            message = f"cannot start {argv[0]!r}: {exc.strerror or exc}"
+            self._system(message)
+            return self._outcome("failed", "setup_failed", message=message)
+        grace = self.ctx.kill_grace_seconds
+        assert tree.popen.stdout is not None and tree.popen.stderr is not None
+        pump = OutputPump(
+            {"stdout": tree.popen.stdout.fileno(), "stderr": tree.popen.stderr.fileno()},
+            self._log,
+            redactor=self._redactor,
+        )
+        try:
+            pump.start()
+            ending = self._wait(tree)
+        except BaseException:
+            # Ctrl-C in the worker, or a bug here: the job must not outlive its supervisor.
+            tree.terminate(grace)
+            pump.finish(timeout=grace)
+            tree.close()
+            raise
+        if ending == "timeout":
+            self._system(f"timed out after {self.ctx.spec.timeout_seconds:g} s; stopping the job")
+        elif ending == "cancelled":
+            self._system("cancelled; stopping the job")
+        left = tree.terminate(grace)
+        if ending == "exited" and left:
+            self._system(f"ended {left} process(es) the job left running")
+        if not pump.finish(timeout=grace):
+            self._system("a process outside the job still holds its output open; stopped reading")
+        code = tree.close()
+        self._system(_describe_exit(code))
+        if ending == "cancelled":
+            return self._outcome("cancelled", "cancelled", exit_code=code, message="cancelled")
+        if ending == "timeout":
+            message = f"timed out after {self.ctx.spec.timeout_seconds:g} s"
+            return self._outcome("failed", "timeout", exit_code=code, message=message)
+        return self._finished(code)
+
+    def _wait(self, tree: ProcessTree) -> Literal["exited", "timeout", "cancelled"]:
+        timeout = self.ctx.spec.timeout_seconds
+        deadline = None if timeout is None else time.monotonic() + timeout
+        next_refresh = 0.0
+        while True:
+            if tree.exited() is not None:
+                return "exited"
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return "timeout"
+            if now >= next_refresh:
+                tree.refresh()
+                next_refresh = now + _REFRESH_SECONDS
+            wait = (
+                _POLL_SECONDS if deadline is None else max(0.0, min(_POLL_SECONDS, deadline - now))
+            )
+            if self._cancelled.wait(wait):
+                return "cancelled"
+
+    def _finished(self, code: int) -> RunOutcome:
+        workload = self.ctx.spec.workload
+        if isinstance(workload, CommandWorkload) or (
+            isinstance(workload, DistributedWorkload) and workload.function is None
+        ):
+            if code == 0:
+                return self._outcome("succeeded", None, exit_code=0)
+            return self._outcome(
+                "failed", "exit_code", exit_code=code, message=_describe_exit(code)
+            )
+        if isinstance(workload, DistributedWorkload):
+            return self._function_outcome(code, self._ranked_result(workload.world_size))
+        return self._function_outcome(code, _read_result(self.result_file))
+
+    def _ranked_result(self, world_size: int) -> dict[str, JsonValue] | None:
+        """Rank 0's result, unless a rank failed: then the first failure, naming its rank."""
+        results = [_read_result(Path(f"{self.result_file}.{rank}")) for rank in range(world_size)]
+        for rank, payload in enumerate(results):
+            if payload is not None and not payload.get("ok"):
+                return {"ok": False, "error": f"rank {rank}: {payload.get('error')}"}
+        return results[0]
+
+    def _function_outcome(self, code: int, payload: dict[str, JsonValue] | None) -> RunOutcome:
+        if payload is None:
+            message = f"the function's process ended without a result ({_describe_exit(code)})"
+            reason: Reason = "exit_code" if code != 0 else "function_error"
+            return self._outcome("failed", reason, exit_code=code, message=message)
+        if payload.get("ok") and code == 0:
+            return self._outcome("succeeded", None, exit_code=0, result=payload.get("value"))
+        error = payload.get("error") if not payload.get("ok") else _describe_exit(code)
+        return self._outcome("failed", "function_error", exit_code=code, message=str(error))
