@@ -60,7 +60,7 @@ class BundleTooLargeError(BundleError, UsageError):
 
 class UnsafeBundleError(BundleError):
     """A bundle member would land outside the destination or is not a plain file, directory
-    or in-tree link."""
+    or link within the bundle."""
 
 
 @dataclass(frozen=True)
@@ -266,40 +266,54 @@ def create_bundle(src_dir: Path, dest: Path, *, max_bytes: int = DEFAULT_MAX_BYT
 # --- unpacking ------------------------------------------------------------------------------
 
 
-def _normalized(path: PurePosixPath) -> list[str] | None:
-    """The parts of a relative path with '.' and '..' applied; None if it climbs out."""
-    parts: list[str] = []
-    for part in path.parts:
+def _stays_inside(base: PurePosixPath, target: PurePosixPath, links: set[str]) -> bool:
+    """Whether ``base/target`` (a link's directory and its target) stays in the bundle
+    without passing through another link, whose own target would decide where it goes."""
+    parts = list(base.parts)
+    for part in target.parts:
+        if parts and "/".join(parts) in links:
+            return False
         if part == "..":
             if not parts:
-                return None
+                return False
             parts.pop()
         elif part != ".":
             parts.append(part)
-    return parts
+    return True
 
 
-def _check_member(member: tarfile.TarInfo, links: set[str]) -> None:
+def _check_member(member: tarfile.TarInfo, links: set[str], files: set[str]) -> None:
     name = member.name
     posix = PurePosixPath(name)
     if posix.is_absolute() or name.startswith("\\") or (len(name) > 1 and name[1] == ":"):
         raise UnsafeBundleError(f"bundle: member {name!r} has an absolute path")
     if ".." in posix.parts or ".." in name.split("\\"):
         raise UnsafeBundleError(f"bundle: member {name!r} climbs out with '..'")
-    if not (member.isfile() or member.isdir() or member.issym()):
-        kind = "hard link" if member.islnk() else "device, fifo or other special file"
-        raise UnsafeBundleError(f"bundle: member {name!r} is a {kind}")
+    if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+        raise UnsafeBundleError(f"bundle: member {name!r} is a device, fifo or other special file")
     # Writing through a link the bundle made would land wherever that link points.
     for parent in posix.parents:
         if parent.as_posix() in links:
             raise UnsafeBundleError(f"bundle: member {name!r} lies under the link {parent}")
-    if member.issym():
-        target = PurePosixPath(member.linkname)
+    target = PurePosixPath(member.linkname)
+    if member.issym() or member.islnk():
         if target.is_absolute():
             raise UnsafeBundleError(f"bundle: link {name!r} points to an absolute path")
-        if _normalized(posix.parent / target) is None:
+        base = posix.parent if member.issym() else PurePosixPath()
+        if not _stays_inside(base, target, links):
             raise UnsafeBundleError(f"bundle: link {name!r} points outside the bundle")
-        links.add(posix.as_posix())
+    if member.islnk() and target.as_posix() not in files:
+        raise UnsafeBundleError(f"bundle: hard link {name!r} is not to a file before it")
+    if member.isfile():
+        files.add(posix.as_posix())
+
+
+def check_members(members: list[tarfile.TarInfo]) -> None:
+    """Raise UnsafeBundleError unless every member lands inside the destination."""
+    links = {PurePosixPath(m.name).as_posix() for m in members if m.issym()}
+    files: set[str] = set()
+    for member in members:
+        _check_member(member, links, files)
 
 
 def extract_bundle(path: Path, dest: Path) -> int:
@@ -311,9 +325,7 @@ def extract_bundle(path: Path, dest: Path) -> int:
     try:
         with tarfile.open(path, mode="r:*") as tar:
             members = tar.getmembers()
-            links: set[str] = set()
-            for member in members:
-                _check_member(member, links)
+            check_members(members)
             if hasattr(tarfile, "data_filter"):
                 tar.extractall(dest, filter="data")
             else:  # Python without PEP 706; the checks above stand alone

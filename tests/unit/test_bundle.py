@@ -194,7 +194,18 @@ def member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.
         ([member("a/b/link", tarfile.SYMTYPE, "../../../outside")], "points outside"),
         ([member("dev", tarfile.CHRTYPE)], "device"),
         ([member("fifo", tarfile.FIFOTYPE)], "device"),
-        ([member("hard", tarfile.LNKTYPE, "etc/passwd")], "hard link"),
+        ([member("hard", tarfile.LNKTYPE, "../../etc/passwd")], "points outside"),
+        ([member("hard", tarfile.LNKTYPE, "/etc/passwd")], "absolute path"),
+        ([member("hard", tarfile.LNKTYPE, "later.txt"), member("later.txt")], "not to a file"),
+        (
+            [member("up", tarfile.SYMTYPE, "."), member("x", tarfile.SYMTYPE, "up/..")],
+            "points outside",
+        ),
+        (
+            # The link that leads out comes after the one that goes through it.
+            [member("x", tarfile.SYMTYPE, "up/.."), member("up", tarfile.SYMTYPE, ".")],
+            "points outside",
+        ),
         (
             [member("here", tarfile.SYMTYPE, "."), member("here/x", tarfile.SYMTYPE, "..")],
             "lies under the link",
@@ -210,6 +221,13 @@ def test_unsafe_members_are_refused_before_anything_is_written(
         extract_bundle(bundle, dest)
     assert list(dest.iterdir()) == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hostile.tar.gz", "sandbox"]
+
+
+def test_hard_link_to_an_earlier_file_is_fine(tmp_path: Path) -> None:
+    bundle = hostile(tmp_path, member("a.txt"), member("sub/b.txt", tarfile.LNKTYPE, "a.txt"))
+    dest = tmp_path / "dest"
+    extract_bundle(bundle, dest)
+    assert (dest / "sub" / "b.txt").read_text() == "owned"
 
 
 def test_link_inside_the_bundle_is_fine(tmp_path: Path) -> None:
