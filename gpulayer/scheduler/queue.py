@@ -1,0 +1,123 @@
+"""Plan one scheduling pass over the queue: which queued jobs start where, now.
+
+Order: first in, first out by ``enqueued_at`` (then job id). Each job in turn goes to the
+best worker that can take it now, and that worker's free GPUs, cores and memory shrink at
+once, so no GPU is given twice and no worker's cores are over-committed within a pass. A job
+that does not fit is skipped and later jobs that fit still start (backfill).
+
+Anti-starvation rule. Backfill alone can starve a large job: small jobs keep taking whatever
+frees up, and no single worker ever frees enough for it. So in each pass, the oldest queued
+job that
+
+- does not fit now,
+- has waited at least ``starvation_seconds`` (default 300 s), and
+- could run on some ready worker it is allowed on,
+
+gets a reservation on the ready worker closest to fitting it (smallest shortfall in fitting
+GPUs, then cores, then memory; then fewest running jobs; then lowest id). For the rest of
+the pass no later job is placed on that worker: later jobs backfill only on other workers.
+Older jobs keep their turn, since they come first in the queue.
+
+Why the reserved job runs eventually: only older jobs can take capacity on the reserved
+worker, and there are finitely many of them; after that the reserved worker only gains free
+capacity as its jobs end. A later pass may move the reservation, but only to a worker that is
+at least as close, so the shortfall never grows and reaches zero once enough jobs end. One job
+holds a reservation at a time; the next starving job gets its turn after that one starts.
+
+The pass is pure: no clock is read unless ``now`` is left out, and nothing is stored.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from gpulayer.scheduler.index import WorkerIndex, fit_key
+from gpulayer.scheduler.snapshot import WorkerSnapshot
+from gpulayer.spec.models import JobSpec
+
+DEFAULT_STARVATION_SECONDS = 300.0
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    job_id: str
+    spec: JobSpec
+    enqueued_at: float
+    """Seconds since the epoch (or any clock ``now`` is read from)."""
+
+
+@dataclass(frozen=True)
+class Assignment:
+    job_id: str
+    worker_id: str
+    gpu_indices: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Reservation:
+    job_id: str
+    worker_id: str
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    assignments: list[Assignment] = field(default_factory=list)
+    reservation: Reservation | None = None
+    decisions: int = 0
+    """Queued jobs considered in the pass."""
+
+
+def plan(
+    queue: Sequence[QueuedJob],
+    workers: WorkerIndex | Iterable[WorkerSnapshot],
+    *,
+    now: float | None = None,
+    starvation_seconds: float = DEFAULT_STARVATION_SECONDS,
+) -> list[Assignment]:
+    """The jobs that start now and where; see the module docstring for the rules."""
+    return plan_pass(queue, workers, now=now, starvation_seconds=starvation_seconds).assignments
+
+
+def plan_pass(
+    queue: Sequence[QueuedJob],
+    workers: WorkerIndex | Iterable[WorkerSnapshot],
+    *,
+    now: float | None = None,
+    starvation_seconds: float = DEFAULT_STARVATION_SECONDS,
+) -> PlanResult:
+    """Like :func:`plan`, also saying which job holds the reservation, if any.
+
+    A :class:`WorkerIndex` passed in is updated with the assignments (their GPUs, cores and
+    memory are taken), as the control plane will record them; plain snapshots are copied.
+    """
+    index = workers if isinstance(workers, WorkerIndex) else WorkerIndex(workers)
+    clock = time.time() if now is None else now
+    ordered = sorted(queue, key=lambda item: (item.enqueued_at, item.job_id))
+    # Within a pass free capacity only shrinks and the reserved worker only leaves the pool,
+    # so a request that found no room finds none later in the pass either.
+    memo = not index.has_extra_checks
+    no_room: set[Hashable] = set()
+    reserved: set[str] = set()
+    reservation: Reservation | None = None
+    assignments: list[Assignment] = []
+    for item in ordered:
+        spec = item.spec
+        key = fit_key(spec) if memo else None
+        if key is None or key not in no_room:
+            placement = index.choose(spec, exclude=reserved)
+            if placement is not None:
+                index.assign(spec, placement)
+                assignments.append(
+                    Assignment(item.job_id, placement.worker_id, placement.gpu_indices)
+                )
+                continue
+            if key is not None:
+                no_room.add(key)
+        if reservation is None and clock - item.enqueued_at >= starvation_seconds:
+            worker_id = index.closest(spec, exclude=reserved)
+            if worker_id is not None:
+                reservation = Reservation(item.job_id, worker_id)
+                reserved.add(worker_id)
+    return PlanResult(assignments=assignments, reservation=reservation, decisions=len(ordered))
