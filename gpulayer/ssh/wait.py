@@ -1,0 +1,90 @@
+"""Waiting for a fresh machine's sshd: refused, silent or half-started at first, then up."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+from gpulayer.ssh.errors import (
+    InvalidSshArgument,
+    SshAuthError,
+    SshConnectionError,
+    SshError,
+    SshUnreachable,
+)
+from gpulayer.ssh.hostkeys import HostKeyStore
+from gpulayer.ssh.session import SshSession
+from gpulayer.ssh.target import SshTarget
+
+log = logging.getLogger(__name__)
+
+# A try never gets less than this, so the last one before the deadline can still succeed.
+_MIN_ATTEMPT_SECONDS = 0.5
+
+
+def wait_for_ssh(
+    target: SshTarget,
+    deadline_seconds: float,
+    *,
+    host_keys: HostKeyStore | None = None,
+    attempt_timeout: float = 5.0,
+    retry_auth: bool = True,
+    first_backoff: float = 0.25,
+    max_backoff: float = 2.0,
+) -> SshSession:
+    """Connect to ``target``, retrying with exponential backoff until ``deadline_seconds`` pass.
+
+    Refused connections, timeouts and banner or handshake failures are retried. A refused key
+    is retried too unless ``retry_auth`` is False: cloud-init may install it after sshd starts.
+    A changed host key is never retried. Raises SshUnreachable carrying the last error."""
+    import tenacity
+
+    if not isinstance(deadline_seconds, (int, float)) or not math.isfinite(deadline_seconds):
+        raise InvalidSshArgument(f"deadline_seconds must be a number, got {deadline_seconds!r}")
+    if deadline_seconds <= 0:
+        raise InvalidSshArgument(f"deadline_seconds must be > 0, got {deadline_seconds}")
+    if attempt_timeout <= 0:
+        raise InvalidSshArgument(f"attempt_timeout must be > 0, got {attempt_timeout}")
+
+    retryable: tuple[type[SshError], ...] = (
+        (SshConnectionError, SshAuthError) if retry_auth else (SshConnectionError,)
+    )
+    end = time.monotonic() + deadline_seconds
+    attempts = 0
+
+    def remaining() -> float:
+        return end - time.monotonic()
+
+    def attempt() -> SshSession:
+        nonlocal attempts
+        attempts += 1
+        timeout = max(_MIN_ATTEMPT_SECONDS, min(attempt_timeout, remaining()))
+        return SshSession(target, host_keys=host_keys).connect(timeout=timeout)
+
+    backoff = tenacity.wait_exponential(
+        multiplier=first_backoff, min=first_backoff, max=max_backoff
+    )
+
+    def wait(state: tenacity.RetryCallState) -> float:
+        return max(0.0, min(backoff(state), remaining()))
+
+    def stop(state: tenacity.RetryCallState) -> bool:
+        return remaining() <= 0
+
+    def note(state: tenacity.RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome else None
+        log.debug("ssh to %s not ready (try %d): %s", target, state.attempt_number, error)
+
+    retrying = tenacity.Retrying(
+        stop=stop,
+        wait=wait,
+        retry=tenacity.retry_if_exception_type(retryable),
+        before_sleep=note,
+        reraise=True,
+    )
+    try:
+        session: SshSession = retrying(attempt)
+    except retryable as exc:
+        raise SshUnreachable(str(target), deadline_seconds, attempts, exc) from exc
+    return session

@@ -1,0 +1,68 @@
+"""Waiting for sshd on a machine that is still booting, or never comes up."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpulayer.ssh.errors import (
+    HostKeyMismatch,
+    InvalidSshArgument,
+    SshAuthError,
+    SshConnectionError,
+    SshUnreachable,
+)
+from gpulayer.ssh.hostkeys import JsonHostKeyStore
+from gpulayer.ssh.wait import wait_for_ssh
+
+
+def test_waits_out_a_host_whose_sshd_starts_late(ssh_hosts, host_keys: JsonHostKeyStore) -> None:
+    (host,) = ssh_hosts(1, start=False)
+    host.start(delay=2.0)
+    assert not host.running  # refused at first, like a machine still booting
+    session = wait_for_ssh(host.target(), 30, host_keys=host_keys)
+    try:
+        assert host.running
+        assert session.run("echo up").stdout == "up\n"
+    finally:
+        session.close()
+    assert host_keys.get(host.address, host.port) is not None
+
+
+def test_gives_up_on_a_host_that_never_starts(ssh_hosts, host_keys: JsonHostKeyStore) -> None:
+    (host,) = ssh_hosts(1, start=False)
+    with pytest.raises(SshUnreachable) as caught:
+        wait_for_ssh(host.target(), 1.5, host_keys=host_keys, attempt_timeout=0.5)
+    error = caught.value
+    assert error.attempts >= 2
+    assert isinstance(error.last_error, SshConnectionError)
+    assert host.address in str(error)
+    assert "1.5s" in str(error)
+
+
+def test_a_changed_host_key_is_not_retried(ssh_hosts, host_keys: JsonHostKeyStore) -> None:
+    host, other = ssh_hosts(2)
+    with pytest.raises(HostKeyMismatch):
+        wait_for_ssh(host.target().with_host_key(other.host_key), 30, host_keys=host_keys)
+
+
+def test_a_refused_key_is_retried_until_it_is_installed(
+    ssh_hosts, host_keys: JsonHostKeyStore
+) -> None:
+    # cloud-init writes authorized_keys after sshd is already answering.
+    host, other = ssh_hosts(2)
+    target = host.target(key_path=other.client_key)
+    with pytest.raises(SshUnreachable) as caught:
+        wait_for_ssh(target, 1.0, host_keys=host_keys)
+    assert isinstance(caught.value.last_error, SshAuthError)
+    with pytest.raises(SshAuthError):
+        wait_for_ssh(target, 30, host_keys=host_keys, retry_auth=False)
+    host.authorize(other.client_public_key)
+    with wait_for_ssh(target, 30, host_keys=host_keys) as session:
+        assert session.exec("true") == 0
+
+
+@pytest.mark.parametrize("deadline", [0, -1, float("nan"), float("inf")])
+def test_bad_deadline_names_the_argument(ssh_hosts, deadline: float) -> None:
+    (host,) = ssh_hosts(1, start=False)
+    with pytest.raises(InvalidSshArgument, match="deadline_seconds"):
+        wait_for_ssh(host.target(), deadline)

@@ -1,0 +1,850 @@
+"""Real OpenSSH sshd hosts for tests, each standing in for a machine gpulayer logs into.
+
+Two flavours behind one interface (:class:`SshdLab` makes :class:`SshdHost` objects):
+
+* ``netns`` (root): a bridge on a private /24 and, per host, a network namespace joined to it
+  by a veth pair, with its own address, hostname and hosts file, and sshd on port 22.
+* ``loopback`` (no root, or no namespaces): sshd on 127.0.0.x and a free port.
+
+Every process a host starts (sshd, its sessions, ``host.run`` commands) carries the marker
+variable ``GPULAYER_TEST_SSHD=<run>:<host>`` in its environment, so teardown finds them all
+even after they leave the process tree. Names of bridges, veths and namespaces embed the run
+id; a run records its owner process under ``state_root()``, and :func:`cleanup_stale` removes
+whatever belongs to runs whose owner is gone (a crashed or killed earlier run).
+
+Only addresses of the namespaces made here and loopback addresses are ever targets.
+
+Use from a conftest::
+
+    from tests.support.sshd_hosts import ssh_host, ssh_hosts, sshd_lab  # noqa: F401
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import functools
+import ipaddress
+import logging
+import os
+import random
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import pytest
+
+from gpulayer.ssh.target import SshTarget
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["netns", "loopback"]
+
+SSHD = "/usr/sbin/sshd"
+MARKER = "GPULAYER_TEST_SSHD"
+MODE_ENV = "GPULAYER_TEST_SSHD_MODE"
+PREFIX = "gls"  # gpulayer sshd: every bridge, veth and namespace name starts with it
+_SUBNET_SECOND_OCTET = 231  # 10.231.<n>.0/24; rarely used by real networks
+_READY_SECONDS = 10.0
+_KILL_SECONDS = 5.0
+
+
+class SshdHostError(RuntimeError):
+    """A test host could not be created, started or removed."""
+
+
+# -- small process and command tools ------------------------------------------------------------
+
+
+def _run(args: Sequence[str], *, check: bool = True, timeout: float = 30) -> str:
+    done = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, check=False)
+    if check and done.returncode != 0:
+        raise SshdHostError(f"{' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
+    return done.stdout
+
+
+def _start_time(pid: int) -> str | None:
+    """The kernel's start time of ``pid``: with the pid it names a process even across pid reuse."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _alive(pid: int, start_time: str) -> bool:
+    return _start_time(pid) == start_time
+
+
+def _our_pids(marker: str, *, run_wide: bool, config_path: str) -> list[int]:
+    """Processes of a host (or of a whole run, ``run_wide``): those whose environment carries
+    the marker, sshd processes started with our config, and every descendant of either.
+
+    sshd rewrites its process title over its environment, so sshd processes are found by the
+    config path that stays in the title, and their per-connection children by descent."""
+    needle = f"{MARKER}={marker}".encode()
+    parent_of: dict[int, int] = {}
+    roots: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+        if state == "Z":
+            continue  # already dead, only waiting for its parent to reap it
+        parent_of[pid] = int(ppid)
+        marked = any(
+            item.startswith(needle) if run_wide else item == needle for item in environ.split(b"\0")
+        )
+        if marked or config_path.encode() in cmdline:
+            roots.add(pid)
+    children: dict[int, list[int]] = {}
+    for pid, parent in parent_of.items():
+        children.setdefault(parent, []).append(pid)
+    found, todo = set(), list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, []))
+    found.discard(os.getpid())
+    return sorted(found)
+
+
+def _kill_until_gone(find: Callable[[], list[int]], what: str) -> None:
+    deadline = time.monotonic() + _KILL_SECONDS
+    while True:
+        pids = find()
+        if not pids:
+            return
+        if time.monotonic() > deadline:
+            raise SshdHostError(f"processes of {what} survive SIGKILL: {pids}")
+        # Freeze first, then look again: a parent killed before its fresh child is seen would
+        # orphan that child out of the tree we find processes by.
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGSTOP)
+        for pid in sorted(set(pids) | set(find())):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
+
+
+def _keygen(path: Path, comment: str) -> str:
+    path.unlink(missing_ok=True)
+    path.with_name(path.name + ".pub").unlink(missing_ok=True)
+    _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)])
+    return path.with_name(path.name + ".pub").read_text().strip()
+
+
+def _banner(address: str, port: int, timeout: float) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            return sock.recv(64).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
+# -- runs: ownership and stale cleanup ------------------------------------------------------------
+
+
+def state_root() -> Path:
+    if os.geteuid() == 0:
+        return Path("/run/gpulayer-test-sshd")
+    return Path(f"/tmp/gpulayer-test-sshd-{os.getuid()}")
+
+
+@contextlib.contextmanager
+def _state_lock() -> Iterator[None]:
+    root = state_root()
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _run_is_live(run_id: str) -> bool:
+    try:
+        pid, start = (state_root() / run_id / "owner").read_text().split()
+    except (OSError, ValueError):
+        return False
+    return _alive(int(pid), start)
+
+
+def _names_with_prefix() -> tuple[list[str], list[str]]:
+    """Our namespaces and our links (bridges, outer and not yet moved inner veths, probes)."""
+    if not shutil.which("ip"):
+        return [], []
+    namespaces = [
+        words[0]
+        for words in map(str.split, _run(["ip", "netns", "list"], check=False).splitlines())
+        if words and words[0].startswith(PREFIX + "n")
+    ]
+    links = []
+    for line in _run(["ip", "-o", "link", "show"], check=False).splitlines():
+        parts = line.split(":")
+        if len(parts) > 1:
+            name = parts[1].strip().split("@")[0]
+            if name.startswith((PREFIX + "b", PREFIX + "v", PREFIX + "p")):
+                links.append(name)
+    return namespaces, links
+
+
+def _run_of(name: str) -> str:
+    # Every name is PREFIX + one kind letter + the 6-hex run id (+ more for hosts).
+    return name[len(PREFIX) + 1 : len(PREFIX) + 7]
+
+
+def cleanup_stale() -> list[str]:
+    """Remove namespaces, links, processes and state of runs whose owner is gone.
+
+    Returns what was removed. Runs of living processes (a parallel test run) are left alone."""
+    removed: list[str] = []
+    with _state_lock():
+        root = state_root()
+        runs = {p.name for p in root.iterdir() if p.is_dir()}
+        namespaces, links = _names_with_prefix()
+        runs |= {_run_of(n) for n in namespaces + links}
+        for run_id in sorted(runs):
+            if _run_is_live(run_id):
+                continue
+            _kill_until_gone(functools.partial(_run_pids, run_id), f"stale run {run_id}")
+            for ns in namespaces:
+                if _run_of(ns) == run_id:
+                    _kill_until_gone(functools.partial(_netns_pids, ns), ns)
+                    _run(["ip", "netns", "del", ns], check=False)
+                    removed.append(ns)
+            # Veths first: deleting the bridge does not delete the veths attached to it.
+            for link in sorted(links, key=lambda n: n.startswith(PREFIX + "b")):
+                if _run_of(link) == run_id:
+                    _run(["ip", "link", "del", link], check=False)
+                    removed.append(link)
+            shutil.rmtree(root / run_id, ignore_errors=True)
+            removed.append(f"state {run_id}")
+        _release_netns_mount()
+    return removed
+
+
+def _run_pids(run_id: str) -> list[int]:
+    return _our_pids(f"{run_id}:", run_wide=True, config_path=f"{state_root() / run_id}/")
+
+
+def _netns_pids(ns: str) -> list[int]:
+    out = _run(["ip", "netns", "pids", ns], check=False)
+    return [int(p) for p in out.split() if p.isdigit()]
+
+
+def _release_netns_mount() -> None:
+    # `ip netns add` turns /run/netns into a mount point; once no namespace is left, undo it.
+    # A namespace added meanwhile by someone else keeps it busy and the umount simply fails.
+    netns_dir = Path("/run/netns")
+    if os.geteuid() != 0 or not netns_dir.is_dir() or any(netns_dir.iterdir()):
+        return
+    # A bind mount of a directory onto itself fools os.path.ismount; ask the mount table.
+    for _ in range(3):
+        if not _is_mount_point(netns_dir):
+            return
+        try:
+            _run(["umount", str(netns_dir)])
+        except SshdHostError:
+            return
+
+
+def _is_mount_point(path: Path) -> bool:
+    try:
+        table = Path("/proc/self/mountinfo").read_text()
+    except OSError:
+        return False
+    return any(line.split()[4] == str(path) for line in table.splitlines() if line.strip())
+
+
+def _netns_usable() -> bool:
+    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("unshare"):
+        return False
+    probe = f"{PREFIX}p{secrets.token_hex(3)}"
+    try:
+        _run(["ip", "link", "add", probe, "type", "bridge"])
+    except SshdHostError:
+        return False
+    _run(["ip", "link", "del", probe], check=False)
+    return True
+
+
+def choose_mode() -> Mode:
+    wanted = os.environ.get(MODE_ENV, "").strip()
+    if wanted == "loopback":
+        return "loopback"
+    if wanted == "netns":
+        if not _netns_usable():
+            raise SshdHostError(f"{MODE_ENV}=netns but network namespaces are not usable here")
+        return "netns"
+    if wanted:
+        raise SshdHostError(f"{MODE_ENV} must be 'netns' or 'loopback', got {wanted!r}")
+    return "netns" if _netns_usable() else "loopback"
+
+
+# -- hosts ---------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class SshdHost:
+    """One sshd host. ``address``/``port``/``user``/``client_key`` are what a client needs;
+    ``host_key`` is its public host key (``ssh-ed25519 AAAA...``) for pinning tests."""
+
+    lab: SshdLab
+    index: int
+    name: str
+    address: str
+    port: int
+    user: str
+    workdir: Path
+    client_key: Path = field(init=False)
+    client_public_key: str = field(init=False)
+    host_key: str = field(init=False)
+    extra_config: list[str] = field(default_factory=list, init=False, repr=False)
+    _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    _timer: threading.Timer | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.client_key = self.workdir / "client_key"
+        self.client_public_key = _keygen(self.client_key, f"client@{self.name}")
+        self.authorized_keys.write_text(self.client_public_key + "\n")
+        self.host_key = _keygen(self.host_key_path, f"root@{self.name}")
+        self.config_path.write_text(self._config())
+
+    # files
+
+    @property
+    def host_key_path(self) -> Path:
+        return self.workdir / "ssh_host_ed25519_key"
+
+    @property
+    def authorized_keys(self) -> Path:
+        return self.workdir / "authorized_keys"
+
+    @property
+    def config_path(self) -> Path:
+        # In the run's state directory: the path in sshd's title then names the run.
+        return self.lab.run_dir / f"host-{self.index}.sshd_config"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "sshd.log"
+
+    @property
+    def marker(self) -> str:
+        return f"{self.lab.run_id}:{self.index}"
+
+    def configure(self, *lines: str) -> None:
+        """Add sshd_config lines, effective at the next (re)start. They go before the defaults,
+        because sshd keeps the first value it reads for most keywords."""
+        self.extra_config.extend(lines)
+        self.config_path.write_text(self._config())
+
+    def _config(self) -> str:
+        listen = (
+            f"[{self.address}]:{self.port}"
+            if ":" in self.address
+            else f"{self.address}:{self.port}"
+        )
+        return "\n".join(
+            [
+                *self.extra_config,
+                f"ListenAddress {listen}",
+                f"HostKey {self.host_key_path}",
+                f"PidFile {self.workdir / 'sshd.pid'}",
+                f"AuthorizedKeysFile {self.authorized_keys}",
+                "StrictModes no",
+                "UsePAM no",
+                "PasswordAuthentication no",
+                "KbdInteractiveAuthentication no",
+                "PermitRootLogin prohibit-password",
+                "AllowTcpForwarding yes",
+                "Subsystem sftp internal-sftp",
+                "UseDNS no",
+                "PrintMotd no",
+                "MaxStartups 100:30:200",
+                "MaxSessions 64",
+                "LogLevel VERBOSE",
+                # Sessions carry the marker so teardown finds them wherever they wander.
+                f"SetEnv {MARKER}={self.marker}",
+                "",
+            ]
+        )
+
+    def authorize(self, public_key: str) -> None:
+        """Accept another client key, as cloud-init does with the key a launch request names."""
+        with self.authorized_keys.open("a") as handle:
+            handle.write(public_key.strip() + "\n")
+
+    def target(self, *, pin: bool = False, key_path: Path | None = None) -> SshTarget:
+        """How gpulayer reaches this host; ``pin`` passes the real host key as the provider would."""
+        return SshTarget(
+            self.address,
+            self.port,
+            self.user,
+            key_path=key_path or self.client_key,
+            host_key=self.host_key if pin else None,
+        )
+
+    # lifecycle
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def start(self, delay: float = 0.0) -> None:
+        """Start sshd and wait for its banner; with ``delay``, return at once and start it
+        ``delay`` seconds later, as a booting machine refuses SSH for its first seconds."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if delay > 0:
+                self._timer = threading.Timer(delay, self._delayed_start)
+                self._timer.daemon = True
+                self._timer.start()
+                return
+        self._spawn()
+        self.wait_ready()
+
+    def _delayed_start(self) -> None:
+        # Spawned under the lock that stop() takes: a stop either cancels this or sees its sshd.
+        with self._lock:
+            if self._timer is not threading.current_thread():
+                return  # stopped or restarted meanwhile
+            self._timer = None
+            try:
+                self._spawn_locked()
+            except OSError as exc:
+                log.error("delayed start of %s failed: %s", self.name, exc)
+
+    def _spawn(self) -> None:
+        with self._lock:
+            self._spawn_locked()
+
+    def _spawn_locked(self) -> None:
+        if self.running:
+            return
+        self.log_path.unlink(missing_ok=True)
+        if os.geteuid() == 0:
+            # sshd's privilege separation wants this directory and refuses to start without.
+            Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+        argv = self.lab.wrap(self, [SSHD, "-D", "-e", "-f", str(self.config_path)])
+        with self.log_path.open("ab") as logfile:
+            self._process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=logfile,
+                stderr=subprocess.STDOUT,
+                env=self._env(),
+                start_new_session=True,
+            )
+
+    def _env(self) -> dict[str, str]:
+        return {
+            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "LANG": "C.UTF-8",
+            MARKER: self.marker,
+        }
+
+    def wait_ready(self, timeout: float = _READY_SECONDS) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            process = self._process
+            if process is not None and process.poll() is not None:
+                raise SshdHostError(f"sshd of {self.name} exited: {self.log_tail()}")
+            if process is not None and _banner(self.address, self.port, 1.0):
+                return
+            time.sleep(0.02)
+        raise SshdHostError(f"sshd of {self.name} not ready after {timeout}s: {self.log_tail()}")
+
+    def stop(self) -> None:
+        """Kill sshd and everything its sessions started; a pending delayed start is cancelled."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            process, self._process = self._process, None
+        # sshd itself is killed with the rest, never first: its connections would be orphaned
+        # out of the process tree that finds them.
+        _kill_until_gone(lambda: self.lab.pids_of(self), self.name)
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+        if process is not None:
+            process.wait(timeout=_KILL_SECONDS)
+
+    def restart(self, *, new_host_key: bool = False) -> None:
+        """Stop and start again; ``new_host_key`` first replaces the host key, as a machine
+        reinstalled behind the same address (or an impostor) would present."""
+        self.stop()
+        if new_host_key:
+            self.host_key = _keygen(self.host_key_path, f"root@{self.name}")
+        self.start()
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return " | ".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def run(
+        self, command: str | Sequence[str], *, timeout: float = 60, check: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a command on the host without SSH: in its namespace, hostname and hosts file."""
+        shell = ["sh", "-c", command] if isinstance(command, str) else list(command)
+        done = subprocess.run(
+            self.lab.wrap(self, shell),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self._env(),
+            check=False,
+        )
+        if check and done.returncode != 0:
+            raise SshdHostError(f"{command!r} on {self.name} failed: {done.stderr.strip()}")
+        return done
+
+
+# -- labs: a set of hosts on one network ----------------------------------------------------------
+
+
+class SshdLab:
+    """Hosts of one test run. Create with :meth:`create`; :meth:`close` removes everything."""
+
+    def __init__(self, base_dir: Path, mode: Mode, run_id: str) -> None:
+        self.base_dir = base_dir
+        self.mode: Mode = mode
+        self.run_id = run_id
+        self.hosts: list[SshdHost] = []
+        self._counter = 0
+        self._lock = threading.Lock()
+        self._closed = False
+        self.subnet: ipaddress.IPv4Network | None = None
+        self.bridge = f"{PREFIX}b{run_id}"
+        self.hosts_file = self.run_dir / "hosts"
+
+    @property
+    def run_dir(self) -> Path:
+        return state_root() / self.run_id
+
+    @property
+    def gateway(self) -> str:
+        """The controller side's address as the hosts see it."""
+        if self.subnet is None:
+            return "127.0.0.1"
+        return str(self.subnet.network_address + 1)
+
+    @classmethod
+    def create(cls, base_dir: Path, mode: Mode | None = None) -> SshdLab:
+        if not Path(SSHD).exists() or not shutil.which("ssh-keygen"):
+            raise SshdHostError(
+                "OpenSSH is missing: apt-get install -y openssh-server (tests need real sshd)"
+            )
+        cleanup_stale()
+        mode = mode or choose_mode()
+        lab = cls(Path(base_dir), mode, secrets.token_hex(3))
+        atexit.register(lab.close)
+        with _state_lock():
+            lab.run_dir.mkdir(mode=0o700)
+            pid = os.getpid()
+            (lab.run_dir / "owner").write_text(f"{pid} {_start_time(pid)}\n")
+            if mode == "netns":
+                try:
+                    lab._make_bridge()
+                except BaseException:
+                    lab._remove_bridge()
+                    raise
+        lab._write_hosts_file()
+        return lab
+
+    def __repr__(self) -> str:
+        return f"<SshdLab {self.run_id} {self.mode} hosts={len(self.hosts)}>"
+
+    # network
+
+    def _make_bridge(self) -> None:
+        # Every IPv4 network named by an address or a route here is off limits.
+        words = _run(["ip", "-o", "-4", "addr", "show"]).split()
+        words += _run(["ip", "-4", "route", "show", "table", "all"], check=False).split()
+        taken = []
+        for word in words:
+            with contextlib.suppress(ValueError):
+                taken.append(ipaddress.IPv4Network(word, strict=False))
+        candidates = list(range(256))
+        random.shuffle(candidates)
+        for third in candidates:
+            net = ipaddress.IPv4Network(f"10.{_SUBNET_SECOND_OCTET}.{third}.0/24")
+            if any(net.overlaps(t) for t in taken if t.prefixlen > 0):
+                continue
+            self.subnet = net
+            break
+        else:
+            raise SshdHostError(f"no free 10.{_SUBNET_SECOND_OCTET}.x.0/24 subnet left")
+        (self.run_dir / "subnet").write_text(str(self.subnet))
+        _run(["ip", "link", "add", self.bridge, "type", "bridge"])
+        _run(["ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge])
+        _run(["ip", "link", "set", self.bridge, "up"])
+
+    def _remove_bridge(self) -> None:
+        _run(["ip", "link", "del", self.bridge], check=False)
+
+    def _write_hosts_file(self) -> None:
+        lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+        if self.mode == "netns":
+            lines.append(f"{self.gateway}\tcontroller")
+            lines += [f"{h.address}\t{h.name}" for h in self.hosts]
+        text = "\n".join(lines) + "\n"
+        # Rewritten in place: hosts see it through a bind mount, which pins the inode.
+        with open(self.hosts_file, "a+") as handle:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(text)
+
+    def _netns(self, host: SshdHost) -> str:
+        return f"{PREFIX}n{self.run_id}-{host.index}"
+
+    def _veth(self, host: SshdHost) -> tuple[str, str]:
+        suffix = f"{host.index:03x}"
+        return f"{PREFIX}v{self.run_id}{suffix}", f"{PREFIX}p{self.run_id}{suffix}"
+
+    def _plumb(self, host: SshdHost) -> None:
+        ns = self._netns(host)
+        outer, inner = self._veth(host)
+        _run(["ip", "netns", "add", ns])
+        _run(["ip", "link", "add", outer, "type", "veth", "peer", "name", inner])
+        _run(["ip", "link", "set", outer, "master", self.bridge, "up"])
+        _run(["ip", "link", "set", inner, "netns", ns])
+        _run(["ip", "-n", ns, "link", "set", inner, "name", "eth0"])
+        _run(["ip", "-n", ns, "addr", "add", f"{host.address}/24", "dev", "eth0"])
+        _run(["ip", "-n", ns, "link", "set", "eth0", "up"])
+        _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+
+    def _unplumb(self, host: SshdHost) -> None:
+        ns = self._netns(host)
+        outer, _ = self._veth(host)
+        # The veth must go explicitly: it can outlive its namespace while a process holds it.
+        _run(["ip", "link", "del", outer], check=False)
+        _run(["ip", "netns", "del", ns], check=False)
+
+    def wrap(self, host: SshdHost, argv: list[str]) -> list[str]:
+        """``argv`` as it must be run to execute "on" ``host``."""
+        if self.mode == "loopback":
+            return argv
+        setup = 'mount --bind "$1" /etc/hosts && hostname "$2" && shift 2 && exec "$@"'
+        return [
+            "ip", "netns", "exec", self._netns(host),
+            "unshare", "--uts", "--mount", "--propagation", "private",
+            "sh", "-c", setup, "sh", str(self.hosts_file), host.name, *argv,
+        ]  # fmt: skip
+
+    def pids_of(self, host: SshdHost) -> list[int]:
+        pids = set(_our_pids(host.marker, run_wide=False, config_path=str(host.config_path)))
+        if self.mode == "netns":
+            pids.update(_netns_pids(self._netns(host)))
+        return sorted(pids)
+
+    # hosts
+
+    def _free_address(self) -> tuple[str, int]:
+        used = {h.address for h in self.hosts}
+        if self.mode == "netns":
+            assert self.subnet is not None
+            for candidate in list(self.subnet.hosts())[1:]:
+                if str(candidate) not in used:
+                    return str(candidate), 22
+            raise SshdHostError(f"subnet {self.subnet} is full")
+        for last in range(2, 255):
+            address = f"127.0.0.{last}"
+            if address in used:
+                continue
+            with socket.socket() as probe:
+                try:
+                    probe.bind((address, 0))
+                except OSError:
+                    continue
+                return address, probe.getsockname()[1]
+        raise SshdHostError("no free loopback address")
+
+    def add_host(self, name: str | None = None, *, start: bool = True) -> SshdHost:
+        if self._closed:
+            raise SshdHostError("lab is closed")
+        with self._lock:
+            index = self._counter
+            self._counter += 1
+            address, port = self._free_address()
+            user = "root" if os.geteuid() == 0 else _user_name()
+            host = SshdHost(
+                lab=self,
+                index=index,
+                name=name or f"node{index}",
+                address=address,
+                port=port,
+                user=user,
+                workdir=self.base_dir / f"host{index}",
+            )
+            self.hosts.append(host)
+        try:
+            if self.mode == "netns":
+                self._plumb(host)
+            self._write_hosts_file()
+            if start:
+                host.start()
+        except BaseException:
+            self.remove_host(host)
+            raise
+        return host
+
+    def add_hosts(
+        self, count: int, *, names: Sequence[str] | None = None, start: bool = True
+    ) -> list[SshdHost]:
+        if names is not None and len(names) != count:
+            raise ValueError(f"{count} hosts but {len(names)} names")
+        hosts: list[SshdHost] = []
+        try:
+            for i in range(count):
+                hosts.append(self.add_host(names[i] if names else None, start=False))
+            if start:
+                # Spawned together, then awaited together: startups overlap.
+                for host in hosts:
+                    host._spawn()
+                for host in hosts:
+                    host.wait_ready()
+        except BaseException:
+            for host in hosts:
+                self.remove_host(host)
+            raise
+        return hosts
+
+    def remove_host(self, host: SshdHost) -> None:
+        try:
+            host.stop()
+        finally:
+            if self.mode == "netns":
+                self._unplumb(host)
+            with self._lock:
+                if host in self.hosts:
+                    self.hosts.remove(host)
+            if self.hosts_file.exists():
+                self._write_hosts_file()
+
+    def close(self) -> None:
+        """Remove every host, the bridge and the run's state. Idempotent; never raises half-way:
+        each step is tried and the first failure reported at the end."""
+        if self._closed:
+            return
+        self._closed = True
+        errors: list[BaseException] = []
+        for host in list(self.hosts):
+            try:
+                self.remove_host(host)
+            except Exception as exc:
+                errors.append(exc)
+        try:
+            _kill_until_gone(lambda: _run_pids(self.run_id), f"run {self.run_id}")
+        except Exception as exc:
+            errors.append(exc)
+        if self.mode == "netns":
+            self._remove_bridge()
+        with _state_lock():
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            _release_netns_mount()
+        atexit.unregister(self.close)
+        if errors:
+            raise SshdHostError(f"teardown of {self} incomplete: {errors[0]}") from errors[0]
+
+    def host_leftovers(self, host: SshdHost) -> list[str]:
+        """Anything of a removed ``host`` still present."""
+        namespaces, links = _names_with_prefix()
+        found = [n for n in namespaces if n == self._netns(host)]
+        found += [n for n in links if n in self._veth(host)]
+        found += [f"pid {p}" for p in self.pids_of(host)]
+        return found
+
+    def leftovers(self) -> list[str]:
+        """Anything of this run still present; empty after a clean :meth:`close`."""
+        found: list[str] = []
+        namespaces, links = _names_with_prefix()
+        found += [n for n in namespaces + links if _run_of(n) == self.run_id]
+        found += [f"pid {p}" for p in _run_pids(self.run_id)]
+        if self.run_dir.exists():
+            found.append(str(self.run_dir))
+        return found
+
+
+def _user_name() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
+# -- pytest fixtures -------------------------------------------------------------------------------
+
+HostFactory = Callable[..., list[SshdHost]]
+
+
+@pytest.fixture(scope="session")
+def sshd_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdLab]:
+    """One lab (bridge and subnet, or loopback) for the whole test session."""
+    lab = SshdLab.create(tmp_path_factory.mktemp("sshd-lab"))
+    try:
+        yield lab
+    finally:
+        lab.close()
+    left = lab.leftovers()
+    if left:
+        raise SshdHostError(f"test hosts left behind: {left}")
+
+
+@pytest.fixture
+def ssh_hosts(sshd_lab: SshdLab) -> Iterator[HostFactory]:
+    """``ssh_hosts(n, names=None, start=True) -> list[SshdHost]``; all removed after the test."""
+    made: list[SshdHost] = []
+
+    def make(
+        count: int = 1, *, names: Sequence[str] | None = None, start: bool = True
+    ) -> list[SshdHost]:
+        hosts = sshd_lab.add_hosts(count, names=names, start=start)
+        made.extend(hosts)
+        return hosts
+
+    yield make
+    errors: list[Exception] = []
+    for host in reversed(made):
+        try:
+            sshd_lab.remove_host(host)
+        except Exception as exc:
+            errors.append(exc)
+        left = sshd_lab.host_leftovers(host)
+        if left:
+            errors.append(SshdHostError(f"{host.name} left behind: {left}"))
+    if errors:
+        raise errors[0]
+
+
+@pytest.fixture
+def ssh_host(ssh_hosts: HostFactory) -> SshdHost:
+    """One started host."""
+    return ssh_hosts(1)[0]
