@@ -60,6 +60,8 @@ def job_panel(job: dict[str, Any]) -> None:
         ("started", _short_time(job.get("started_at"))),
         ("finished", _short_time(job.get("finished_at"))),
     ]
+    for reason in job.get("waiting_for") or []:
+        rows.append(("waiting for", reason))
     if job.get("result") is not None:
         import json
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hmac
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,20 +21,40 @@ from gpulayer.errors import GpulayerError, NotFoundError, SpecError, UsageError
 _MAX_WAIT_SECONDS = 30.0
 
 
-def create_app(service: ControlService, token: str, *, embedded: bool = False) -> FastAPI:
+Authenticator = Callable[[str], "str | None"]
+"""Maps a bearer token to its kind ("admin" or "worker"), or None when unknown."""
+
+
+def single_token(token: str) -> Authenticator:
+    expected = token.encode()
+    return lambda given: "admin" if hmac.compare_digest(given.encode(), expected) else None
+
+
+def create_app(
+    service: ControlService, authenticate: Authenticator, *, embedded: bool = False
+) -> FastAPI:
     app = FastAPI(
         title="gpulayer control plane", version=__version__, docs_url=None, redoc_url=None
     )
 
-    def authorized(request: Request) -> None:
+    def token_kind(request: Request) -> str:
         service.touch()
-        given = request.headers.get("authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-            raise _Unauthorized()
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        kind = authenticate(given) if scheme.lower() == "bearer" and given else None
+        if kind is None:
+            raise _Unauthorized("missing or wrong token")
+        return kind
+
+    def admin_only(request: Request) -> None:
+        if token_kind(request) != "admin":
+            raise _Unauthorized("this token may only run a worker")
+
+    def worker_or_admin(request: Request) -> None:
+        token_kind(request)
 
     @app.exception_handler(_Unauthorized)
-    async def _unauthorized(_request: Request, _exc: _Unauthorized) -> JSONResponse:
-        return JSONResponse({"error": "missing or wrong token"}, status_code=401)
+    async def _unauthorized(_request: Request, exc: _Unauthorized) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=401)
 
     @app.exception_handler(GpulayerError)
     async def _typed_error(_request: Request, exc: GpulayerError) -> JSONResponse:
@@ -44,7 +65,8 @@ def create_app(service: ControlService, token: str, *, embedded: bool = False) -
         )
         return JSONResponse({"error": str(exc), "kind": type(exc).__name__}, status_code=status)
 
-    auth = [Depends(authorized)]
+    auth = [Depends(admin_only)]
+    worker_auth = [Depends(worker_or_admin)]
 
     @app.get("/v1/health")
     def health() -> dict[str, Any]:
@@ -97,11 +119,11 @@ def create_app(service: ControlService, token: str, *, embedded: bool = False) -
             "job": job_view(job),
         }
 
-    @app.get("/v1/jobs/{job_ref}/artifacts", dependencies=auth)
+    @app.get("/v1/jobs/{job_ref}/artifacts", dependencies=worker_auth)
     def artifacts(job_ref: str) -> list[dict[str, Any]]:
         return service.artifacts(job_ref)
 
-    @app.get("/v1/jobs/{job_ref}/artifacts/{path:path}", dependencies=auth)
+    @app.get("/v1/jobs/{job_ref}/artifacts/{path:path}", dependencies=worker_auth)
     def artifact(job_ref: str, path: str) -> FileResponse:
         return FileResponse(service.artifact_path(job_ref, path))
 
@@ -112,16 +134,17 @@ def create_app(service: ControlService, token: str, *, embedded: bool = False) -
         running = Counter(a.worker_id for a in service.store.active_attempts())
         return [worker_view(w, running=running[w.id]) for w in service.list_workers()]
 
-    @app.post("/v1/workers", dependencies=auth)
+    @app.post("/v1/workers", dependencies=worker_auth)
     def register(registration: Registration) -> dict[str, Any]:
         worker = service.register_worker(registration)
         return {"worker_id": worker.id, "epoch": worker.epoch}
 
-    @app.post("/v1/workers/{worker_id}/heartbeat", dependencies=auth)
-    def heartbeat(worker_id: str) -> dict[str, Any]:
-        return service.heartbeat(worker_id).model_dump()
+    @app.post("/v1/workers/{worker_id}/heartbeat", dependencies=worker_auth)
+    def heartbeat(worker_id: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        running = [int(a) for a in (body or {}).get("running", [])]
+        return service.heartbeat(worker_id, running=running).model_dump()
 
-    @app.post("/v1/workers/{worker_id}/claim", dependencies=auth)
+    @app.post("/v1/workers/{worker_id}/claim", dependencies=worker_auth)
     def claim(worker_id: str, wait: float = 0) -> list[dict[str, Any]]:
         since = service.version
         found = service.claim(worker_id)
@@ -130,22 +153,44 @@ def create_app(service: ControlService, token: str, *, embedded: bool = False) -
             found = service.claim(worker_id)
         return [a.model_dump() for a in found]
 
-    @app.post("/v1/attempts/{attempt_id}/logs", dependencies=auth)
+    @app.post("/v1/attempts/{attempt_id}/logs", dependencies=worker_auth)
     def attempt_logs(attempt_id: int, batch: LogBatch) -> dict[str, Any]:
         service.append_logs(attempt_id, batch.lines)
         return {"ok": True}
 
-    @app.post("/v1/attempts/{attempt_id}/finish", dependencies=auth)
+    @app.post("/v1/attempts/{attempt_id}/finish", dependencies=worker_auth)
     def finish(attempt_id: int, report: AttemptReport) -> dict[str, Any]:
         service.finish_attempt(attempt_id, report)
         return {"ok": True}
 
-    @app.get("/v1/jobs/{job_id}/bundle", dependencies=auth)
+    @app.get("/v1/jobs/{job_id}/bundle", dependencies=worker_auth)
     def bundle(job_id: str) -> FileResponse:
         path = service.layout.bundle_file(service.resolve_job_id(job_id))
         if not path.exists():
             raise NotFoundError(f"job {job_id} has no source bundle")
         return FileResponse(path)
+
+    @app.put("/v1/jobs/{job_id}/outputs", dependencies=worker_auth)
+    async def upload_outputs(job_id: str, request: Request) -> dict[str, Any]:
+        import asyncio
+
+        incoming = service.layout.root / "incoming"
+        incoming.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=incoming, suffix=".tar.gz", delete=False) as out:
+            async for chunk in request.stream():
+                out.write(chunk)
+        try:
+            await asyncio.to_thread(service.record_output_archive, job_id, Path(out.name))
+        finally:
+            Path(out.name).unlink(missing_ok=True)
+        return {"ok": True}
+
+    @app.post("/v1/tokens", dependencies=auth)
+    def create_token(body: dict[str, Any]) -> dict[str, Any]:
+        kind = body.get("kind", "worker")
+        if kind not in ("worker", "admin"):
+            raise UsageError("kind: worker or admin")
+        return {"token": service.create_token(kind, str(body.get("name", ""))), "kind": kind}
 
     @app.put("/v1/bundles", dependencies=auth)
     async def upload_bundle(request: Request) -> dict[str, Any]:
@@ -178,4 +223,7 @@ def _job(service: ControlService, job_id: str) -> dict[str, Any]:
     job = service.store.get_job(job_id)
     attempts = service.attempts(job_id)
     workers = {w.id: w for w in service.list_workers()}
-    return job_view(job, attempts, workers)
+    view = job_view(job, attempts, workers)
+    if job.state == "queued":
+        view["waiting_for"] = service.waiting_reasons(job)
+    return view

@@ -215,7 +215,11 @@ class ControlClient:
         return result
 
     def download_artifact(self, job_ref: str, path: str, destination: Path) -> None:
-        response = self._send("GET", f"/v1/jobs/{quote(job_ref, safe='')}/artifacts/{quote(path)}")
+        self.download(f"/v1/jobs/{quote(job_ref, safe='')}/artifacts/{quote(path)}", destination)
+
+    def download(self, path: str, destination: Path) -> None:
+        """Stream a GET answer into a file."""
+        response = self._send("GET", path)
         if response.status >= 400:
             self._decode(response.status, response.read())
         destination.parent.mkdir(parents=True, exist_ok=True)

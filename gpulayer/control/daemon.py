@@ -99,14 +99,14 @@ def serve(layout: HomeLayout, *, idle_seconds: float) -> int:
 def _run(layout: HomeLayout, listener: socket.socket, token: str, idle_seconds: float) -> int:
     import uvicorn
 
-    from gpulayer.control.api import create_app
+    from gpulayer.control.api import create_app, single_token
     from gpulayer.control.service import ControlService
     from gpulayer.control.store import Store
 
     store = Store(f"sqlite:///{layout.database}")
     service = ControlService(store, layout)
     agent = start_local_worker(service, layout)
-    app = create_app(service, token, embedded=True)
+    app = create_app(service, single_token(token), embedded=True)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)
 

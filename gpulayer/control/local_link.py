@@ -20,8 +20,8 @@ class LocalLink:
     def register(self, registration: Registration) -> str:
         return self.service.register_worker(registration).id
 
-    def heartbeat(self, worker_id: str) -> HeartbeatReply:
-        return self.service.heartbeat(worker_id)
+    def heartbeat(self, worker_id: str, running: list[int]) -> HeartbeatReply:
+        return self.service.heartbeat(worker_id, running=running)
 
     def claim(self, worker_id: str, wait: float) -> list[Assignment]:
         since = self.service.version

@@ -49,6 +49,7 @@ class ControlService:
         self._version = 0
         self._listeners: list[Callable[[], None]] = []
         self.last_call = time.monotonic()
+        self._started = time.time()
         # The submitting shell's environment for local jobs: memory only, never the store.
         self._client_env: dict[str, dict[str, str]] = {}
 
@@ -229,9 +230,14 @@ class ControlService:
     def list_workers(self) -> list[WorkerRecord]:
         return self.store.list_workers()
 
-    def heartbeat(self, worker_id: str) -> HeartbeatReply:
+    def heartbeat(self, worker_id: str, running: Sequence[int] = ()) -> HeartbeatReply:
+        """Note the worker alive; tell it what to cancel and which attempts it must drop."""
         self.store.set_worker_state(worker_id, "ready", heartbeat=True)
-        return self.pending_signals(worker_id)
+        reply = self.pending_signals(worker_id)
+        active = {a.id for a in self.store.active_attempts(worker_id)}
+        # Attempts given up on while it was silent may already run elsewhere: fence them.
+        reply.fenced_attempts = [a for a in running if a not in active]
+        return reply
 
     def pending_signals(self, worker_id: str) -> HeartbeatReply:
         reply = HeartbeatReply()
@@ -240,6 +246,15 @@ class ControlService:
             if job.cancel_requested:
                 reply.cancel_attempts.append(attempt.id)
         return reply
+
+    def create_token(self, kind: str, name: str = "") -> str:
+        import secrets
+
+        from gpulayer.control.tokens import hash_token
+
+        token = secrets.token_urlsafe(32)
+        self.store.add_token(hash_token(token), kind, name)
+        return token
 
     def claim(self, worker_id: str) -> list[Assignment]:
         """Assignments made for this worker that it has not started yet."""
@@ -315,6 +330,17 @@ class ControlService:
                 )
         self.store.record_artifacts(job_id, entries)
 
+    def record_output_archive(self, job_id: str, archive: Path) -> None:
+        """A remote worker's outputs, sent as a tar.gz of its output folder."""
+        import tempfile
+
+        from gpulayer.worker.bundle import extract_bundle
+
+        self.store.get_job(job_id)
+        with tempfile.TemporaryDirectory(dir=self.layout.root) as scratch:
+            extract_bundle(archive, Path(scratch))
+            self.record_outputs(job_id, Path(scratch))
+
     # --- faults -----------------------------------------------------------------------------
 
     def sweep_lost_workers(self) -> None:
@@ -362,6 +388,21 @@ class ControlService:
         from gpulayer.control.dispatch import worker_snapshots
 
         return worker_snapshots(self.store, only_ready=only_ready)
+
+    def waiting_reasons(self, job: JobRecord) -> list[str]:
+        """Why a queued job has not started: per worker of its target, what does not fit now."""
+        from gpulayer.control.targets import TARGET_WORKER_KIND
+        from gpulayer.scheduler import reasons_now
+
+        spec = JobSpec.model_validate(job.spec)
+        views = [v for v in self._worker_views() if v.kind == TARGET_WORKER_KIND[job.target]]
+        if not views:
+            return [f"no {job.target} worker is registered"]
+        reasons: list[str] = []
+        for view in views:
+            found = reasons_now(spec, view.snapshot)
+            reasons.extend(f"worker {view.snapshot.name}: {r}" for r in found)
+        return reasons or ["waiting for its turn in the queue"]
 
     def dispatch(self) -> int:
         """Place queued jobs on workers with room. Returns how many were assigned."""

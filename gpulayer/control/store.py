@@ -24,12 +24,17 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.exc import IntegrityError
 
 from gpulayer.control import tables as t
 from gpulayer.errors import GpulayerError, NotFoundError
 
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
 LIVE_STATES = frozenset({"queued", "provisioning", "running"})
+
+
+# SQL run when moving up to a version, for changes create_all cannot make.
+_STEPS: dict[int, tuple[str, ...]] = {}
 
 
 class StoreError(GpulayerError):
@@ -181,15 +186,31 @@ class Store:
     # --- schema -----------------------------------------------------------------------------
 
     def _migrate(self) -> None:
+        """Bring the schema to SCHEMA_VERSION, keeping every row of an older one.
+
+        Versions so far only add tables, which create_all does; a change to an existing
+        table gets its own step in _STEPS.
+        """
         with self.engine.begin() as conn:
             t.metadata.create_all(conn, checkfirst=True)
             found = conn.execute(select(t.meta.c.value).where(t.meta.c.key == "schema")).scalar()
             if found is None:
                 conn.execute(insert(t.meta).values(key="schema", value=str(t.SCHEMA_VERSION)))
-            elif int(found) > t.SCHEMA_VERSION:
+                return
+            version = int(found)
+            if version > t.SCHEMA_VERSION:
                 raise StoreError(
                     f"database schema {found} is newer than this gpulayer understands "
                     f"({t.SCHEMA_VERSION}); upgrade gpulayer"
+                )
+            for step in range(version + 1, t.SCHEMA_VERSION + 1):
+                for statement in _STEPS.get(step, ()):
+                    conn.exec_driver_sql(statement)
+            if version != t.SCHEMA_VERSION:
+                conn.execute(
+                    update(t.meta)
+                    .where(t.meta.c.key == "schema")
+                    .values(value=str(t.SCHEMA_VERSION))
                 )
 
     def schema_version(self) -> int:
@@ -218,27 +239,34 @@ class Store:
         message: str | None = None,
     ) -> JobRecord:
         now = time.time()
-        with self.engine.begin() as conn:
-            seq = (conn.execute(select(func.max(t.jobs.c.seq))).scalar() or 0) + 1
-            conn.execute(
-                insert(t.jobs).values(
-                    id=job_id,
-                    seq=seq,
-                    name=name,
-                    spec=json.dumps(spec),
-                    state=state,
-                    reason=reason,
-                    message=message,
-                    target=target,
-                    working_dir=working_dir,
-                    has_bundle=has_bundle,
-                    attempts=0,
-                    cancel_requested=False,
-                    created_at=now,
-                    finished_at=now if state in TERMINAL_STATES else None,
-                    labels=json.dumps(labels),
-                )
-            )
+        for retry in range(5):
+            try:
+                with self.engine.begin() as conn:
+                    seq = (conn.execute(select(func.max(t.jobs.c.seq))).scalar() or 0) + 1
+                    conn.execute(
+                        insert(t.jobs).values(
+                            id=job_id,
+                            seq=seq,
+                            name=name,
+                            spec=json.dumps(spec),
+                            state=state,
+                            reason=reason,
+                            message=message,
+                            target=target,
+                            working_dir=working_dir,
+                            has_bundle=has_bundle,
+                            attempts=0,
+                            cancel_requested=False,
+                            created_at=now,
+                            finished_at=now if state in TERMINAL_STATES else None,
+                            labels=json.dumps(labels),
+                        )
+                    )
+                break
+            except IntegrityError:
+                # Another server process took this seq at the same moment: take the next.
+                if retry == 4:
+                    raise
         return self.get_job(job_id)
 
     def get_job(self, job_id: str) -> JobRecord:
@@ -441,3 +469,24 @@ class Store:
             return [
                 {"path": r.path, "size": r.size, "sha256": r.sha256} for r in conn.execute(query)
             ]
+
+    # --- tokens -----------------------------------------------------------------------------
+
+    def add_token(self, token_hash: str, kind: str, name: str = "") -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                insert(t.tokens).values(
+                    hash=token_hash, kind=kind, name=name, created_at=time.time()
+                )
+            )
+
+    def token_kind(self, token_hash: str) -> str | None:
+        with self.engine.connect() as conn:
+            return conn.execute(
+                select(t.tokens.c.kind).where(t.tokens.c.hash == token_hash)
+            ).scalar()
+
+    def has_admin_token(self) -> bool:
+        with self.engine.connect() as conn:
+            query = select(func.count()).select_from(t.tokens).where(t.tokens.c.kind == "admin")
+            return int(conn.execute(query).scalar_one()) > 0

@@ -15,7 +15,7 @@ from sqlalchemy import (
     Text,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 metadata = MetaData()
 
@@ -101,4 +101,14 @@ artifacts = Table(
     Column("path", Text, primary_key=True),
     Column("size", Integer, nullable=False),
     Column("sha256", String(64), nullable=False),
+)
+
+# Added in schema 2: API tokens, kept as SHA-256 hashes (never the token itself).
+tokens = Table(
+    "tokens",
+    metadata,
+    Column("hash", String(64), primary_key=True),
+    Column("kind", String(16), nullable=False),
+    Column("name", String(128), nullable=False, default=""),
+    Column("created_at", Float, nullable=False),
 )

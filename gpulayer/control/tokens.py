@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 from pathlib import Path
@@ -28,3 +29,7 @@ def read_token(path: Path) -> str | None:
         return path.read_text().strip() or None
     except FileNotFoundError:
         return None
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()

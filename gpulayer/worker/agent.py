@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -21,7 +20,7 @@ log = logging.getLogger("gpulayer.worker")
 
 class ControlLink(Protocol):
     def register(self, registration: Registration) -> str: ...
-    def heartbeat(self, worker_id: str) -> HeartbeatReply: ...
+    def heartbeat(self, worker_id: str, running: list[int]) -> HeartbeatReply: ...
     def claim(self, worker_id: str, wait: float) -> list[Assignment]: ...
     def append_logs(self, attempt_id: int, lines: list[tuple[str, str]]) -> None: ...
     def finish(self, attempt_id: int, report: AttemptReport) -> None: ...
@@ -50,6 +49,9 @@ class WorkerAgent:
         self._runs: dict[int, object] = {}
         self._runs_lock = threading.Lock()
         self._stop = threading.Event()
+        self._abandon = threading.Event()
+        self._cancel_requested: set[int] = set()
+        self._job_threads: list[threading.Thread] = []
         self._threads: list[threading.Thread] = []
 
     def start(self) -> str:
@@ -61,12 +63,22 @@ class WorkerAgent:
         return self.worker_id
 
     def stop(self, *, cancel_running: bool = True) -> None:
+        """Stop taking work; running attempts are ended and reported as lost (so they retry)."""
         self._stop.set()
         if cancel_running:
             with self._runs_lock:
                 runs = list(self._runs.values())
             for run in runs:
                 run.cancel()  # type: ignore[attr-defined]
+
+    def drain(self, timeout: float) -> None:
+        """Wait for ending attempts to report, then give up on those still trying."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        for thread in list(self._job_threads):
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self._abandon.set()
 
     @property
     def running(self) -> int:
@@ -85,6 +97,8 @@ class WorkerAgent:
                         daemon=True,
                     )
                     thread.start()
+                    self._job_threads.append(thread)
+                self._job_threads = [t for t in self._job_threads if t.is_alive()]
             except Exception:  # a control plane hiccup must not end the worker
                 log.exception("claiming work failed; retrying")
                 self._stop.wait(1.0)
@@ -92,12 +106,15 @@ class WorkerAgent:
     def _heartbeat_loop(self) -> None:
         assert self.worker_id is not None
         while not self._stop.wait(self.heartbeat_seconds):
+            with self._runs_lock:
+                running = list(self._runs)
             try:
-                self.apply_signals(self.link.heartbeat(self.worker_id))
+                self.apply_signals(self.link.heartbeat(self.worker_id, running))
             except Exception:
                 log.exception("heartbeat failed")
 
     def apply_signals(self, reply: HeartbeatReply) -> None:
+        self._cancel_requested.update(reply.cancel_attempts)
         with self._runs_lock:
             targets = [self._runs.get(a) for a in [*reply.cancel_attempts, *reply.fenced_attempts]]
         for run in targets:
@@ -137,7 +154,10 @@ class WorkerAgent:
                 self._runs[assignment.attempt_id] = run
             outcome = run.run()
             shipper.flush()
-            self.link.store_outputs(assignment.job_id, outcome.output_dir)
+            self._persist(
+                f"storing outputs of attempt {assignment.attempt_id}",
+                lambda: self.link.store_outputs(assignment.job_id, outcome.output_dir),
+            )
             report = AttemptReport(
                 state=outcome.state,
                 reason=outcome.reason,
@@ -153,13 +173,33 @@ class WorkerAgent:
             with self._runs_lock:
                 self._runs.pop(assignment.attempt_id, None)
             shipper.close()
-        for delay in (0.0, 0.5, 2.0, 5.0):
-            time.sleep(delay)
+        if self._stop.is_set() and report.state == "cancelled" and not self._cancelled(assignment):
+            # The worker is shutting down: the job did not choose to end, so it may retry.
+            report = AttemptReport(
+                state="failed", reason="worker_lost", message="the worker stopped"
+            )
+        self._report(assignment.attempt_id, report)
+
+    def _cancelled(self, assignment: Assignment) -> bool:
+        return assignment.attempt_id in self._cancel_requested
+
+    def _report(self, attempt_id: int, report: AttemptReport) -> None:
+        self._persist(
+            f"reporting attempt {attempt_id}", lambda: self.link.finish(attempt_id, report)
+        )
+
+    def _persist(self, what: str, call: Callable[[], None]) -> None:
+        """Retry a call until it lands, waiting out a control plane that is away (restarting)."""
+        delay = 0.2
+        while True:
             try:
-                self.link.finish(assignment.attempt_id, report)
+                call()
                 return
-            except Exception:
-                log.exception("reporting attempt %s failed", assignment.attempt_id)
+            except Exception as exc:
+                log.warning("%s failed (%s); retrying in %.1f s", what, exc, delay)
+                if self._abandon.wait(delay):
+                    return
+                delay = min(delay * 2, 10.0)
 
 
 def _device_env(accelerator: str, gpu_indices: list[int]) -> dict[str, str]:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 log = logging.getLogger("gpulayer.worker")
 
 Sender = Callable[[list[tuple[str, str]]], None]
+_MAX_PENDING = 200_000  # lines held while the control plane is away; the oldest go first
 
 
 class LogShipper:
@@ -52,8 +53,14 @@ class LogShipper:
                 return
             try:
                 self._send(batch)
-            except Exception:
-                log.exception("shipping %d log lines failed", len(batch))
+            except Exception as exc:
+                # Keep the lines for the next try: the control plane may be restarting.
+                log.warning("shipping %d log lines failed: %s", len(batch), exc)
+                with self._lock:
+                    self._pending[:0] = batch
+                    overflow = len(self._pending) - _MAX_PENDING
+                    if overflow > 0:
+                        del self._pending[:overflow]
                 return
 
     def close(self) -> None:

@@ -1,0 +1,131 @@
+"""`gpulayer server`, `gpulayer worker start` and `gpulayer token create`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from gpulayer.cli.output import print_json
+
+worker_app = typer.Typer(
+    help="Run a worker that takes jobs from a control plane.", no_args_is_help=True
+)
+token_app = typer.Typer(help="Manage API tokens of a server.", no_args_is_help=True)
+
+
+def server(
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(8765, "--port", help="Port to listen on."),
+    database_url: Optional[str] = typer.Option(
+        None, "--database-url", help="SQLAlchemy URL (default: SQLite in the gpulayer home)."
+    ),
+    heartbeat_timeout: float = typer.Option(
+        30.0, "--heartbeat-timeout", help="Seconds of silence before a worker counts as lost."
+    ),
+) -> None:
+    """Run the team control plane: a queue that registered workers take jobs from."""
+    import logging
+
+    from gpulayer.control.paths import home
+    from gpulayer.control.server import run_server
+
+    if not 0 < port < 65536:
+        raise typer.BadParameter("must be 1-65535", param_hint="--port")
+    if heartbeat_timeout <= 0:
+        raise typer.BadParameter("must be > 0", param_hint="--heartbeat-timeout")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    run_server(
+        home(), host=host, port=port, database_url=database_url, heartbeat_timeout=heartbeat_timeout
+    )
+
+
+@worker_app.command("start")
+def worker_start(
+    server_url: Optional[str] = typer.Option(
+        None, "--server", help="Control plane URL ($GPULAYER_SERVER)."
+    ),
+    token: Optional[str] = typer.Option(None, "--token", help="Join token ($GPULAYER_TOKEN)."),
+    name: Optional[str] = typer.Option(None, "--name", help="Worker name (default: host name)."),
+    label: list[str] = typer.Option([], "--label", help="K=V label jobs can pin to (repeatable)."),
+    work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Where attempts run."),
+    heartbeat_seconds: float = typer.Option(5.0, "--heartbeat-seconds", help="Heartbeat interval."),
+) -> None:
+    """Register this machine with a control plane and run the jobs it assigns, until stopped."""
+    import logging
+    import threading
+
+    from gpulayer.cli.spec_flags import parse_pairs
+    from gpulayer.control.client import ControlClient
+    from gpulayer.control.paths import home
+    from gpulayer.control.protocol import Registration
+    from gpulayer.errors import UsageError
+    from gpulayer.worker.agent import WorkerAgent
+    from gpulayer.worker.http_link import HttpLink
+    from gpulayer.worker.probe import probe_capabilities
+
+    server_url = server_url or os.environ.get("GPULAYER_SERVER")
+    token = token or os.environ.get("GPULAYER_TOKEN")
+    if not server_url:
+        raise UsageError("--server: the control plane URL is required (or set GPULAYER_SERVER)")
+    if not token:
+        raise UsageError("--token: a join token is required (or set GPULAYER_TOKEN)")
+    labels = parse_pairs(label, "--label")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    layout = home().ensure()
+    root = work_dir or layout.root / "worker-jobs"
+    capabilities = probe_capabilities(root.parent if root.parent.exists() else layout.root)
+    registration = Registration(
+        name=name or capabilities.hostname or socket.gethostname(),
+        kind="remote",
+        labels=labels,
+        capabilities=capabilities.model_dump(mode="json"),
+    )
+    agent = WorkerAgent(
+        HttpLink(ControlClient(server_url, token)),
+        registration,
+        work_root=root,
+        heartbeat_seconds=heartbeat_seconds,
+    )
+    stopped = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stopped.set())
+    worker_id = agent.start()
+    typer.echo(f"worker {registration.name} ({worker_id}) joined {server_url}", err=True)
+    stopped.wait()
+    typer.echo("stopping: ending running jobs", err=True)
+    agent.stop(cancel_running=True)
+    agent.drain(timeout=30)
+
+
+@token_app.command("create")
+def token_create(
+    worker: bool = typer.Option(
+        False, "--worker", help="A join token: register and work, nothing else."
+    ),
+    name: str = typer.Option("", "--name", help="A note to remember the token by."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+    server_url: Optional[str] = typer.Option(
+        None, "--server", help="Control plane URL ($GPULAYER_SERVER)."
+    ),
+) -> None:
+    """Create a token on the server and print it (it is not shown again)."""
+    from gpulayer.control.connect import connect
+
+    connection = connect(server_url)
+    kind = "worker" if worker else "admin"
+    reply = connection.client.request("POST", "/v1/tokens", {"kind": kind, "name": name})
+    if as_json:
+        print_json(reply)
+    else:
+        typer.echo(reply["token"])
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(server)
+    app.add_typer(worker_app, name="worker")
+    app.add_typer(token_app, name="token")

@@ -1,0 +1,303 @@
+"""A server and workers as separate processes on loopback: placement, faults, restarts, scale."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpulayer.control.client import ControlClient, Unauthorized
+from tests.support.servers import (
+    ServerProcess,
+    WorkerProcess,
+    postgres_bin,
+    postgres_cluster,
+    wait_for_job,
+    wait_for_workers,
+)
+
+
+def command_job(argv: list[str], **placement: Any) -> dict[str, Any]:
+    return {
+        "workload": {"kind": "command", "command": argv},
+        "placement": {"target": "remote", **placement},
+    }
+
+
+def submit(client: ControlClient, spec: dict[str, Any]) -> str:
+    # An empty bundle: these jobs need no source.
+    return str(client.submit(spec)["id"])
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    if request.param == "sqlite":
+        yield None
+        return
+    if postgres_bin() is None:
+        pytest.fail("PostgreSQL is not installed: .ci/run installs it (apt-get install postgresql)")
+    with postgres_cluster() as url:
+        yield url
+
+
+class Cluster:
+    def __init__(self, base: Path, database_url: str | None) -> None:
+        self.base = base
+        self.server = ServerProcess(
+            base / "server", database_url=database_url, heartbeat_timeout=2.0
+        )
+        self.workers: list[WorkerProcess] = []
+        self.worker_token = ""
+
+    def start(self, workers: int, labels: list[dict[str, str]] | None = None) -> Cluster:
+        self.server.start()
+        self.worker_token = self.server.client().request("POST", "/v1/tokens", {"kind": "worker"})[
+            "token"
+        ]
+        for i in range(workers):
+            self.add_worker(f"w{i}", (labels or [{}] * workers)[i])
+        wait_for_workers(self.client, workers)
+        return self
+
+    def add_worker(self, name: str, labels: dict[str, str] | None = None) -> WorkerProcess:
+        worker = WorkerProcess(
+            self.server.url, self.worker_token, self.base / name, name, labels
+        ).start()
+        self.workers.append(worker)
+        return worker
+
+    @property
+    def client(self) -> ControlClient:
+        return self.server.client()
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+        self.server.stop()
+
+
+@pytest.fixture
+def cluster_factory(tmp_path: Path) -> Iterator[Any]:
+    made: list[Cluster] = []
+
+    def make(
+        workers: int, labels: list[dict[str, str]] | None = None, database_url: str | None = None
+    ) -> Cluster:
+        cluster = Cluster(tmp_path / f"cluster{len(made)}", database_url).start(workers, labels)
+        made.append(cluster)
+        return cluster
+
+    yield make
+    for cluster in made:
+        cluster.stop()
+
+
+def test_jobs_run_on_the_worker_their_labels_pick(
+    cluster_factory: Any, database_url: str | None
+) -> None:
+    cluster = cluster_factory(3, [{"pool": "a"}, {"pool": "b"}, {"pool": "c"}], database_url)
+    client = cluster.client
+    job_id = submit(
+        client, command_job(["python", "-c", "print('hello remote')"], worker_labels={"pool": "b"})
+    )
+    job = wait_for_job(client, job_id, {"succeeded", "failed"})
+    assert job["state"] == "succeeded", job
+    assert job["attempts"][0]["worker_name"] == "w1"
+    assert job["attempts"][0]["worker_id"].startswith("w-")
+    lines = client.logs(job_id)["lines"]
+    assert any(line["text"].strip() == "hello remote" for line in lines)
+    workers = client.workers()
+    assert {w["name"] for w in workers} == {"w0", "w1", "w2"}
+    assert all(w["capabilities"]["cpu_cores"] >= 1 for w in workers)
+
+
+def test_tokens_are_required_and_worker_tokens_only_work(cluster_factory: Any) -> None:
+    cluster = cluster_factory(1)
+    anonymous = ControlClient(cluster.server.url, "wrong-token")
+    with pytest.raises(Unauthorized):
+        anonymous.jobs()
+    as_worker = ControlClient(cluster.server.url, cluster.worker_token)
+    with pytest.raises(Unauthorized):
+        as_worker.jobs()
+    with pytest.raises(Unauthorized):
+        as_worker.submit(command_job(["true"]))
+    assert as_worker.request("POST", "/v1/workers/none/heartbeat", {"running": []}) is not None
+
+
+def test_unschedulable_fail_rejects_and_queue_says_why(cluster_factory: Any) -> None:
+    cluster = cluster_factory(2, [{"pool": "a"}, {"pool": "b"}])
+    client = cluster.client
+    rejected = client.submit(
+        command_job(["true"], worker_labels={"pool": "gpu"}, on_unschedulable="fail")
+    )
+    assert rejected["state"] == "failed" and rejected["reason"] == "unschedulable"
+    assert (
+        "w0" in rejected["message"]
+        and "w1" in rejected["message"]
+        and "pool=gpu" in rejected["message"]
+    )
+    waiting = submit(client, command_job(["true"], worker_labels={"pool": "gpu"}))
+    job = client.job(waiting)
+    assert job["state"] == "queued"
+    assert any("pool=gpu" in reason for reason in job["waiting_for"])
+    # A worker that fits joins: the queued job starts.
+    cluster.add_worker("w9", {"pool": "gpu"})
+    assert wait_for_job(client, waiting, {"succeeded", "failed"})["state"] == "succeeded"
+
+
+def test_remote_falls_back_to_the_next_target(cluster_factory: Any) -> None:
+    client = cluster_factory(1, [{"pool": "a"}]).client
+    job = client.submit(
+        command_job(["true"], worker_labels={"pool": "zzz"}, fallback_targets=["cloud"])
+    )
+    assert job["state"] == "failed" and job["reason"] == "unschedulable"
+    assert "cloud" in job["message"]
+
+
+def test_killed_worker_mid_job_the_job_finishes_elsewhere(
+    cluster_factory: Any, tmp_path: Path
+) -> None:
+    cluster = cluster_factory(2)
+    client = cluster.client
+    started = tmp_path / "started"
+    script = (
+        "import os, sys, time, pathlib; "
+        f"p = pathlib.Path({str(started)!r}); p.mkdir(exist_ok=True); "
+        "(p / os.environ['GPULAYER_ATTEMPT']).write_text(str(os.getpid())); "
+        "time.sleep(3 if os.environ['GPULAYER_ATTEMPT'] == '1' else 0); print('done on attempt', os.environ['GPULAYER_ATTEMPT'])"
+    )
+    spec = command_job(["python", "-c", script])
+    spec["retry"] = {"max_attempts": 2, "retry_on": ["worker_lost"]}
+    job_id = submit(client, spec)
+    deadline = time.monotonic() + 30
+    while not (started / "1").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    first = client.job(job_id)["attempts"][0]["worker_name"]
+    victim = next(w for w in cluster.workers if w.name == first)
+    victim.kill_everything()
+    job = wait_for_job(client, job_id, {"succeeded", "failed"}, timeout=60)
+    assert job["state"] == "succeeded", job
+    attempts = job["attempts"]
+    assert [a["state"] for a in attempts] == ["failed", "succeeded"]
+    assert attempts[0]["reason"] == "worker_lost"
+    assert attempts[1]["worker_name"] != first
+    lost = [w for w in client.workers() if w["name"] == first]
+    assert lost[0]["state"] == "lost"
+
+
+def test_lost_worker_without_retry_fails_with_worker_lost(cluster_factory: Any) -> None:
+    cluster = cluster_factory(1)
+    client = cluster.client
+    job_id = submit(client, command_job(["sleep", "30"]))
+    wait_for_job(client, job_id, {"running"})
+    time.sleep(0.5)
+    cluster.workers[0].kill_everything()
+    job = wait_for_job(client, job_id, {"failed", "succeeded"}, timeout=30)
+    assert job["state"] == "failed" and job["reason"] == "worker_lost"
+
+
+def test_a_lost_worker_that_returns_is_fenced(cluster_factory: Any, tmp_path: Path) -> None:
+    cluster = cluster_factory(2)
+    client = cluster.client
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    script = (
+        "import os, time, pathlib; a = os.environ['GPULAYER_ATTEMPT']; "
+        f"d = pathlib.Path({str(marks)!r}); (d / ('start-' + a)).touch(); "
+        "time.sleep(4 if a == '1' else 0); (d / ('end-' + a)).touch()"
+    )
+    spec = command_job(["python", "-c", script])
+    spec["retry"] = {"max_attempts": 2}
+    job_id = submit(client, spec)
+    deadline = time.monotonic() + 30
+    while not (marks / "start-1").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    first = client.job(job_id)["attempts"][0]["worker_name"]
+    frozen = next(w for w in cluster.workers if w.name == first)
+    frozen.signal(signal.SIGSTOP)  # silent, but alive: exactly what a network partition looks like
+    job = wait_for_job(client, job_id, {"succeeded", "failed"}, timeout=30)
+    frozen.signal(signal.SIGCONT)
+    assert job["state"] == "succeeded"
+    assert [a["state"] for a in job["attempts"]] == ["failed", "succeeded"]
+    time.sleep(6)  # the frozen attempt would have ended by now if it had not been fenced
+    final = client.job(job_id)
+    assert [a["state"] for a in final["attempts"]] == ["failed", "succeeded"]
+    assert final["state"] == "succeeded"
+    assert not (marks / "end-1").exists()
+    assert wait_for_workers(client, 2)
+
+
+def test_server_restart_loses_nothing(
+    cluster_factory: Any, database_url: str | None, tmp_path: Path
+) -> None:
+    cluster = cluster_factory(1, None, database_url)
+    client = cluster.client
+    gate = tmp_path / "gate"
+    running = submit(
+        client,
+        command_job(
+            [
+                "python",
+                "-c",
+                f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.1)\nprint('released')",
+            ]
+        ),
+    )
+    wait_for_job(client, running, {"running"})
+    queued = submit(client, command_job(["true"], worker_labels={"pool": "later"}))
+    cluster.server.kill()
+    gate.touch()  # the job ends while the server is down
+    time.sleep(1.5)
+    cluster.server.start()
+    client = cluster.client
+    job = wait_for_job(client, running, {"succeeded", "failed"}, timeout=60)
+    assert job["state"] == "succeeded", (job["reason"], job["message"], job["attempts"])
+    assert any("released" in line["text"] for line in client.logs(running)["lines"])
+    assert client.job(queued)["state"] == "queued"
+    cluster.add_worker("later", {"pool": "later"})
+    assert wait_for_job(client, queued, {"succeeded", "failed"}, timeout=60)["state"] == "succeeded"
+
+
+def test_many_jobs_on_many_workers_run_exactly_once(
+    cluster_factory: Any, database_url: str | None, tmp_path: Path
+) -> None:
+    cluster = cluster_factory(20, None, database_url)
+    ledger = tmp_path / "ledger"
+    ledger.mkdir()
+    spec = command_job(["sh", "-c", f'echo "$GPULAYER_ATTEMPT" >> {ledger}/"$GPULAYER_JOB_ID"'])
+    spec["resources"] = {"cpu_cores": 0.25}
+    ids: list[str] = []
+    lock = threading.Lock()
+
+    def submitter(count: int) -> None:
+        client = cluster.client
+        for _ in range(count):
+            job_id = submit(client, spec)
+            with lock:
+                ids.append(job_id)
+
+    threads = [threading.Thread(target=submitter, args=(50,)) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(set(ids)) == 1000
+    client = cluster.client
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        live = client.jobs(limit=2000, states=["queued", "running"])
+        if not live:
+            break
+        time.sleep(1)
+    jobs = client.jobs(limit=2000)
+    assert Counter(j["state"] for j in jobs) == Counter({"succeeded": 1000})
+    runs = {path.name: path.read_text().split() for path in ledger.iterdir()}
+    assert set(runs) == set(ids)
+    assert all(lines == ["1"] for lines in runs.values())
+    assert all(job["attempts"] == 1 for job in jobs)
