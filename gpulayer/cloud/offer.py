@@ -1,0 +1,206 @@
+"""What a provider offers (``Offer``) and what a job needs from an offer (``OfferQuery``). Pure."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gpulayer.spec.currency import ISO_4217_CODES
+from gpulayer.spec.models import CPU_ARCH_ALIASES, OS_NAMES, Accelerator
+
+if TYPE_CHECKING:
+    from gpulayer.spec.models import JobSpec
+
+_CAPABILITY_RE = re.compile(r"^\d{1,2}\.\d{1,2}$")
+
+MemoryKind = Literal["dedicated", "unified"]
+
+
+def parse_capability(value: str) -> tuple[int, int]:
+    """ "8.6" -> (8, 6), so that "10.0" sorts above "9.0"."""
+    major, minor = value.split(".")
+    return int(major), int(minor)
+
+
+def _check_capability(value: str | None) -> str | None:
+    if value is not None and not _CAPABILITY_RE.match(value):
+        raise ValueError(f"{value!r} is not of the form major.minor, e.g. '8.0'")
+    return value
+
+
+def _check_arch(value: str) -> str:
+    arch = CPU_ARCH_ALIASES.get(value.lower())
+    if arch is None:
+        known = ", ".join(sorted(CPU_ARCH_ALIASES))
+        raise ValueError(f"unknown cpu_arch {value!r}; known: {known}")
+    return arch
+
+
+def _check_os(value: str) -> str:
+    if value.lower() not in OS_NAMES:
+        raise ValueError(f"unknown os {value!r}; known: {', '.join(sorted(OS_NAMES))}")
+    return value.lower()
+
+
+class Offer(BaseModel):
+    """One way to rent hardware: an instance type in a zone, on-demand or spot, at a price."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    provider: Annotated[str, Field(min_length=1)]
+    instance_type: Annotated[str, Field(min_length=1)]
+    region: Annotated[str, Field(min_length=1)]
+    zone: str | None = None
+    accelerator: Accelerator = "cpu"
+    gpu_name: str | None = None
+    gpu_count: Annotated[int, Field(ge=0)] = 0
+    gpu_memory_gb: Annotated[float, Field(gt=0)] | None = None
+    """Per device."""
+    gpu_memory_kind: MemoryKind | None = None
+    cuda_compute_capability: str | None = None
+    cpu_cores: Annotated[float, Field(gt=0)]
+    memory_gb: Annotated[float, Field(gt=0)] | None = None
+    disk_gb: Annotated[float, Field(gt=0)] | None = None
+    """None: the disk is sized at launch (network block storage)."""
+    cpu_arch: str = "x86_64"
+    os: str = "linux"
+    hourly_price: Annotated[float, Field(ge=0)] | None = None
+    """None when the price is unknown; such offers never pass a cost cap."""
+    currency: str = "USD"
+    spot: bool = False
+
+    @field_validator("cuda_compute_capability")
+    @classmethod
+    def _capability_form(cls, value: str | None) -> str | None:
+        return _check_capability(value)
+
+    @field_validator("cpu_arch")
+    @classmethod
+    def _known_arch(cls, value: str) -> str:
+        return _check_arch(value)
+
+    @field_validator("os")
+    @classmethod
+    def _known_os(cls, value: str) -> str:
+        return _check_os(value)
+
+    @field_validator("currency")
+    @classmethod
+    def _iso_currency(cls, value: str) -> str:
+        if value not in ISO_4217_CODES:
+            raise ValueError(f"{value!r} is not an ISO 4217 currency code such as USD or EUR")
+        return value
+
+    @model_validator(mode="after")
+    def _gpu_consistency(self) -> Offer:
+        if self.accelerator == "cpu" and self.gpu_count:
+            raise ValueError("gpu_count: a cpu offer has no GPUs; set its accelerator")
+        if self.accelerator != "cpu" and not self.gpu_count:
+            raise ValueError(f"gpu_count: a {self.accelerator} offer needs at least 1 GPU")
+        return self
+
+    @property
+    def capability(self) -> tuple[int, int] | None:
+        cc = self.cuda_compute_capability
+        return parse_capability(cc) if cc else None
+
+    @property
+    def rank_key(self) -> tuple[float, int, str, str, str, str, bool]:
+        """The rank order: price (unknown last), then GPU count (fewer surplus GPUs), then
+        names so that equal offers always come out in the same order, on-demand first."""
+        price = self.hourly_price
+        return (
+            float("inf") if price is None else price,
+            self.gpu_count,
+            self.provider,
+            self.region,
+            self.zone or "",
+            self.instance_type,
+            self.spot,
+        )
+
+    @property
+    def label(self) -> str:
+        """Names the offer in logs and tables: aws/us-east-1a/g5.xlarge (spot)."""
+        where = self.zone or self.region
+        return f"{self.provider}/{where}/{self.instance_type}{' (spot)' if self.spot else ''}"
+
+
+class OfferQuery(BaseModel):
+    """What one node of a job needs, plus optional narrowing (GPU name, spot, where to look)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    accelerator: Accelerator = "cpu"
+    gpu_count: Annotated[int, Field(ge=0)] = 0
+    gpu_memory_gb: Annotated[float, Field(gt=0)] | None = None
+    gpu_memory_kind: MemoryKind | None = None
+    min_cuda_compute_capability: str | None = None
+    cpu_cores: Annotated[float, Field(gt=0)] = 1
+    memory_gb: Annotated[float, Field(gt=0)] | None = None
+    disk_gb: Annotated[float, Field(gt=0)] | None = None
+    os: tuple[str, ...] = ()
+    cpu_arch: tuple[str, ...] = ()
+    gpu_name: str | None = None
+    """Only offers of this GPU model (compared after normalizing, so "a100" matches "A100")."""
+    spot: bool | None = None
+    """True: spot offers only; False: on-demand only; None: either."""
+    regions: tuple[str, ...] = ()
+    """Where a provider needs to look; empty means its configured regions."""
+
+    @field_validator("min_cuda_compute_capability")
+    @classmethod
+    def _capability_form(cls, value: str | None) -> str | None:
+        return _check_capability(value)
+
+    @field_validator("cpu_arch")
+    @classmethod
+    def _known_arch(cls, values: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(_check_arch(v) for v in values))
+
+    @field_validator("os")
+    @classmethod
+    def _known_os(cls, values: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(_check_os(v) for v in values))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_gpu_count(cls, data: Any) -> Any:
+        # As in a JobSpec: a GPU accelerator means one GPU unless told otherwise.
+        if isinstance(data, dict) and data.get("gpu_count") is None:
+            gpu = data.get("accelerator", "cpu") != "cpu"
+            data = {**data, "gpu_count": 1 if gpu else 0}
+        return data
+
+    @model_validator(mode="after")
+    def _gpu_rules(self) -> OfferQuery:
+        if self.accelerator == "cpu" and self.gpu_count:
+            raise ValueError("gpu_count: a cpu job cannot ask for GPUs; set an accelerator")
+        if self.accelerator != "cpu" and not self.gpu_count:
+            raise ValueError(f"gpu_count: accelerator {self.accelerator} needs at least 1 GPU")
+        return self
+
+    @classmethod
+    def from_spec(
+        cls, spec: JobSpec, *, gpu_name: str | None = None, spot: bool | None = None
+    ) -> OfferQuery:
+        """The needs of one node of ``spec``; placement limits (providers, regions, cost cap)
+        are applied by :func:`gpulayer.cloud.ranking.filter_offers`."""
+        res = spec.resources
+        return cls(
+            accelerator=res.accelerator,
+            gpu_count=res.gpus,
+            gpu_memory_gb=res.gpu_memory_gb,
+            gpu_memory_kind=res.gpu_memory_kind,
+            min_cuda_compute_capability=res.min_cuda_compute_capability,
+            cpu_cores=res.cpu_cores,
+            memory_gb=res.memory_gb,
+            disk_gb=res.disk_gb,
+            os=tuple(res.os),
+            cpu_arch=tuple(res.cpu_arch),
+            gpu_name=gpu_name,
+            spot=spot,
+            regions=tuple(spec.placement.regions),
+        )

@@ -1,0 +1,142 @@
+"""The provider protocol: five verbs a cloud plugin implements, and the values they exchange.
+
+Launch is idempotent by ``LaunchRequest.request_id`` (a retried launch returns the instance the
+first call created) and terminate is idempotent (ending what is already gone succeeds), so the
+orchestrator can retry after a crash without leaking or double-renting instances. Failures are
+the typed errors of :mod:`gpulayer.cloud.errors`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Annotated, Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gpulayer.cloud.offer import Offer, OfferQuery
+
+InstanceState = Literal["pending", "running", "stopping", "terminated", "unknown"]
+INSTANCE_STATES: tuple[InstanceState, ...] = (
+    "pending",
+    "running",
+    "stopping",
+    "terminated",
+    "unknown",
+)
+
+# Request ids become cloud resource names and idempotency tokens (EC2 allows 64 characters).
+_REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class LaunchRequest(BaseModel):
+    """Everything a provider needs to start one instance for one job attempt."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    request_id: str
+    """Unique per launch attempt; a new offer needs a new request id."""
+    job_id: Annotated[str, Field(min_length=1)]
+    owner: Annotated[str, Field(min_length=1)]
+    """Names the controller installation, so its reaper finds only its own instances."""
+    tags: dict[str, str] = Field(default_factory=dict)
+    ssh_public_key: Annotated[str, Field(min_length=1)]
+    """OpenSSH public key line the instance accepts for its login user."""
+    allowed_ssh_cidr: str
+    """The only network that may reach the instance's SSH port (the controller's address)."""
+    image_release: str | None = None
+    image: dict[str, Any] = Field(default_factory=dict)
+    """Provider-specific image selector from the image release (e.g. AMI owners and name)."""
+    disk_gb: Annotated[int, Field(ge=1)] | None = None
+    spot: bool = False
+    """The job accepts a spot instance; launching a spot offer without it is refused."""
+    private_ip: str | None = None
+    """Ask for this private address (it must lie in the instance's subnet)."""
+
+    @field_validator("request_id")
+    @classmethod
+    def _request_id_form(cls, value: str) -> str:
+        if not _REQUEST_ID_RE.match(value):
+            raise ValueError("1 to 64 of letters, digits, '_', '.' and '-', starting alphanumeric")
+        return value
+
+    @field_validator("allowed_ssh_cidr")
+    @classmethod
+    def _cidr(cls, value: str) -> str:
+        try:
+            return str(ipaddress.ip_network(value, strict=False))
+        except ValueError:
+            raise ValueError(f"{value!r} is not an IP network such as 203.0.113.7/32") from None
+
+    @field_validator("private_ip")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return str(ipaddress.ip_address(value))
+        except ValueError:
+            raise ValueError(f"{value!r} is not an IP address") from None
+
+
+class Instance(BaseModel):
+    """A provider's instance as last described. States are normalized across providers."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    provider: str
+    region: str
+    zone: str | None = None
+    state: InstanceState
+    instance_type: str | None = None
+    public_ip: str | None = None
+    private_ip: str | None = None
+    ssh_host: str | None = None
+    """The address to reach SSH on, public or private as the provider is configured."""
+    ssh_user: str
+    ssh_port: int = 22
+    host_key: str | None = None
+    """The SSH host public key when the provider can tell it; None means pin on first use."""
+    hourly_price: float | None = None
+    currency: str = "USD"
+    spot: bool = False
+    tags: dict[str, str] = Field(default_factory=dict)
+    launched_at: datetime | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.state in ("pending", "running")
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """A cloud plugin. Implementations are registered under the entry-point group
+    ``gpulayer.providers`` and constructed with their settings mapping."""
+
+    name: str
+
+    def offers(self, query: OfferQuery) -> list[Offer]:
+        """Priced offers that may fit ``query``; callers filter and rank them again."""
+        ...
+
+    def launch(self, offer: Offer, request: LaunchRequest) -> Instance:
+        """Start one instance; calling again with the same request id returns the same one."""
+        ...
+
+    def describe(self, ids: Sequence[str]) -> list[Instance]:
+        """The instances among ``ids`` that the provider still knows of."""
+        ...
+
+    def terminate(self, ids: Sequence[str]) -> None:
+        """End the instances and whatever was created for them; gone already is fine."""
+        ...
+
+    def list_owned(self, tags: Mapping[str, str]) -> list[Instance]:
+        """Instances not yet terminated that carry all of ``tags`` (for the reaper)."""
+        ...
+
+
+ProviderFactory = Callable[[Mapping[str, Any]], Provider]

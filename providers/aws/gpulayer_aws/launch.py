@@ -1,0 +1,237 @@
+"""Start one EC2 instance for a launch request, idempotently.
+
+Per request: an imported key pair and a security group that admits SSH from the controller's
+network only, both named after the request id, then run_instances with the request id as
+ClientToken. A retried launch finds the instance by its request tag (or EC2 answers the same
+ClientToken with the same instance) and returns it; key pair and group already present are
+reused. When run_instances fails, the key pair and group are deleted again.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from gpulayer.cloud.errors import ProviderError, ProviderSettingsError
+from gpulayer.cloud.offer import Offer
+from gpulayer.cloud.protocol import Instance, LaunchRequest
+from gpulayer_aws import tags as t
+from gpulayer_aws.errors import PROVIDER, aws_errors, error_code
+from gpulayer_aws.images import Image, resolve_image
+from gpulayer_aws.instances import live_by_tags, to_instance
+from gpulayer_aws.settings import AwsSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Placement:
+    zone: str
+    subnet_id: str
+    vpc_id: str
+
+
+def launch(ec2: Any, settings: AwsSettings, offer: Offer, request: LaunchRequest) -> Instance:
+    if offer.provider != PROVIDER:
+        raise ProviderError(f"offer {offer.label} is not an AWS offer", provider=PROVIDER)
+    if offer.spot and not request.spot:
+        raise ProviderError(
+            f"offer {offer.label} is spot capacity but the request does not accept spot",
+            provider=PROVIDER,
+        )
+    region, zone = offer.region, offer.zone
+    if zone is None:
+        raise ProviderError(f"offer {offer.label} names no availability zone", provider=PROVIDER)
+    with aws_errors(region, zone):
+        existing = live_by_tags(ec2, {t.REQUEST: request.request_id})
+    if existing:
+        return to_instance(
+            existing[0], region, use_private_ip=settings.use_private_ip, ssh_user=settings.ssh_user
+        )
+
+    selector = request.image or settings.image
+    if not selector:
+        raise ProviderSettingsError(
+            "image: no image selector in the launch request or the aws settings",
+            provider=PROVIDER,
+        )
+    image = resolve_image(
+        ec2, selector, region=region, cpu_arch=offer.cpu_arch, default_user=settings.ssh_user
+    )
+    place = _placement(ec2, settings, region, zone)
+    base_tags = {
+        **request.tags,
+        t.OWNER: request.owner,
+        t.JOB: request.job_id,
+        t.REQUEST: request.request_id,
+    }
+    name = t.resource_name(request.request_id)
+    with aws_errors(region, zone):
+        _ensure_key_pair(ec2, name, request.ssh_public_key, base_tags)
+        group_id = _ensure_security_group(ec2, name, place.vpc_id, request, base_tags)
+    try:
+        with aws_errors(region, zone):
+            raw = _run_instance(ec2, settings, offer, request, image, place, name, group_id)
+    except ProviderError:
+        _remove_request_resources(ec2, name, group_id)
+        raise
+    return to_instance(
+        raw, region, use_private_ip=settings.use_private_ip, ssh_user=settings.ssh_user
+    )
+
+
+def _placement(ec2: Any, settings: AwsSettings, region: str, zone: str) -> Placement:
+    subnet_id = settings.subnet_ids.get(zone)
+    in_zone = {"Name": "availability-zone", "Values": [zone]}
+    with aws_errors(region, zone):
+        if subnet_id:
+            subnets = ec2.describe_subnets(SubnetIds=[subnet_id])["Subnets"]
+        elif settings.vpc_id:
+            subnets = ec2.describe_subnets(
+                Filters=[in_zone, {"Name": "vpc-id", "Values": [settings.vpc_id]}]
+            )["Subnets"]
+        else:
+            subnets = ec2.describe_subnets(
+                Filters=[in_zone, {"Name": "default-for-az", "Values": ["true"]}]
+            )["Subnets"]
+    if not subnets:
+        where = f"VPC {settings.vpc_id}" if settings.vpc_id else "the default VPC"
+        raise ProviderSettingsError(
+            f"subnet_ids: no subnet for zone {zone} in {where}; name one in subnet_ids",
+            provider=PROVIDER,
+        )
+    # Several subnets of one VPC in a zone: take the same one every time.
+    subnet = min(subnets, key=lambda s: s["SubnetId"])
+    if subnet["AvailabilityZone"] != zone:
+        raise ProviderSettingsError(
+            f"subnet_ids.{zone}: {subnet['SubnetId']} lies in {subnet['AvailabilityZone']}",
+            provider=PROVIDER,
+        )
+    return Placement(zone=zone, subnet_id=subnet["SubnetId"], vpc_id=subnet["VpcId"])
+
+
+def _ensure_key_pair(ec2: Any, name: str, public_key: str, tag_map: dict[str, str]) -> None:
+    try:
+        ec2.import_key_pair(
+            KeyName=name,
+            PublicKeyMaterial=public_key.encode(),
+            TagSpecifications=t.specs(["key-pair"], tag_map),
+        )
+    except Exception as exc:
+        if error_code(exc) != "InvalidKeyPair.Duplicate":
+            raise
+
+
+def _ensure_security_group(
+    ec2: Any, name: str, vpc_id: str, request: LaunchRequest, tag_map: dict[str, str]
+) -> str:
+    try:
+        group_id = ec2.create_security_group(
+            GroupName=name,
+            Description=f"gpulayer job {request.job_id}: SSH from the controller only",
+            VpcId=vpc_id,
+            TagSpecifications=t.specs(["security-group"], tag_map),
+        )["GroupId"]
+    except Exception as exc:
+        if error_code(exc) != "InvalidGroup.Duplicate":
+            raise
+        group_id = ec2.describe_security_groups(
+            Filters=[
+                {"Name": "group-name", "Values": [name]},
+                {"Name": "vpc-id", "Values": [vpc_id]},
+            ]
+        )["SecurityGroups"][0]["GroupId"]
+    cidr = request.allowed_ssh_cidr
+    ranges = (
+        {"Ipv6Ranges": [{"CidrIpv6": cidr, "Description": "gpulayer controller"}]}
+        if ":" in cidr
+        else {"IpRanges": [{"CidrIp": cidr, "Description": "gpulayer controller"}]}
+    )
+    try:
+        ec2.authorize_security_group_ingress(
+            GroupId=group_id,
+            IpPermissions=[{"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, **ranges}],
+        )
+    except Exception as exc:
+        if error_code(exc) != "InvalidPermission.Duplicate":
+            raise
+    return str(group_id)
+
+
+def _run_instance(
+    ec2: Any,
+    settings: AwsSettings,
+    offer: Offer,
+    request: LaunchRequest,
+    image: Image,
+    place: Placement,
+    name: str,
+    group_id: str,
+) -> dict[str, Any]:
+    instance_tags = {
+        "Name": f"gpulayer-{request.job_id}",
+        **request.tags,
+        t.OWNER: request.owner,
+        t.JOB: request.job_id,
+        t.REQUEST: request.request_id,
+        t.SSH_USER: image.ssh_user,
+    }
+    if offer.hourly_price is not None:
+        instance_tags[t.PRICE] = f"{offer.hourly_price:g}"
+    interface: dict[str, Any] = {
+        "DeviceIndex": 0,
+        "SubnetId": place.subnet_id,
+        "Groups": [group_id],
+        "AssociatePublicIpAddress": not settings.use_private_ip,
+        "DeleteOnTermination": True,
+    }
+    if request.private_ip:
+        interface["PrivateIpAddress"] = request.private_ip
+    params: dict[str, Any] = {
+        "ImageId": image.ami_id,
+        "InstanceType": offer.instance_type,
+        "MinCount": 1,
+        "MaxCount": 1,
+        "KeyName": name,
+        # EC2 answers a repeated token with the instance the first call started.
+        "ClientToken": request.request_id,
+        "Placement": {"AvailabilityZone": place.zone},
+        "NetworkInterfaces": [interface],
+        # A worker that powers itself off (its dead-man switch) ends the rental.
+        "InstanceInitiatedShutdownBehavior": "terminate",
+        "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
+        "TagSpecifications": t.specs(["instance", "volume", "network-interface"], instance_tags),
+    }
+    if request.disk_gb is not None and image.root_device_name:
+        params["BlockDeviceMappings"] = [
+            {
+                "DeviceName": image.root_device_name,
+                "Ebs": {
+                    "VolumeSize": request.disk_gb,
+                    "VolumeType": "gp3",
+                    "DeleteOnTermination": True,
+                },
+            }
+        ]
+    if offer.spot:
+        params["InstanceMarketOptions"] = {
+            "MarketType": "spot",
+            "SpotOptions": {
+                "SpotInstanceType": "one-time",
+                "InstanceInterruptionBehavior": "terminate",
+            },
+        }
+    return dict(ec2.run_instances(**params)["Instances"][0])
+
+
+def _remove_request_resources(ec2: Any, key_name: str, group_id: str) -> None:
+    """Best effort after a failed launch: the error that caused it is what the caller needs."""
+    for what, call in (
+        ("security group", lambda: ec2.delete_security_group(GroupId=group_id)),
+        ("key pair", lambda: ec2.delete_key_pair(KeyName=key_name)),
+    ):
+        try:
+            call()
+        except Exception as exc:
+            log.warning("aws: could not delete the %s of a failed launch: %s", what, exc)
