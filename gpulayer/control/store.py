@@ -24,7 +24,6 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.exc import IntegrityError
 
 from gpulayer.control import tables as t
 from gpulayer.errors import GpulayerError, NotFoundError
@@ -44,7 +43,6 @@ class StoreError(GpulayerError):
 @dataclass
 class JobRecord:
     id: str
-    seq: int
     name: str
     spec: dict[str, Any]
     state: str
@@ -108,7 +106,6 @@ def _job(row: Any) -> JobRecord:
     m = row._mapping
     return JobRecord(
         id=m["id"],
-        seq=m["seq"],
         name=m["name"],
         spec=json.loads(m["spec"]),
         state=m["state"],
@@ -239,34 +236,25 @@ class Store:
         message: str | None = None,
     ) -> JobRecord:
         now = time.time()
-        for retry in range(5):
-            try:
-                with self.engine.begin() as conn:
-                    seq = (conn.execute(select(func.max(t.jobs.c.seq))).scalar() or 0) + 1
-                    conn.execute(
-                        insert(t.jobs).values(
-                            id=job_id,
-                            seq=seq,
-                            name=name,
-                            spec=json.dumps(spec),
-                            state=state,
-                            reason=reason,
-                            message=message,
-                            target=target,
-                            working_dir=working_dir,
-                            has_bundle=has_bundle,
-                            attempts=0,
-                            cancel_requested=False,
-                            created_at=now,
-                            finished_at=now if state in TERMINAL_STATES else None,
-                            labels=json.dumps(labels),
-                        )
-                    )
-                break
-            except IntegrityError:
-                # Another server process took this seq at the same moment: take the next.
-                if retry == 4:
-                    raise
+        with self.engine.begin() as conn:
+            conn.execute(
+                insert(t.jobs).values(
+                    id=job_id,
+                    name=name,
+                    spec=json.dumps(spec),
+                    state=state,
+                    reason=reason,
+                    message=message,
+                    target=target,
+                    working_dir=working_dir,
+                    has_bundle=has_bundle,
+                    attempts=0,
+                    cancel_requested=False,
+                    created_at=now,
+                    finished_at=now if state in TERMINAL_STATES else None,
+                    labels=json.dumps(labels),
+                )
+            )
         return self.get_job(job_id)
 
     def get_job(self, job_id: str) -> JobRecord:
@@ -284,14 +272,18 @@ class Store:
             return [r[0] for r in rows]
 
     def list_jobs(self, *, states: Iterable[str] | None = None, limit: int = 50) -> list[JobRecord]:
-        query = select(t.jobs).order_by(t.jobs.c.seq.desc()).limit(limit)
+        query = select(t.jobs).order_by(t.jobs.c.created_at.desc(), t.jobs.c.id.desc()).limit(limit)
         if states is not None:
             query = query.where(t.jobs.c.state.in_(list(states)))
         with self.engine.connect() as conn:
             return [_job(r) for r in conn.execute(query)]
 
     def queued_jobs(self) -> list[JobRecord]:
-        query = select(t.jobs).where(t.jobs.c.state == "queued").order_by(t.jobs.c.seq)
+        query = (
+            select(t.jobs)
+            .where(t.jobs.c.state == "queued")
+            .order_by(t.jobs.c.created_at, t.jobs.c.id)
+        )
         with self.engine.connect() as conn:
             return [_job(r) for r in conn.execute(query)]
 

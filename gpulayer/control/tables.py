@@ -30,7 +30,6 @@ jobs = Table(
     "jobs",
     metadata,
     Column("id", String(32), primary_key=True),
-    Column("seq", Integer, nullable=False, unique=True),
     Column("name", String(63), nullable=False),
     Column("spec", Text, nullable=False),
     Column("state", String(16), nullable=False),
@@ -48,7 +47,8 @@ jobs = Table(
     Column("finished_at", Float),
     Column("labels", Text, nullable=False, default="{}"),
 )
-Index("ix_jobs_state_seq", jobs.c.state, jobs.c.seq)
+Index("ix_jobs_state_created", jobs.c.state, jobs.c.created_at)
+Index("ix_jobs_created", jobs.c.created_at)
 
 workers = Table(
     "workers",

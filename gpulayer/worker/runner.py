@@ -82,7 +82,8 @@ class RunContext:
     resolve_artifact: Callable[[str], Path] | None = None
     extra_env: Mapping[str, str] = field(default_factory=dict)
     worker_env: Mapping[str, str] | None = None
-    """Where secrets are read; os.environ when None. The job inherits os.environ either way."""
+    """The environment the job starts from and its secrets are read from; os.environ when None.
+    A local job gets the environment its `submit` ran in, as if run from that shell."""
     python: str = sys.executable
     kill_grace_seconds: float = 5.0
     """Between SIGTERM and SIGKILL when the job's processes are ended."""
@@ -338,7 +339,8 @@ class JobRun:
             if failed.reason == "cancelled":
                 return self._outcome("cancelled", "cancelled", message=failed.message)
             return self._outcome("failed", failed.reason, message=failed.message)
-        env = job_env(self.ctx, secrets, workload_env, environ=os.environ)
+        base = os.environ if self.ctx.worker_env is None else self.ctx.worker_env
+        env = job_env(self.ctx, secrets, workload_env, environ=base)
         return self._supervise(argv, cwd, env)
 
     def _supervise(self, argv: list[str], cwd: Path, env: dict[str, str]) -> RunOutcome:

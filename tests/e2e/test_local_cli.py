@@ -458,3 +458,13 @@ def test_workers_lists_the_probed_local_machine() -> None:
     assert "pydantic" in caps["frameworks"]
     table = run_cli(["workers"])
     assert "local" in table.stdout
+
+
+def test_local_job_starts_from_the_submitting_shells_environment(tmp_path: Path) -> None:
+    run_cli(["submit", "--", "true"], cwd=tmp_path)  # the control plane is already up
+    script = "import os; print(os.environ.get('ONLY_IN_THIS_SHELL'))"
+    result = run_cli(
+        ["submit", "--", "python", "-c", script], env={"ONLY_IN_THIS_SHELL": "yes"}, cwd=tmp_path
+    )
+    assert result.returncode == 0
+    assert result.stdout.strip() == "yes"

@@ -47,10 +47,10 @@ def database_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
 
 
 class Cluster:
-    def __init__(self, base: Path, database_url: str | None) -> None:
+    def __init__(self, base: Path, database_url: str | None, heartbeat_timeout: float) -> None:
         self.base = base
         self.server = ServerProcess(
-            base / "server", database_url=database_url, heartbeat_timeout=2.0
+            base / "server", database_url=database_url, heartbeat_timeout=heartbeat_timeout
         )
         self.workers: list[WorkerProcess] = []
         self.worker_token = ""
@@ -87,9 +87,13 @@ def cluster_factory(tmp_path: Path) -> Iterator[Any]:
     made: list[Cluster] = []
 
     def make(
-        workers: int, labels: list[dict[str, str]] | None = None, database_url: str | None = None
+        workers: int,
+        labels: list[dict[str, str]] | None = None,
+        database_url: str | None = None,
+        heartbeat_timeout: float = 2.0,
     ) -> Cluster:
-        cluster = Cluster(tmp_path / f"cluster{len(made)}", database_url).start(workers, labels)
+        base = tmp_path / f"cluster{len(made)}"
+        cluster = Cluster(base, database_url, heartbeat_timeout).start(workers, labels)
         made.append(cluster)
         return cluster
 
@@ -267,7 +271,8 @@ def test_server_restart_loses_nothing(
 def test_many_jobs_on_many_workers_run_exactly_once(
     cluster_factory: Any, database_url: str | None, tmp_path: Path
 ) -> None:
-    cluster = cluster_factory(20, None, database_url)
+    # 20 workers and 1,000 submissions share two cores here: allow slow heartbeats.
+    cluster = cluster_factory(20, None, database_url, heartbeat_timeout=60)
     ledger = tmp_path / "ledger"
     ledger.mkdir()
     spec = command_job(["sh", "-c", f'echo "$GPULAYER_ATTEMPT" >> {ledger}/"$GPULAYER_JOB_ID"'])
