@@ -6,11 +6,16 @@ import os
 import signal
 import socket
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from gpulayer.cli.output import print_json
+
+if TYPE_CHECKING:
+    import threading
+
+    from gpulayer.worker.agent import WorkerAgent
 
 worker_app = typer.Typer(
     help="Run a worker that takes jobs from a control plane.", no_args_is_help=True
@@ -54,6 +59,26 @@ def worker_start(
     label: list[str] = typer.Option([], "--label", help="K=V label jobs can pin to (repeatable)."),
     work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Where attempts run."),
     heartbeat_seconds: float = typer.Option(5.0, "--heartbeat-seconds", help="Heartbeat interval."),
+    kind: str = typer.Option(
+        "remote", "--kind", help="remote, or cloud for a machine rented for a job."
+    ),
+    provider: Optional[str] = typer.Option(
+        None, "--provider", help="Provider this machine came from."
+    ),
+    region: Optional[str] = typer.Option(None, "--region", help="Region of this machine."),
+    zone: Optional[str] = typer.Option(None, "--zone", help="Zone of this machine."),
+    hourly_price: Optional[float] = typer.Option(
+        None, "--hourly-price", help="What this machine costs per hour."
+    ),
+    currency: str = typer.Option("USD", "--currency", help="Currency of --hourly-price."),
+    deadman_seconds: Optional[float] = typer.Option(
+        None,
+        "--deadman-seconds",
+        help="End jobs and act after this long without the control plane.",
+    ),
+    deadman_action: str = typer.Option(
+        "stop", "--deadman-action", help="poweroff (cloud instances), stop, or record:PATH (tests)."
+    ),
 ) -> None:
     """Register this machine with a control plane and run the jobs it assigns, until stopped."""
     import logging
@@ -65,6 +90,7 @@ def worker_start(
     from gpulayer.control.protocol import Registration
     from gpulayer.errors import UsageError
     from gpulayer.worker.agent import WorkerAgent
+    from gpulayer.worker.deadman import DeadmanAction, DeadmanSwitch
     from gpulayer.worker.http_link import HttpLink
     from gpulayer.worker.probe import probe_capabilities
 
@@ -75,31 +101,79 @@ def worker_start(
     if not token:
         raise UsageError("--token: a join token is required (or set GPULAYER_TOKEN)")
     labels = parse_pairs(label, "--label")
+    if kind not in ("remote", "cloud"):
+        raise UsageError(f"--kind: remote or cloud, not {kind!r}")
+    if deadman_seconds is not None and deadman_seconds <= 0:
+        raise UsageError("--deadman-seconds: must be > 0")
+    action = DeadmanAction.parse(deadman_action)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     layout = home().ensure()
     root = work_dir or layout.root / "worker-jobs"
     capabilities = probe_capabilities(root.parent if root.parent.exists() else layout.root)
+    capabilities = capabilities.model_copy(
+        update={
+            "provider": provider,
+            "region": region,
+            "zone": zone,
+            "hourly_price": hourly_price,
+            "currency": currency,
+        }
+    )
     registration = Registration(
         name=name or capabilities.hostname or socket.gethostname(),
-        kind="remote",
+        kind="cloud" if kind == "cloud" else "remote",
         labels=labels,
         capabilities=capabilities.model_dump(mode="json"),
     )
+    stopped = threading.Event()
+    deadman: DeadmanSwitch | None = None
+
+    def contact() -> None:
+        if deadman is not None:
+            deadman.contact()
+
     agent = WorkerAgent(
-        HttpLink(ControlClient(server_url, token)),
+        HttpLink(ControlClient(server_url, token, timeout=30)),
         registration,
         work_root=root,
         heartbeat_seconds=heartbeat_seconds,
+        on_contact=contact,
     )
-    stopped = threading.Event()
+    if deadman_seconds is not None:
+        deadman = DeadmanSwitch(
+            deadman_seconds,
+            action,
+            end_jobs=lambda: agent.stop(cancel_running=True),
+            stop_worker=stopped.set,
+            worker_name=registration.name,
+        )
+        deadman.start()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stopped.set())
-    worker_id = agent.start()
-    typer.echo(f"worker {registration.name} ({worker_id}) joined {server_url}", err=True)
+    worker_id = _join(agent, stopped)
+    if worker_id:
+        typer.echo(f"worker {registration.name} ({worker_id}) joined {server_url}", err=True)
     stopped.wait()
     typer.echo("stopping: ending running jobs", err=True)
     agent.stop(cancel_running=True)
     agent.drain(timeout=30)
+    if deadman is not None and deadman.fired:
+        raise typer.Exit(3)
+
+
+def _join(agent: WorkerAgent, stopped: threading.Event) -> str | None:
+    """Register, waiting out a control plane that is not up yet (until stopped)."""
+    import logging
+
+    delay = 0.2
+    while not stopped.is_set():
+        try:
+            return agent.start()
+        except Exception as exc:
+            logging.getLogger("gpulayer.worker").warning("cannot join yet (%s); retrying", exc)
+            stopped.wait(delay)
+            delay = min(delay * 2, 10.0)
+    return None
 
 
 @token_app.command("create")

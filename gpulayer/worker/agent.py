@@ -39,6 +39,7 @@ class WorkerAgent:
         work_root: Path,
         heartbeat_seconds: float = 5.0,
         claim_wait_seconds: float = 10.0,
+        on_contact: Callable[[], None] | None = None,
     ) -> None:
         self.link = link
         self.registration = registration
@@ -46,6 +47,7 @@ class WorkerAgent:
         self.heartbeat_seconds = heartbeat_seconds
         self.claim_wait_seconds = claim_wait_seconds
         self.worker_id: str | None = None
+        self._on_contact = on_contact or (lambda: None)
         self._runs: dict[int, object] = {}
         self._runs_lock = threading.Lock()
         self._stop = threading.Event()
@@ -89,7 +91,9 @@ class WorkerAgent:
         assert self.worker_id is not None
         while not self._stop.is_set():
             try:
-                for assignment in self.link.claim(self.worker_id, self.claim_wait_seconds):
+                assignments = self.link.claim(self.worker_id, self.claim_wait_seconds)
+                self._on_contact()
+                for assignment in assignments:
                     thread = threading.Thread(
                         target=self._run_assignment,
                         args=(assignment,),
@@ -110,6 +114,7 @@ class WorkerAgent:
                 running = list(self._runs)
             try:
                 self.apply_signals(self.link.heartbeat(self.worker_id, running))
+                self._on_contact()
             except Exception:
                 log.exception("heartbeat failed")
 
