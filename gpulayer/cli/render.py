@@ -60,6 +60,9 @@ def job_panel(job: dict[str, Any]) -> None:
         ("started", _short_time(job.get("started_at"))),
         ("finished", _short_time(job.get("finished_at"))),
     ]
+    job_cost = (job.get("cost") or {}).get("total") or {}
+    if job_cost:
+        rows.append(("cost", ", ".join(f"{v:.4f} {k}" for k, v in job_cost.items())))
     for reason in job.get("waiting_for") or []:
         rows.append(("waiting for", reason))
     if job.get("result") is not None:
@@ -139,3 +142,65 @@ def workers_table(workers: list[dict[str, Any]]) -> None:
             ",".join(f"{k}={v}" for k, v in (worker.get("labels") or {}).items()),
         )
     _console().print(table)
+
+
+def offers_table(offers: list[Any], *, total: int) -> None:
+    table = Table(box=None, header_style="bold")
+    for column in (
+        "PROVIDER",
+        "REGION/ZONE",
+        "TYPE",
+        "GPUS",
+        "GPU MEM",
+        "VCPUS",
+        "RAM GB",
+        "PRICE/H",
+        "SPOT",
+    ):
+        table.add_column(column)
+    for offer in offers:
+        gpus = f"{offer.gpu_count}x {offer.gpu_name}" if offer.gpu_count else "-"
+        memory = f"{offer.gpu_memory_gb:.0f} GB" if offer.gpu_memory_gb else "-"
+        price = (
+            "unknown"
+            if offer.hourly_price is None
+            else f"{offer.hourly_price:.4f} {offer.currency}"
+        )
+        table.add_row(
+            offer.provider,
+            f"{offer.region}/{offer.zone}" if offer.zone else offer.region,
+            offer.instance_type,
+            gpus,
+            memory,
+            f"{offer.cpu_cores:g}",
+            "-" if offer.memory_gb is None else f"{offer.memory_gb:g}",
+            price,
+            "yes" if offer.spot else "",
+        )
+    console = _console()
+    console.print(table)
+    if total > len(offers):
+        console.print(f"({total - len(offers)} more; --limit to see them)")
+
+
+def cost_table(ledger: dict[str, Any]) -> None:
+    table = Table(box=None, header_style="bold")
+    for column in ("JOB", "PROVIDER", "INSTANCE", "STATE", "PRICE/H", "LAUNCHED", "ENDED", "COST"):
+        table.add_column(column)
+    for item in ledger["instances"]:
+        price = "-" if item["hourly_price"] is None else f"{item['hourly_price']:.4f}"
+        cost = "-" if item["cost"] is None else f"{item['cost']:.4f} {item['currency']}"
+        table.add_row(
+            item["job_id"],
+            item["provider"],
+            item["instance_id"] or item["request_id"],
+            item["state"],
+            price,
+            _short_time(item["launched_at"]),
+            _short_time(item["ended_at"]),
+            cost,
+        )
+    console = _console()
+    console.print(table)
+    totals = ", ".join(f"{amount:.4f} {currency}" for currency, amount in ledger["total"].items())
+    console.print(f"total: {totals or '0'}")

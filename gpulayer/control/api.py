@@ -15,7 +15,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from gpulayer import __version__
 from gpulayer.control.protocol import AttemptReport, LogBatch, Registration
 from gpulayer.control.service import ControlService
-from gpulayer.control.views import job_view, log_view, worker_view
+from gpulayer.control.views import cost_view, job_view, log_view, worker_view
 from gpulayer.errors import GpulayerError, NotFoundError, SpecError, UsageError
 
 _MAX_WAIT_SECONDS = 30.0
@@ -192,6 +192,17 @@ def create_app(
             raise UsageError("kind: worker or admin")
         return {"token": service.create_token(kind, str(body.get("name", ""))), "kind": kind}
 
+    @app.get("/v1/cost", dependencies=auth)
+    def cost(job: str | None = None) -> dict[str, Any]:
+        job_id = service.resolve_job_id(job) if job else None
+        return cost_view(service.store.list_instances(job_id=job_id))
+
+    @app.post("/v1/reap", dependencies=auth)
+    def reap(dry_run: bool = False) -> list[dict[str, Any]]:
+        if service.provisioner is None:
+            return []
+        return list(service.provisioner.reap(dry_run=dry_run))
+
     @app.put("/v1/bundles", dependencies=auth)
     async def upload_bundle(request: Request) -> dict[str, Any]:
         incoming = service.layout.root / "incoming"
@@ -224,6 +235,9 @@ def _job(service: ControlService, job_id: str) -> dict[str, Any]:
     attempts = service.attempts(job_id)
     workers = {w.id: w for w in service.list_workers()}
     view = job_view(job, attempts, workers)
+    instances = service.store.list_instances(job_id=job_id)
+    if instances:
+        view["cost"] = cost_view(instances)
     if job.state == "queued":
         view["waiting_for"] = service.waiting_reasons(job)
     return view

@@ -100,12 +100,14 @@ def _run(layout: HomeLayout, listener: socket.socket, token: str, idle_seconds: 
     import uvicorn
 
     from gpulayer.control.api import create_app, single_token
+    from gpulayer.control.provisioner import attach_provisioner
     from gpulayer.control.service import ControlService
     from gpulayer.control.store import Store
 
     store = Store(f"sqlite:///{layout.database}")
     service = ControlService(store, layout)
     agent = start_local_worker(service, layout)
+    provisioner = attach_provisioner(service, control_port=listener.getsockname()[1])
     app = create_app(service, single_token(token), embedded=True)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)
@@ -126,6 +128,7 @@ def _run(layout: HomeLayout, listener: socket.socket, token: str, idle_seconds: 
     try:
         server.run(sockets=[listener])
     finally:
+        provisioner.stop()
         agent.stop(cancel_running=True)
         store.close()
     return 0

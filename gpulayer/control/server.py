@@ -62,6 +62,7 @@ def run_server(
     import uvicorn
 
     from gpulayer.control.api import create_app
+    from gpulayer.control.provisioner import attach_provisioner
     from gpulayer.control.service import ControlService
     from gpulayer.control.store import Store
 
@@ -91,6 +92,7 @@ def run_server(
         return kind
 
     service = ControlService(store, layout, heartbeat_timeout=heartbeat_timeout)
+    provisioner = attach_provisioner(service, control_port=port)
     app = create_app(service, authenticate, embedded=False)
     stop = threading.Event()
 
@@ -112,6 +114,7 @@ def run_server(
         )
     finally:
         stop.set()
+        provisioner.stop()
         store.close()
         log.info("server stopped after %.0f s", time.monotonic() - started)
 

@@ -50,6 +50,8 @@ class ControlService:
         self._listeners: list[Callable[[], None]] = []
         self.last_call = time.monotonic()
         self._started = time.time()
+        self.cloud_available: Callable[[], bool] = lambda: False
+        self.provisioner: Any = None
         # The submitting shell's environment for local jobs: memory only, never the store.
         self._client_env: dict[str, dict[str, str]] = {}
 
@@ -100,7 +102,7 @@ class ControlService:
             if bundle is not None:
                 bundle.unlink(missing_ok=True)
             raise
-        decision = choose_target(spec, self._worker_views())
+        decision = choose_target(spec, self._worker_views(), cloud_available=self.cloud_available())
         job_id = new_id("j")
         destination = self.layout.bundle_file(job_id)
         if source_dir is not None:

@@ -94,6 +94,44 @@ class WorkerRecord:
 
 
 @dataclass
+class InstanceRecord:
+    request_id: str
+    job_id: str
+    owner: str
+    provider: str
+    region: str | None
+    zone: str | None
+    instance_type: str | None
+    instance_id: str | None
+    state: str
+    ssh_host: str | None
+    key_path: str | None
+    hourly_price: float | None
+    currency: str
+    spot: bool
+    tags: dict[str, str]
+    created_at: float
+    launched_at: float | None
+    ready_at: float | None
+    ended_at: float | None
+    note: str | None
+
+    @property
+    def gone(self) -> bool:
+        return self.state in INSTANCE_GONE_STATES
+
+    def cost(self, now: float) -> float | None:
+        """Accrued cost: the hourly price from launch to end (or now)."""
+        if self.hourly_price is None or self.launched_at is None:
+            return None if self.hourly_price is None else 0.0
+        end = self.ended_at if self.ended_at is not None else now
+        return self.hourly_price * max(0.0, end - self.launched_at) / 3600.0
+
+
+INSTANCE_GONE_STATES = frozenset({"terminated", "never_launched"})
+
+
+@dataclass
 class LogLine:
     id: int
     attempt: int
@@ -472,6 +510,10 @@ class Store:
                 )
             )
 
+    def remove_token(self, token_hash: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(t.tokens.delete().where(t.tokens.c.hash == token_hash))
+
     def token_kind(self, token_hash: str) -> str | None:
         with self.engine.connect() as conn:
             return conn.execute(
@@ -482,3 +524,48 @@ class Store:
         with self.engine.connect() as conn:
             query = select(func.count()).select_from(t.tokens).where(t.tokens.c.kind == "admin")
             return int(conn.execute(query).scalar_one()) > 0
+
+    # --- instances and the cost ledger ------------------------------------------------------
+
+    def record_instance(self, **values: Any) -> InstanceRecord:
+        """Write an instance down before the call that creates it."""
+        values.setdefault("created_at", time.time())
+        values["tags"] = json.dumps(values.get("tags", {}))
+        with self.engine.begin() as conn:
+            conn.execute(insert(t.instances).values(**values))
+        return self.get_instance(values["request_id"])
+
+    def update_instance(self, request_id: str, **values: Any) -> None:
+        if "tags" in values:
+            values["tags"] = json.dumps(values["tags"])
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(t.instances).where(t.instances.c.request_id == request_id).values(**values)
+            )
+
+    def get_instance(self, request_id: str) -> InstanceRecord:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(t.instances).where(t.instances.c.request_id == request_id)
+            ).first()
+        if row is None:
+            raise NotFoundError(f"instance request {request_id!r} not found")
+        return _instance(row)
+
+    def list_instances(
+        self, *, job_id: str | None = None, live_only: bool = False
+    ) -> list[InstanceRecord]:
+        query = select(t.instances).order_by(t.instances.c.created_at)
+        if job_id is not None:
+            query = query.where(t.instances.c.job_id == job_id)
+        if live_only:
+            query = query.where(t.instances.c.state.not_in(list(INSTANCE_GONE_STATES)))
+        with self.engine.connect() as conn:
+            return [_instance(r) for r in conn.execute(query)]
+
+
+def _instance(row: Any) -> InstanceRecord:
+    m = dict(row._mapping)
+    m["tags"] = json.loads(m["tags"] or "{}")
+    m["spot"] = bool(m["spot"])
+    return InstanceRecord(**m)

@@ -15,7 +15,7 @@ from sqlalchemy import (
     Text,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 metadata = MetaData()
 
@@ -112,3 +112,32 @@ tokens = Table(
     Column("name", String(128), nullable=False, default=""),
     Column("created_at", Float, nullable=False),
 )
+
+# Added in schema 3: every cloud instance a job rents, written before the call that creates it,
+# and its cost ledger (launch, ready and end times with the hourly price).
+instances = Table(
+    "instances",
+    metadata,
+    Column("request_id", String(64), primary_key=True),
+    Column("job_id", String(32), ForeignKey("jobs.id"), nullable=False),
+    Column("owner", String(64), nullable=False),
+    Column("provider", String(64), nullable=False),
+    Column("region", String(64)),
+    Column("zone", String(64)),
+    Column("instance_type", String(128)),
+    Column("instance_id", String(128)),
+    Column("state", String(16), nullable=False),
+    Column("ssh_host", String(255)),
+    Column("key_path", Text),
+    Column("hourly_price", Float),
+    Column("currency", String(3), nullable=False, default="USD"),
+    Column("spot", Boolean, nullable=False, default=False),
+    Column("tags", Text, nullable=False, default="{}"),
+    Column("created_at", Float, nullable=False),
+    Column("launched_at", Float),
+    Column("ready_at", Float),
+    Column("ended_at", Float),
+    Column("note", Text),
+)
+Index("ix_instances_state", instances.c.state)
+Index("ix_instances_job", instances.c.job_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from gpulayer.control.store import AttemptRecord, JobRecord, LogLine, WorkerRecord
+from gpulayer.control.store import AttemptRecord, InstanceRecord, JobRecord, LogLine, WorkerRecord
 
 
 def iso(ts: float | None) -> str | None:
@@ -73,3 +73,47 @@ def worker_view(worker: WorkerRecord, *, running: int = 0) -> dict[str, Any]:
 
 def log_view(line: LogLine) -> dict[str, Any]:
     return {"id": line.id, "attempt": line.attempt, "stream": line.stream, "text": line.text}
+
+
+def instance_view(record: InstanceRecord, now: float) -> dict[str, Any]:
+    return {
+        "request_id": record.request_id,
+        "job_id": record.job_id,
+        "provider": record.provider,
+        "region": record.region,
+        "zone": record.zone,
+        "instance_type": record.instance_type,
+        "instance_id": record.instance_id,
+        "state": record.state,
+        "spot": record.spot,
+        "hourly_price": record.hourly_price,
+        "currency": record.currency,
+        "launched_at": iso(record.launched_at),
+        "ready_at": iso(record.ready_at),
+        "ended_at": iso(record.ended_at),
+        "cost": record.cost(now),
+    }
+
+
+def cost_view(records: list[InstanceRecord]) -> dict[str, Any]:
+    """The ledger: each instance's times and price, accrued cost per job and in total."""
+    import time
+
+    now = time.time()
+    instances = [instance_view(r, now) for r in records]
+    totals: dict[str, float] = {}
+    per_job: dict[str, dict[str, float]] = {}
+    unpriced = 0
+    for item in instances:
+        if item["cost"] is None:
+            unpriced += 1
+            continue
+        totals[item["currency"]] = totals.get(item["currency"], 0.0) + item["cost"]
+        job = per_job.setdefault(item["job_id"], {})
+        job[item["currency"]] = job.get(item["currency"], 0.0) + item["cost"]
+    return {
+        "instances": instances,
+        "per_job": per_job,
+        "total": totals,
+        "unpriced_instances": unpriced,
+    }
