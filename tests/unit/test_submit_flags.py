@@ -1,0 +1,106 @@
+"""`gpulayer submit` flags onto spec data: pure, and flags win over the file."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpulayer.cli.spec_flags import SubmitFlags, apply_flags, parse_input, parse_secret
+from gpulayer.errors import UsageError
+from gpulayer.sdk.paths import absolutize_paths
+from gpulayer.spec.validate import validate_spec
+
+FILE = {
+    "name": "from-file",
+    "workload": {"kind": "command", "command": ["python", "a.py"]},
+    "resources": {"accelerator": "cuda", "gpu_count": 1},
+    "env": {"A": "1", "B": "2"},
+    "secrets": [{"name": "TOKEN", "key": "OLD"}],
+    "labels": {"team": "x"},
+}
+
+
+def test_flags_override_file_fields() -> None:
+    flags = SubmitFlags(
+        argv=["python", "b.py"],
+        name="flagged",
+        gpus=4,
+        env=["B=3", "C=4"],
+        secrets=["TOKEN=NEW"],
+        labels=["team=y"],
+        target="remote",
+        fallback=["cloud"],
+        worker_labels=["pool=a"],
+        timeout=5,
+        max_hourly_cost=2.5,
+        providers=["aws"],
+        regions=["us-east-1"],
+    )
+    data = apply_flags(FILE, flags)
+    spec = validate_spec(data)
+    assert spec.name == "flagged"
+    assert spec.workload.command == ["python", "b.py"]  # type: ignore[union-attr]
+    assert spec.resources.gpu_count == 4 and spec.resources.accelerator == "cuda"
+    assert spec.env == {"A": "1", "B": "3", "C": "4"}
+    assert [(s.name, s.key) for s in spec.secrets] == [("TOKEN", "NEW")]
+    assert spec.labels == {"team": "y"}
+    assert spec.placement.targets == ["remote", "cloud"]
+    assert spec.placement.worker_labels == {"pool": "a"}
+    assert spec.placement.providers == ["aws"] and spec.placement.regions == ["us-east-1"]
+    assert spec.timeout_seconds == 5 and spec.placement.max_hourly_cost == 2.5
+    assert FILE["name"] == "from-file"  # the file's data is not changed in place
+
+
+def test_profile_flag_replaces_the_files_accelerator() -> None:
+    data = apply_flags(FILE, SubmitFlags(profile="mlx"))
+    assert validate_spec(data).resources.accelerator == "mps"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("data.csv:in/data.csv", {"artifact": "data.csv", "path": "in/data.csv"}),
+        ("s3://bucket/key:x", {"artifact": "s3://bucket/key", "path": "x"}),
+        (
+            "job:j-abc/out/model.pt:model.pt",
+            {"artifact": "job:j-abc/out/model.pt", "path": "model.pt"},
+        ),
+    ],
+)
+def test_input_flag_splits_on_the_last_colon(value: str, expected: dict[str, str]) -> None:
+    assert parse_input(value) == expected
+
+
+@pytest.mark.parametrize("value", ["nocolon", ":x", "a:", "s3://bucket"])
+def test_bad_input_flag(value: str) -> None:
+    with pytest.raises(UsageError, match="--input"):
+        parse_input(value)
+
+
+def test_secret_flag_forms() -> None:
+    assert parse_secret("HF_TOKEN") == {"name": "HF_TOKEN", "source": "env", "key": "HF_TOKEN"}
+    assert parse_secret("A=B") == {"name": "A", "source": "env", "key": "B"}
+    with pytest.raises(UsageError, match="--secret"):
+        parse_secret("A=")
+
+
+def test_no_command_and_no_file_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="ARGV"):
+        apply_flags(None, SubmitFlags())
+
+
+def test_local_paths_become_absolute_but_not_job_refs_or_urls() -> None:
+    data = {
+        "workload": {"kind": "function", "entrypoint": "m:f", "source": "src"},
+        "inputs": [
+            {"artifact": "data/x.csv", "path": "x"},
+            {"artifact": "job:j-1/out", "path": "y"},
+            {"artifact": "s3://b/k", "path": "z"},
+        ],
+    }
+    absolutize_paths(data, "/home/me/project")
+    assert data["workload"]["source"] == "/home/me/project/src"
+    assert [i["artifact"] for i in data["inputs"]] == [
+        "/home/me/project/data/x.csv",
+        "job:j-1/out",
+        "s3://b/k",
+    ]

@@ -1,0 +1,74 @@
+"""Choosing a job's target at submit, against worker snapshots: pure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpulayer.control.targets import WorkerView, choose_target
+from gpulayer.scheduler import idle_snapshot
+from gpulayer.spec import JobSpec
+from gpulayer.spec.capabilities import GpuDevice, WorkerCapabilities
+
+CPU_BOX = WorkerCapabilities(cpu_cores=8, memory_gb=32)
+GPU_BOX = WorkerCapabilities(
+    accelerator="cuda",
+    cpu_cores=32,
+    memory_gb=256,
+    gpus=[
+        GpuDevice(index=i, name="NVIDIA A100", memory_gb=80, compute_capability="8.0")
+        for i in range(2)
+    ],
+)
+
+
+def spec(**placement: Any) -> JobSpec:
+    resources = placement.pop("resources", {})
+    return JobSpec.model_validate(
+        {
+            "workload": {"kind": "command", "command": ["true"]},
+            "placement": placement,
+            "resources": resources,
+        }
+    )
+
+
+def view(kind: str, caps: WorkerCapabilities, name: str = "w") -> WorkerView:
+    return WorkerView(kind, idle_snapshot(name, caps, name=name))
+
+
+def test_local_job_that_fits_stays_local() -> None:
+    assert choose_target(spec(), [view("local", CPU_BOX)]).target == "local"
+
+
+def test_local_job_that_can_never_fit_fails_with_reasons() -> None:
+    decision = choose_target(
+        spec(resources={"accelerator": "cuda", "gpu_count": 1}), [view("local", CPU_BOX)]
+    )
+    assert decision.target is None
+    assert decision.message and "this machine" in decision.message and "cuda" in decision.message
+
+
+def test_unfit_local_moves_to_the_fallback() -> None:
+    job = spec(fallback_targets=["remote"], resources={"accelerator": "cuda"})
+    decision = choose_target(job, [view("local", CPU_BOX), view("remote", GPU_BOX, "gpu1")])
+    assert decision.target == "remote"
+    assert any("trying remote" in note for note in decision.notes)
+
+
+def test_remote_queues_or_fails_as_on_unschedulable_says() -> None:
+    job = spec(target="remote", resources={"accelerator": "cuda", "gpu_count": 4})
+    assert choose_target(job, [view("remote", GPU_BOX)]).target == "remote"  # queue: waits
+    failing = spec(
+        target="remote", on_unschedulable="fail", resources={"accelerator": "cuda", "gpu_count": 4}
+    )
+    decision = choose_target(failing, [view("remote", GPU_BOX, "gpu1")])
+    assert decision.target is None and "worker gpu1" in (decision.message or "")
+
+
+def test_cloud_needs_a_provider() -> None:
+    assert choose_target(spec(target="cloud"), [], cloud_available=True).target == "cloud"
+    decision = choose_target(
+        spec(target="cloud", fallback_targets=["local"]), [view("local", CPU_BOX)]
+    )
+    assert decision.target == "local"
+    assert choose_target(spec(target="cloud"), []).target is None
