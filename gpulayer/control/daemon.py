@@ -109,7 +109,10 @@ def _run(layout: HomeLayout, listener: socket.socket, token: str, idle_seconds: 
     agent = start_local_worker(service, layout)
     provisioner = attach_provisioner(service, control_port=listener.getsockname()[1])
     app = create_app(service, single_token(token), embedded=True)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+    # Long polls (logs -f, idle workers) would hold a graceful shutdown for their full wait.
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2
+    )
     server = uvicorn.Server(config)
 
     def watchdog() -> None:

@@ -110,7 +110,13 @@ def run_server(
     started = time.monotonic()
     try:
         uvicorn.run(
-            app, host=host, port=port, log_level="warning", access_log=False, lifespan="off"
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=2,  # long polls would otherwise hold shutdown for their wait
         )
     finally:
         stop.set()

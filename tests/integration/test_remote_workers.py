@@ -306,3 +306,61 @@ def test_many_jobs_on_many_workers_run_exactly_once(
     assert set(runs) == set(ids)
     assert all(lines == ["1"] for lines in runs.values())
     assert all(job["attempts"] == 1 for job in jobs)
+
+
+def test_two_servers_on_one_postgresql_assign_each_job_once(tmp_path: Path) -> None:
+    if postgres_bin() is None:
+        pytest.fail("PostgreSQL is not installed: .ci/run installs it (apt-get install postgresql)")
+    with postgres_cluster() as url:
+        servers = [
+            ServerProcess(tmp_path / f"server{i}", database_url=url, heartbeat_timeout=60).start()
+            for i in range(2)
+        ]
+        workers: list[WorkerProcess] = []
+        try:
+            token = servers[0].client().request("POST", "/v1/tokens", {"kind": "worker"})["token"]
+            for i in range(8):
+                server = servers[i % 2]
+                workers.append(
+                    WorkerProcess(server.url, token, tmp_path / f"w{i}", f"w{i}").start()
+                )
+            wait_for_workers(servers[1].client(), 8)
+            ledger = tmp_path / "ledger"
+            ledger.mkdir()
+            spec = command_job(
+                ["sh", "-c", f'echo "$GPULAYER_ATTEMPT" >> {ledger}/"$GPULAYER_JOB_ID"']
+            )
+            spec["resources"] = {"cpu_cores": 0.25}
+            ids: list[str] = []
+            lock = threading.Lock()
+
+            def submitter(server: ServerProcess) -> None:
+                client = server.client()
+                for _ in range(100):
+                    job_id = submit(client, spec)
+                    with lock:
+                        ids.append(job_id)
+
+            threads = [threading.Thread(target=submitter, args=(servers[i % 2],)) for i in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            client = servers[0].client()
+            deadline = time.monotonic() + 300
+            while (
+                client.jobs(limit=1000, states=["queued", "running"])
+                and time.monotonic() < deadline
+            ):
+                time.sleep(1)
+            jobs = client.jobs(limit=1000)
+            assert Counter(j["state"] for j in jobs) == Counter({"succeeded": 400})
+            runs = {path.name: path.read_text().split() for path in ledger.iterdir()}
+            assert set(runs) == set(ids) and all(lines == ["1"] for lines in runs.values())
+            served = {w["name"] for w in servers[1].client().workers()}
+            assert served == {f"w{i}" for i in range(8)}
+        finally:
+            for worker in workers:
+                worker.stop()
+            for server in servers:
+                server.stop()

@@ -270,7 +270,8 @@ def test_environment_layers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         job_id="job-42",
         attempt=3,
         extra_env={"CUDA_VISIBLE_DEVICES": "1,3"},
-        worker_env={"WORKER_API_KEY": "k-123"},
+        # The worker's environment is where the job starts from and secrets are read from.
+        worker_env={**os.environ, "WORKER_API_KEY": "k-123"},
     )
     assert outcome.state == "succeeded", logs.all_text()
     seen = json.loads(logs.text("stdout"))
