@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,29 +96,25 @@ def apply_flags(base: dict[str, Any] | None, flags: SubmitFlags) -> dict[str, An
     if flags.labels:
         data["labels"] = {**data.get("labels", {}), **parse_pairs(flags.labels, "--label")}
     if flags.secrets:
-        given = [parse_secret(s) for s in flags.secrets]
-        names = {s["name"] for s in given}
-        kept = [
-            s
-            for s in data.get("secrets", [])
-            if not isinstance(s, dict) or s.get("name") not in names
-        ]
-        data["secrets"] = kept + given
+        data["secrets"] = _replace_by(
+            data.get("secrets", []), map(parse_secret, flags.secrets), "name"
+        )
     if flags.inputs:
-        given_inputs = [parse_input(i) for i in flags.inputs]
-        paths = {i["path"] for i in given_inputs}
-        kept_inputs = [
-            i
-            for i in data.get("inputs", [])
-            if not isinstance(i, dict) or i.get("path") not in paths
-        ]
-        data["inputs"] = kept_inputs + given_inputs
+        data["inputs"] = _replace_by(data.get("inputs", []), map(parse_input, flags.inputs), "path")
     if flags.timeout is not None:
         data["timeout_seconds"] = flags.timeout
     for section in ("resources", "placement"):
         if not data[section]:
             del data[section]
     return data
+
+
+def _replace_by(existing: list[Any], given: Iterable[dict[str, str]], key: str) -> list[Any]:
+    """The file's entries, less those a flag gives again (same key), then the flags' entries."""
+    added = list(given)
+    replaced = {entry[key] for entry in added}
+    kept = [e for e in existing if not isinstance(e, dict) or e.get(key) not in replaced]
+    return kept + added
 
 
 def _section(data: dict[str, Any], name: str) -> dict[str, Any]:
