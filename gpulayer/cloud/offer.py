@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gpulayer.spec.currency import ISO_4217_CODES
+from gpulayer.spec.currency import CurrencyCode
 from gpulayer.spec.models import CPU_ARCH_ALIASES, OS_NAMES, Accelerator
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ class Offer(BaseModel):
     os: str = "linux"
     hourly_price: Annotated[float, Field(ge=0)] | None = None
     """None when the price is unknown; such offers never pass a cost cap."""
-    currency: str = "USD"
+    currency: CurrencyCode = "USD"
     spot: bool = False
 
     @field_validator("cuda_compute_capability")
@@ -85,13 +85,6 @@ class Offer(BaseModel):
     @classmethod
     def _known_os(cls, value: str) -> str:
         return _check_os(value)
-
-    @field_validator("currency")
-    @classmethod
-    def _iso_currency(cls, value: str) -> str:
-        if value not in ISO_4217_CODES:
-            raise ValueError(f"{value!r} is not an ISO 4217 currency code such as USD or EUR")
-        return value
 
     @model_validator(mode="after")
     def _gpu_consistency(self) -> Offer:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from pydantic import AfterValidator
+
 _CODES = """
     AED AFN ALL AMD ANG AOA ARS AUD AWG AZN BAM BBD BDT BGN BHD BIF BMD BND BOB BOV BRL BSD
     BTN BWP BYN BZD CAD CDF CHE CHF CHW CLF CLP CNY COP COU CRC CUC CUP CVE CZK DJF DKK DOP
@@ -15,3 +19,12 @@ _CODES = """
 """
 
 ISO_4217_CODES: frozenset[str] = frozenset(_CODES.split())
+
+
+def check_currency(value: str) -> str:
+    if value not in ISO_4217_CODES:
+        raise ValueError(f"{value!r} is not an ISO 4217 currency code such as USD or EUR")
+    return value
+
+
+CurrencyCode = Annotated[str, AfterValidator(check_currency)]

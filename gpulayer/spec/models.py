@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from gpulayer.spec.currency import ISO_4217_CODES
+from gpulayer.spec.currency import CurrencyCode
 from gpulayer.spec.profiles import PROFILES
 
 API_VERSION: Literal["gpulayer.dev/v1alpha1"] = "gpulayer.dev/v1alpha1"
@@ -284,15 +284,8 @@ class PlacementPolicy(StrictModel):
     strategy: Strategy = "spread"
     on_unschedulable: OnUnschedulable = "queue"
     max_hourly_cost: Annotated[float, Field(ge=0)] | None = None
-    currency: str = "USD"
+    currency: CurrencyCode = "USD"
     provisioning: Provisioning | None = None
-
-    @field_validator("currency")
-    @classmethod
-    def _iso_currency(cls, value: str) -> str:
-        if value not in ISO_4217_CODES:
-            raise ValueError(f"{value!r} is not an ISO 4217 currency code such as USD or EUR")
-        return value
 
     @model_validator(mode="after")
     def _fallbacks_distinct(self) -> PlacementPolicy:
