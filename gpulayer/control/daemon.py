@@ -119,6 +119,7 @@ def _run(layout: HomeLayout, listener: socket.socket, token: str, idle_seconds: 
         while not server.should_exit:
             time.sleep(1.0)
             try:
+                service.sweep_lost_workers()  # cloud workers reach this one through SSH tunnels
                 service.dispatch()
                 idle_for = time.monotonic() - service.last_call
                 if idle_for > idle_seconds and service.live_jobs() == 0 and agent.running == 0:
