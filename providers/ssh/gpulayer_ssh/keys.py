@@ -1,0 +1,65 @@
+"""Adding and removing a launch request's public key in a host's authorized_keys.
+
+The line carries the marker ``gpulayer-request:<request id>`` as its comment, so removal takes
+out exactly that line (an exact match on the last field) and nothing the user put there.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from gpulayer.ssh.errors import InvalidHostKey
+from gpulayer.ssh.hostkeys import parse_host_key
+
+MARKER = "gpulayer-request:"
+
+
+def marker(request_id: str) -> str:
+    return f"{MARKER}{request_id}"
+
+
+def key_line(public_key: str, request_id: str) -> str:
+    """``type blob gpulayer-request:<id>``. Anything but a plain key line (options such as
+    ``command=``, a corrupt blob) raises ValueError, so nothing else reaches the file."""
+    try:
+        key = parse_host_key(public_key)
+    except InvalidHostKey as exc:
+        raise ValueError(str(exc).replace("host key", "public key")) from None
+    words = public_key.split()
+    if words[0] != key.key_type:
+        raise ValueError("the public key must start with its key type, without options")
+    return f"{key.key_type} {key.blob} {marker(request_id)}"
+
+
+def _path(path: str) -> str:
+    # "~/" is the login user's home on the host, which only the host's shell knows.
+    if path.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
+def add_command(path: str, public_key: str, request_id: str) -> str:
+    """Host command: append the key line unless the request's line is there already."""
+    line = shlex.quote(key_line(public_key, request_id))
+    mark = shlex.quote(marker(request_id))
+    return (
+        f"umask 077; f={_path(path)}; "
+        'mkdir -p "$(dirname "$f")" && touch "$f" || exit 1; '
+        f"if awk -v m={mark} '$NF == m {{ found = 1 }} END {{ exit !found }}' \"$f\"; "
+        "then exit 0; fi; "
+        # A file without a final newline would glue our line onto the user's last key.
+        'if [ -s "$f" ] && [ -n "$(tail -c 1 "$f")" ]; then echo >>"$f"; fi; '
+        f'printf "%s\\n" {line} >>"$f"'
+    )
+
+
+def remove_command(path: str, request_id: str) -> str:
+    """Host command: drop the request's line, keeping the file itself (owner, mode, inode)."""
+    mark = shlex.quote(marker(request_id))
+    return (
+        f"umask 077; f={_path(path)}; "
+        '[ -f "$f" ] || exit 0; '
+        'tmp="$f.gpulayer-$$"; '
+        f'awk -v m={mark} \'$NF != m\' "$f" >"$tmp" && cat "$tmp" >"$f"; '
+        'status=$?; rm -f "$tmp"; exit $status'
+    )

@@ -1,0 +1,326 @@
+"""The ssh provider: gpulayer's five provider verbs on machines the user already has.
+
+"Launching" a host claims it for one request and lets the request's per-instance key log in;
+"terminating" it ends that job's worker, removes that job's install dir and the key, and frees
+the claim. Nothing is ever powered off, and nothing outside the job's install dir and the key
+line is changed on the host.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from gpulayer.cloud.bootstrap import remove_command, stop_command
+from gpulayer.cloud.cache import DiskCache
+from gpulayer.cloud.errors import CapacityError, ProviderError
+from gpulayer.cloud.offer import Offer, OfferQuery
+from gpulayer.cloud.protocol import Instance, LaunchRequest
+from gpulayer.cloud.settings import load_settings
+from gpulayer_ssh import hardware, keys
+from gpulayer_ssh.claims import Claim, ClaimStore
+from gpulayer_ssh.errors import PROVIDER, HostUnreachable
+from gpulayer_ssh.settings import HostHardware, SshHost, SshProviderSettings
+
+if TYPE_CHECKING:
+    from gpulayer.ssh.session import SshSession
+
+log = logging.getLogger("gpulayer.providers.ssh")
+
+INSTALL_ROOT_TAG = "gpulayer:install-root"
+PYTHON_TAG = "gpulayer:python"
+_JOB_DIR = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_PROBE_WORKERS = 16
+_STOP_GRACE_SECONDS = 10.0
+
+
+class SshHostsProvider:
+    """Existing hosts over SSH. Settings: see :class:`gpulayer_ssh.settings.SshProviderSettings`."""
+
+    name = PROVIDER
+
+    def __init__(self, settings: SshProviderSettings | Mapping[str, Any] | None = None) -> None:
+        self.settings = load_settings(SshProviderSettings, settings, provider=PROVIDER)
+        state = self.settings.resolved_state_dir()
+        self.claims = ClaimStore(state / "claims")
+        self._probes = DiskCache(state / "probes")
+        self._host_keys_dir = state / "host-keys"
+        self._lock = threading.Lock()
+
+    # --- the five verbs -----------------------------------------------------------------------
+
+    def offers(self, query: OfferQuery) -> list[Offer]:
+        """One offer per host that is free and answers (or is described by hand); hosts that
+        cannot be reached are left out and logged."""
+        claimed = {c.host for c in self.claims.all()}
+        free = [h for h in self.settings.hosts if h.name not in claimed]
+        for host in self.settings.hosts:
+            if host.name in claimed:
+                log.info("ssh host %s is claimed by a job; not offered", host.name)
+        if not free:
+            return []
+        with ThreadPoolExecutor(max_workers=min(_PROBE_WORKERS, len(free))) as pool:
+            found = list(pool.map(self._hardware_or_none, free))
+        return [hardware.offer_for(h, hw) for h, hw in zip(free, found, strict=True) if hw]
+
+    def launch(self, offer: Offer, request: LaunchRequest) -> Instance:
+        if offer.provider != PROVIDER:
+            raise ProviderError(f"offer {offer.label} is not an ssh host", provider=PROVIDER)
+        host = self._configured(offer.instance_type)
+        if not _JOB_DIR.match(request.job_id) or request.job_id in (".", ".."):
+            raise ProviderError(
+                f"job id {request.job_id!r} cannot name a directory below {host.install_root}",
+                provider=PROVIDER,
+            )
+        try:
+            command = keys.add_command(
+                host.authorized_keys, request.ssh_public_key, request.request_id
+            )
+        except ValueError as exc:
+            raise ProviderError(f"ssh_public_key: {exc}", provider=PROVIDER) from None
+        wanted = self._claim_for(host, request)
+        held = self.claims.create(wanted)
+        if held.request_id != request.request_id:
+            raise CapacityError(
+                "zone",
+                PROVIDER,
+                host.region,
+                host.name,
+                f"host {host.name} is in use by request {held.request_id} (job {held.job_id})",
+            )
+        fresh = held is wanted
+        try:
+            with self._session(host) as session:
+                _checked(session, command, f"cannot authorize the request's key on {host.name}")
+        except BaseException:
+            if fresh:
+                self.claims.release(host.name, request.request_id)
+            raise
+        return held.instance
+
+    def describe(self, ids: Sequence[str]) -> list[Instance]:
+        found = []
+        for host in dict.fromkeys(ids):
+            claim = self.claims.read(host) if _JOB_DIR.match(host) else None
+            if claim is not None:
+                found.append(claim.instance)
+        return found
+
+    def terminate(self, ids: Sequence[str]) -> None:
+        """End each claimed host's job: stop its worker, remove its install dir and the
+        request's key, free the claim. Unclaimed ids are already done. A host that cannot be
+        reached keeps its claim (so a later terminate or the reaper tries again) and the
+        call raises once every other id was handled."""
+        failures = []
+        for host in dict.fromkeys(ids):
+            claim = self.claims.read(host) if _JOB_DIR.match(host) else None
+            if claim is None:
+                continue
+            try:
+                self._clean(claim)
+            except ProviderError as exc:
+                failures.append(str(exc))
+                continue
+            self.claims.release(claim.host, claim.request_id)
+        if failures:
+            raise ProviderError("; ".join(failures), provider=PROVIDER)
+
+    def list_owned(self, tags: Mapping[str, str]) -> list[Instance]:
+        if not tags:
+            # Without a tag every claim would match, and a reaper would end them all.
+            raise ProviderError("list_owned needs at least one tag to match", provider=PROVIDER)
+        return [
+            claim.instance
+            for claim in self.claims.all()
+            if all(claim.tags.get(k) == v for k, v in tags.items())
+        ]
+
+    # --- for the orchestrator -----------------------------------------------------------------
+
+    def host(self, name: str) -> SshHost:
+        """The settings of a configured host (its python, install root and labels)."""
+        return self._configured(name)
+
+    def install_dir(self, instance_id: str, job_id: str) -> str:
+        """Where a job on that host installs its worker; terminate removes exactly this."""
+        claim = self.claims.read(instance_id)
+        root = (
+            claim.connection["install_root"]
+            if claim is not None
+            else self._configured(instance_id).install_root
+        )
+        return f"{root}/{job_id}"
+
+    def probe(self, name: str, *, refresh: bool = False) -> HostHardware:
+        """A host's hardware, probed over SSH (or as described by hand), cached for the TTL."""
+        host = self._configured(name)
+        if host.hardware is not None:
+            return host.hardware
+        key = f"{host.name}-{host.user}@{host.address}:{host.port}"
+        ttl = 0 if refresh else self.settings.probe_ttl_seconds
+        cached = self._probes.get(key, ttl) if ttl > 0 else None
+        if cached is not None:
+            return HostHardware.model_validate(cached)
+        found = self._probe(host)
+        self._probes.put(key, found.model_dump(mode="json"))
+        return found
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def _configured(self, name: str) -> SshHost:
+        host = self.settings.host(name)
+        if host is None:
+            known = ", ".join(h.name for h in self.settings.hosts)
+            raise ProviderError(f"no host named {name!r} (hosts: {known})", provider=PROVIDER)
+        return host
+
+    def _hardware_or_none(self, host: SshHost) -> HostHardware | None:
+        try:
+            return self.probe(host.name)
+        except HostUnreachable as exc:
+            log.warning("ssh host %s offers nothing: %s", host.name, exc.message)
+            return None
+
+    def _probe(self, host: SshHost) -> HostHardware:
+        with self._session(host) as session:
+            result = session.run(
+                hardware.probe_command(host.install_root),
+                timeout=self.settings.probe_timeout_seconds,
+            )
+        try:
+            return hardware.parse_probe(result.stdout)
+        except ValueError as exc:
+            raise HostUnreachable(
+                host.name, host.region, f"cannot read the hardware of {host.name}: {exc}"
+            ) from exc
+
+    def _session(self, host: SshHost | Mapping[str, Any]) -> _HostSession:
+        return _HostSession(self, host)
+
+    def _claim_for(self, host: SshHost, request: LaunchRequest) -> Claim:
+        tags = {**request.tags, INSTALL_ROOT_TAG: host.install_root, PYTHON_TAG: host.python}
+        instance = Instance(
+            id=host.name,
+            provider=PROVIDER,
+            region=host.region,
+            zone=host.name,
+            state="running",
+            instance_type=host.name,
+            ssh_host=host.address,
+            ssh_user=host.user,
+            ssh_port=host.port,
+            host_key=host.host_key,
+            hourly_price=host.hourly_price,
+            currency=host.currency,
+            spot=False,
+            tags=tags,
+            launched_at=dt.datetime.now(dt.timezone.utc),
+        )
+        return Claim(
+            host=host.name,
+            request_id=request.request_id,
+            job_id=request.job_id,
+            owner=request.owner,
+            tags=tags,
+            instance=instance,
+            connection={
+                "address": host.address,
+                "port": host.port,
+                "user": host.user,
+                "key_path": str(host.key_path),
+                "host_key": host.host_key,
+                "install_root": host.install_root,
+                "authorized_keys": host.authorized_keys,
+                "region": host.region,
+            },
+        )
+
+    def _clean(self, claim: Claim) -> None:
+        conn = claim.connection
+        install_dir = f"{conn['install_root']}/{claim.job_id}"
+        with self._session(conn | {"name": claim.host}) as session:
+            _checked(
+                session,
+                stop_command(install_dir, _STOP_GRACE_SECONDS),
+                f"cannot stop the worker of job {claim.job_id} on {claim.host}",
+            )
+            _checked(
+                session,
+                remove_command(install_dir),
+                f"cannot remove {install_dir} on {claim.host}",
+            )
+            _checked(
+                session,
+                keys.remove_command(str(conn["authorized_keys"]), claim.request_id),
+                f"cannot remove the key of request {claim.request_id} on {claim.host}",
+            )
+
+
+def _checked(session: SshSession, command: str, what: str, timeout: float = 120) -> None:
+    result = session.run(command, timeout=timeout)
+    if result.exit_code != 0:
+        output = (result.stderr or result.stdout).strip().splitlines()
+        raise ProviderError(
+            f"{what} (exit {result.exit_code}): {' | '.join(output[-3:])}", provider=PROVIDER
+        )
+
+
+class _HostSession:
+    """A connected session to a host for one step; SSH failures become provider errors."""
+
+    def __init__(self, provider: SshHostsProvider, host: SshHost | Mapping[str, Any]) -> None:
+        self._provider = provider
+        if isinstance(host, SshHost):
+            host = {
+                "name": host.name,
+                "address": host.address,
+                "port": host.port,
+                "user": host.user,
+                "key_path": str(host.key_path),
+                "host_key": host.host_key,
+                "region": host.region,
+            }
+        self._host = dict(host)
+        self._session: SshSession | None = None
+
+    def __enter__(self) -> SshSession:
+        from gpulayer.ssh.errors import SshError
+        from gpulayer.ssh.hostkeys import JsonHostKeyStore
+        from gpulayer.ssh.session import SshSession
+        from gpulayer.ssh.target import SshTarget
+
+        h = self._host
+        settings = self._provider.settings
+        try:
+            target = SshTarget(
+                str(h["address"]),
+                int(h["port"]),
+                str(h["user"]),
+                key_path=h["key_path"],
+                host_key=h.get("host_key"),
+            )
+            session = SshSession(target, host_keys=JsonHostKeyStore(self._provider._host_keys_dir))
+            self._session = session.connect(timeout=settings.connect_timeout_seconds)
+        except SshError as exc:
+            raise HostUnreachable(str(h["name"]), str(h["region"]), str(exc)) from exc
+        return self._session
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        from gpulayer.errors import UsageError
+        from gpulayer.ssh.errors import SshError
+
+        if self._session is not None:
+            self._session.close()
+        if isinstance(exc, SshError) and not isinstance(exc, UsageError):
+            raise HostUnreachable(str(self._host["name"]), str(self._host["region"]), str(exc))

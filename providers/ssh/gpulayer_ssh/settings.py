@@ -1,0 +1,188 @@
+"""What the ssh provider is told: the hosts it may hand out and where it keeps its state.
+
+Each host is a machine the user already has. Its hardware is probed over SSH (or described
+statically with ``hardware``), it has no price unless one is configured (so a job with a
+cost cap never lands on it), and gpulayer writes on it only below ``install_root`` and in the
+login user's ``authorized_keys``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gpulayer.cloud.offer import MemoryKind
+from gpulayer.spec.currency import ISO_4217_CODES
+from gpulayer.spec.models import CPU_ARCH_ALIASES, OS_NAMES, Accelerator
+
+HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_PATH_CHARS = re.compile(r"^[A-Za-z0-9_.@+/-]+$")
+
+
+def default_state_dir() -> Path:
+    """``$GPULAYER_HOME/ssh-provider``, else the user data directory's."""
+    home = os.environ.get("GPULAYER_HOME")
+    if home:
+        return Path(home) / "ssh-provider"
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("gpulayer", appauthor=False)) / "ssh-provider"
+
+
+class HostHardware(BaseModel):
+    """A host described by hand instead of probed (hosts where probing is unwanted)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cpu_cores: Annotated[float, Field(gt=0)]
+    memory_gb: Annotated[float, Field(gt=0)] | None = None
+    disk_gb: Annotated[float, Field(gt=0)] | None = None
+    cpu_arch: str = "x86_64"
+    os: str = "linux"
+    accelerator: Accelerator = "cpu"
+    gpu_name: str | None = None
+    gpu_count: Annotated[int, Field(ge=0)] = 0
+    gpu_memory_gb: Annotated[float, Field(gt=0)] | None = None
+    gpu_memory_kind: MemoryKind | None = None
+    cuda_compute_capability: str | None = None
+
+    @model_validator(mode="after")
+    def _gpus(self) -> HostHardware:
+        if self.accelerator == "cpu" and self.gpu_count:
+            raise ValueError("gpu_count: a cpu host has no GPUs; set its accelerator")
+        if self.accelerator != "cpu" and not self.gpu_count:
+            raise ValueError(f"gpu_count: a {self.accelerator} host needs at least 1 GPU")
+        return self
+
+    @field_validator("cpu_arch")
+    @classmethod
+    def _arch(cls, value: str) -> str:
+        arch = CPU_ARCH_ALIASES.get(value.lower())
+        if arch is None:
+            known = ", ".join(sorted(CPU_ARCH_ALIASES))
+            raise ValueError(f"unknown cpu_arch {value!r}; known: {known}")
+        return arch
+
+    @field_validator("os")
+    @classmethod
+    def _os(cls, value: str) -> str:
+        if value.lower() not in OS_NAMES:
+            raise ValueError(f"unknown os {value!r}; known: {', '.join(sorted(OS_NAMES))}")
+        return value.lower()
+
+
+class SshHost(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    """Names the host in offers and is the instance id; unique among the hosts."""
+    address: str
+    port: Annotated[int, Field(ge=1, le=65535)] = 22
+    user: str = "root"
+    key_path: Path
+    """The private key gpulayer logs in with to probe, hand out and clean up the host."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    hourly_price: Annotated[float, Field(ge=0)] | None = None
+    """None: no price, so jobs with a cost cap do not use the host."""
+    currency: str = "USD"
+    region: str = "on-prem"
+    host_key: str | None = None
+    """The host's public key line; None trusts the first key seen and pins it."""
+    python: str = "python3"
+    install_root: str = "/var/tmp/gpulayer"
+    """Each job installs into ``install_root/<job id>``; only that directory is removed."""
+    authorized_keys: str = "~/.ssh/authorized_keys"
+    """Where the login user's sshd reads keys from; ``~/`` is the user's home on the host."""
+    hardware: HostHardware | None = None
+    """Described by hand: not probed."""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not HOST_NAME.match(value):
+            raise ValueError("1-63 letters, digits, '_', '.' and '-', starting alphanumeric")
+        return value
+
+    @field_validator("address", "user", "region", "python")
+    @classmethod
+    def _word(cls, value: str) -> str:
+        if not value or any(c.isspace() or c in "\0'\"" for c in value):
+            raise ValueError(f"{value!r} must be one non-empty word")
+        return value
+
+    @field_validator("currency")
+    @classmethod
+    def _currency(cls, value: str) -> str:
+        if value not in ISO_4217_CODES:
+            raise ValueError(f"{value!r} is not an ISO 4217 currency code such as USD or EUR")
+        return value
+
+    @field_validator("host_key")
+    @classmethod
+    def _host_key(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from gpulayer.ssh.errors import InvalidHostKey
+        from gpulayer.ssh.hostkeys import parse_host_key
+
+        try:
+            parse_host_key(value)
+        except InvalidHostKey as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("install_root")
+    @classmethod
+    def _install_root(cls, value: str) -> str:
+        from gpulayer.cloud.bootstrap import install_dir_problem
+
+        value = value.rstrip("/") or "/"
+        # The root itself is never removed, but every job dir below it must be removable.
+        problem = install_dir_problem(f"{value}/job")
+        if problem is not None:
+            raise ValueError(f"job directories below {value!r}: {problem}")
+        return value
+
+    @field_validator("authorized_keys")
+    @classmethod
+    def _authorized_keys(cls, value: str) -> str:
+        rest = value[2:] if value.startswith("~/") else value
+        if not (value.startswith(("~/", "/")) and rest and _PATH_CHARS.match(rest)):
+            raise ValueError("must be an absolute path or one starting with ~/")
+        if ".." in rest.split("/"):
+            raise ValueError("must not contain '..'")
+        return value
+
+    def install_dir(self, job_id: str) -> str:
+        return f"{self.install_root}/{job_id}"
+
+
+class SshProviderSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    hosts: Annotated[list[SshHost], Field(min_length=1)]
+    state_dir: Path | None = None
+    """Claims, probe results and recorded host keys; None: $GPULAYER_HOME/ssh-provider."""
+    probe_ttl_seconds: Annotated[float, Field(ge=0)] = 600
+    """How long a host's probed hardware is reused."""
+    connect_timeout_seconds: Annotated[float, Field(gt=0)] = 10
+    probe_timeout_seconds: Annotated[float, Field(gt=0)] = 30
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> SshProviderSettings:
+        seen: set[str] = set()
+        for index, host in enumerate(self.hosts):
+            if host.name in seen:
+                raise ValueError(f"hosts.{index}.name: {host.name!r} names two hosts")
+            seen.add(host.name)
+        return self
+
+    def resolved_state_dir(self) -> Path:
+        return self.state_dir or default_state_dir()
+
+    def host(self, name: str) -> SshHost | None:
+        return next((h for h in self.hosts if h.name == name), None)

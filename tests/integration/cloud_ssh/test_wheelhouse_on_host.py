@@ -1,0 +1,59 @@
+"""A wheelhouse built from this controller installs on a host with no package index, and the
+venv it makes runs the worker without the server-only packages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpulayer.cloud.wheelhouse import SERVER_ONLY, Wheelhouse
+from tests.integration.cloud_ssh.helpers import PYTHON, connect
+from tests.support.sshd_hosts import SshdHost
+
+pytestmark = pytest.mark.slow
+
+
+def test_venv_made_on_a_host_from_the_wheelhouse_runs_the_worker_cli(
+    ssh_host: SshdHost, wheelhouse: Wheelhouse, tmp_path: Path
+) -> None:
+    remote_wheels = tmp_path / "host-wheels"
+    venv = tmp_path / "venv"
+    pip = next(w for w in wheelhouse.files if w.distribution == "pip")
+    wheels = [str(remote_wheels / w.name) for w in wheelhouse.files if w.distribution != "pip"]
+    session = connect(ssh_host)
+    try:
+        assert session.put_dir(wheelhouse.path, str(remote_wheels)) >= len(wheelhouse.files)
+
+        def run(*argv: str) -> str:
+            result = session.run(list(argv), env={"PIP_CONFIG_FILE": "/dev/null"}, timeout=300)
+            assert result.exit_code == 0, result.stderr
+            return result.stdout
+
+        run(PYTHON, "-m", "venv", "--without-pip", str(venv))
+        run(
+            str(venv / "bin" / "python"),
+            str(remote_wheels / pip.name / "pip"),
+            "install",
+            "--no-index",
+            "--find-links",
+            str(remote_wheels),
+            "--no-deps",
+            "--no-cache-dir",
+            *wheels,
+        )
+        python = str(venv / "bin" / "python")
+        assert "worker" in run(python, "-m", "gpulayer", "--help")
+        assert "--deadman-action" in run(python, "-m", "gpulayer", "worker", "start", "--help")
+        located = run(python, "-c", "import gpulayer; print(gpulayer.__file__)").strip()
+        # The package came from the wheel, not from the source tree of this checkout.
+        assert located.startswith(str(venv))
+        check = "; ".join(
+            f"import importlib.util as u; assert u.find_spec({name!r}) is None, {name!r}"
+            for name in sorted(SERVER_ONLY)
+        )
+        run(python, "-c", check)
+        # The gpulayer console script was written by pip from the wheel's entry points.
+        assert "worker" in run(str(venv / "bin" / "gpulayer"), "--help")
+    finally:
+        session.close()
