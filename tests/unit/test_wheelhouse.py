@@ -253,7 +253,7 @@ def test_wheelhouse_is_built_once_and_holds_the_real_gpulayer_package(tmp_path: 
             f"gpulayer-{metadata.version('gpulayer')}.dist-info/entry_points.txt"
         ).decode()
     # Made from the package itself, not from an editable install's .pth file.
-    assert "gpulayer/cli/app.py" in names and "gpulayer/cloud/wheelhouse.py" in names
+    assert "gpulayer/cli/app.py" in names and "gpulayer/cloud/wheelhouse/build.py" in names
     assert not [n for n in names if n.endswith((".pth", ".pyc"))]
     assert "gpulayer = gpulayer.cli:main" in entry_points
     with zipfile.ZipFile(house.path / by_name["pip"].name) as archive:

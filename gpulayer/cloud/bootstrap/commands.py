@@ -1,0 +1,229 @@
+"""The commands a bootstrap runs on the host, and reading their answers. Pure.
+
+Every command is one POSIX sh line; paths and arguments are quoted, and the join token is
+never part of one.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import shlex
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpulayer.cloud.bootstrap.errors import BootstrapPlanError, HostIncompatible
+from gpulayer.cloud.bootstrap.plan import (
+    BootstrapPlan,
+    check_install_dir,
+    format_seconds,
+    worker_args,
+)
+
+if TYPE_CHECKING:
+    from gpulayer.cloud.wheelhouse import Wheelhouse
+
+MIN_PYTHON = (3, 10)
+PHASE_PREFIX = "gpulayer-bootstrap:"
+SCRIPT_NAME = "bootstrap.sh"
+TOKEN_NAME = "worker.token"
+PID_NAME = "worker.pid"
+LOG_NAME = "worker.log"
+STOP_GRACE_SECONDS = 10.0
+KILL_AFTER_SECONDS = 5
+
+
+@dataclass(frozen=True)
+class HostPython:
+    """What the host's python said about itself."""
+
+    version: str
+    implementation: str
+    platform: str
+    glibc: str | None
+    has_venv: bool
+    executable: str
+    wheels: dict[str, tuple[int, str]]
+    """Wheel file name -> (size, sha256) already in the host's wheelhouse dir."""
+
+
+def install_command(
+    plan: BootstrapPlan,
+    wheelhouse_dir: str,
+    remote_port: int,
+    time_limit: float,
+    gpulayer_version: str | None = None,
+) -> str:
+    """The host command that runs the script, bounded by ``timeout`` where the host has it.
+    ``gpulayer_version`` pins what the script installs should it fall back to an index."""
+    script = posixpath.join(plan.install_dir, SCRIPT_NAME)
+    join_timeout = max(5, int(time_limit) - KILL_AFTER_SECONDS)
+    argv = [
+        "sh",
+        script,
+        "install",
+        "--install-dir",
+        plan.install_dir,
+        "--wheelhouse",
+        wheelhouse_dir,
+        "--python",
+        plan.python,
+        "--token-file",
+        posixpath.join(plan.install_dir, TOKEN_NAME),
+        "--join-timeout",
+        str(join_timeout),
+    ]
+    if plan.system_site_packages:
+        argv.append("--system-site-packages")
+    if gpulayer_version:
+        argv += ["--index-version", gpulayer_version]
+    argv += ["--", *worker_args(plan, remote_port)]
+    bounded = ["timeout", "-k", str(KILL_AFTER_SECONDS), str(max(1, int(time_limit))), *argv]
+    return (
+        f"if command -v timeout >/dev/null 2>&1; then exec {shlex.join(bounded)}; "
+        f"else exec {shlex.join(argv)}; fi"
+    )
+
+
+def stop_command(install_dir: str, grace_seconds: float = STOP_GRACE_SECONDS) -> str:
+    """Host command: end the worker of ``install_dir`` (TERM to its group, KILL after the
+    grace) and every process that names a path in the install dir or works in it (pip, jobs).
+    Succeeds when nothing runs there."""
+    check_install_dir(install_dir)
+    script = posixpath.join(install_dir, SCRIPT_NAME)
+    argv = [
+        "sh",
+        script,
+        "stop",
+        "--install-dir",
+        install_dir,
+        "--grace",
+        format_seconds(grace_seconds),
+    ]
+    # Without the script (it never arrived) no worker was started, but a timed-out step may
+    # still run: the sweep below is the script's own, inline.
+    sweep = (
+        f"D={shlex.quote(install_dir + '/')}; export D; "
+        'pids=$( { ps -e -o pid= -o args= 2>/dev/null | awk \'index($0, ENVIRON["D"]) '
+        "{ print $1 }'; "
+        f"find /proc/[0-9]*/cwd -maxdepth 0 \\( -lname {shlex.quote(install_dir)} -o -lname "
+        f"{shlex.quote(install_dir + '/*')} \\) 2>/dev/null | "
+        "sed 's,^/proc/\\([0-9]*\\)/cwd$,\\1,'; } | sort -u | "
+        'grep -v -x -e "$$" -e "$PPID"); '
+        '[ -z "$pids" ] || kill -KILL $pids 2>/dev/null; true'
+    )
+    return f"if [ -f {shlex.quote(script)} ]; then {shlex.join(argv)}; else {sweep}; fi"
+
+
+def remove_command(install_dir: str) -> str:
+    """Host command: delete ``install_dir``, refusing when it holds the login's home."""
+    check_install_dir(install_dir)
+    quoted = shlex.quote(install_dir)
+    return (
+        f'case "${{HOME:-/nonexistent}}/" in {quoted}/*) '
+        f"echo '{PHASE_PREFIX} error: refusing to remove {install_dir}: it holds the home "
+        "directory' >&2; exit 1;; esac; "
+        # A process that was just killed may still be writing; a second pass takes the rest.
+        f"rm -rf -- {quoted} 2>/dev/null || {{ sleep 1; rm -rf -- {quoted}; }}"
+    )
+
+
+_PROBE = r"""
+import hashlib, json, os, platform, sys, sysconfig
+out = {"version": "%d.%d.%d" % tuple(sys.version_info[:3]), "executable": sys.executable}
+impl = getattr(sys, "implementation", None)
+out["implementation"] = impl.name if impl else platform.python_implementation().lower()
+out["platform"] = sysconfig.get_platform().replace("-", "_").replace(".", "_")
+libc = platform.libc_ver()
+out["glibc"] = libc[1] if libc[0] == "glibc" else None
+try:
+    import venv
+    out["venv"] = True
+except ImportError:
+    out["venv"] = False
+install_dir, wheelhouse, want = sys.argv[1], sys.argv[2], tuple(map(int, sys.argv[3].split(".")))
+home = os.path.realpath(os.path.expanduser("~"))
+wheels = {}
+if (home + "/").startswith(os.path.realpath(install_dir) + "/"):
+    out["refused"] = "install_dir holds the home directory " + home
+elif tuple(sys.version_info[:2]) >= want and out["venv"]:
+    if not os.path.isdir(install_dir):
+        os.makedirs(install_dir, 0o700)
+    os.chmod(install_dir, 0o700)
+    if not os.path.isdir(wheelhouse):
+        os.makedirs(wheelhouse, 0o755)
+    for name in sorted(os.listdir(wheelhouse)):
+        path = os.path.join(wheelhouse, name)
+        if name.endswith(".whl") and os.path.isfile(path):
+            digest = hashlib.sha256()
+            with open(path, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+            wheels[name] = [os.path.getsize(path), digest.hexdigest()]
+out["wheels"] = wheels
+sys.stdout.write(json.dumps(out) + "\n")
+"""
+
+
+def probe_command(python: str, install_dir: str, wheelhouse_dir: str) -> str:
+    minimum = ".".join(map(str, MIN_PYTHON))
+    run = shlex.join([python, "-c", _PROBE, install_dir, wheelhouse_dir, minimum])
+    missing = json.dumps({"missing": python})
+    return (
+        f"if ! command -v {shlex.quote(python)} >/dev/null 2>&1; then "
+        f"echo {shlex.quote(missing)}; exit 0; fi; {run}"
+    )
+
+
+def parse_probe(text: str, python: str) -> HostPython:
+    """Read the probe's JSON line; raise HostIncompatible for a host that cannot run the
+    worker."""
+    line = next((ln for ln in reversed(text.splitlines()) if ln.startswith("{")), "")
+    try:
+        data: dict[str, Any] = json.loads(line)
+    except ValueError:
+        raise HostIncompatible(
+            f"python {python!r} on the host does not run", text.splitlines()
+        ) from None
+    if "missing" in data:
+        raise HostIncompatible(
+            f"python {python!r} not found on the host; install python3 (>= 3.10) "
+            "or set the host's python"
+        )
+    if data.get("refused"):
+        raise BootstrapPlanError(f"install_dir: {data['refused']}")
+    version = str(data.get("version", "0.0.0"))
+    numbers = tuple(int(p) for p in version.split(".")[:2])
+    if numbers < MIN_PYTHON:
+        raise HostIncompatible(
+            f"python {version} at {data.get('executable')} is too old; the worker needs "
+            f"python >= {'.'.join(map(str, MIN_PYTHON))}"
+        )
+    if not data.get("venv"):
+        raise HostIncompatible(
+            f"python {version} at {data.get('executable')} has no venv module "
+            "(Debian/Ubuntu: apt-get install python3-venv)"
+        )
+    wheels = {str(k): (int(v[0]), str(v[1])) for k, v in dict(data.get("wheels", {})).items()}
+    return HostPython(
+        version=version,
+        implementation=str(data.get("implementation", "cpython")),
+        platform=str(data.get("platform", "")),
+        glibc=data.get("glibc") or None,
+        has_venv=True,
+        executable=str(data.get("executable", python)),
+        wheels=wheels,
+    )
+
+
+def missing_wheels(wheelhouse: Wheelhouse, present: dict[str, tuple[int, str]]) -> list[str]:
+    """Wheels the host lacks or holds with another size or digest."""
+    return [w.name for w in wheelhouse.files if present.get(w.name) != (w.size, w.sha256)]
+
+
+def phase_field(lines: list[str], name: str) -> str | None:
+    marker = f"{PHASE_PREFIX} {name}="
+    for line in reversed(lines):
+        if line.startswith(marker):
+            return line[len(marker) :].strip()
+    return None
