@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -138,13 +139,15 @@ class Bench:
         return time.perf_counter() - started
 
     def close(self) -> None:
-        for worker, _ in self.workers:
-            worker.stop(grace_seconds=2)
-            worker.cleanup()
-        for session in {id(s): s for _, s in self.workers}.values():
-            session.close()
-        self.server.stop()
-        self.lab.close()
+        try:
+            for worker, _ in self.workers:
+                worker.stop(grace_seconds=2)
+                worker.cleanup()
+        finally:
+            for session in {id(s): s for _, s in self.workers}.values():
+                session.close()
+            self.server.stop()
+            self.lab.close()
 
 
 def main() -> None:
@@ -171,6 +174,7 @@ def main() -> None:
         warm = statistics.median(bench.warm() for _ in range(args.repeat))
     finally:
         bench.close()
+        shutil.rmtree(base, ignore_errors=True)
 
     print(
         f"hosts: sshd in {bench.lab.mode} mode; wheelhouse {len(wheelhouse.files)} wheels, "
