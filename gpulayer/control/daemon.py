@@ -26,6 +26,19 @@ log = logging.getLogger("gpulayer.daemon")
 DEFAULT_IDLE_SECONDS = 300.0
 
 
+def local_tokens(admin_token: str, store: Any) -> Any:
+    """The local admin token (from the 0600 file), plus worker tokens made for cloud workers."""
+    from gpulayer.control.api import single_token
+    from gpulayer.control.tokens import hash_token
+
+    admin = single_token(admin_token)
+
+    def authenticate(given: str) -> str | None:
+        return admin(given) or store.token_kind(hash_token(given))
+
+    return authenticate
+
+
 def _acquire_lock(path: Path) -> Any:
     import fcntl
 
@@ -99,7 +112,7 @@ def serve(layout: HomeLayout, *, idle_seconds: float) -> int:
 def _run(layout: HomeLayout, listener: socket.socket, token: str, idle_seconds: float) -> int:
     import uvicorn
 
-    from gpulayer.control.api import create_app, single_token
+    from gpulayer.control.api import create_app
     from gpulayer.control.provisioner import attach_provisioner
     from gpulayer.control.service import ControlService
     from gpulayer.control.store import Store
@@ -108,7 +121,7 @@ def _run(layout: HomeLayout, listener: socket.socket, token: str, idle_seconds: 
     service = ControlService(store, layout)
     agent = start_local_worker(service, layout)
     provisioner = attach_provisioner(service, control_port=listener.getsockname()[1])
-    app = create_app(service, single_token(token), embedded=True)
+    app = create_app(service, local_tokens(token, store), embedded=True)
     # Long polls (logs -f, idle workers) would hold a graceful shutdown for their full wait.
     config = uvicorn.Config(
         app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2

@@ -55,6 +55,9 @@ def plan_assignments(store: Store) -> list[tuple[str, str, tuple[int, ...]]]:
     decisions: list[tuple[str, str, tuple[int, ...]]] = []
     for target, kind in TARGET_WORKER_KIND.items():
         jobs = [j for j in queued if j.target == target]
+        if target == "cloud":
+            # A cloud job runs only on the machine rented for it, once that machine's worker joined.
+            jobs = [j for j in jobs if j.spec["placement"].get("worker_ids")]
         workers = [v.snapshot for v in views if v.kind == kind]
         if not jobs or not workers:
             continue

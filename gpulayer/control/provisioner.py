@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -47,20 +48,26 @@ class Provisioner:
         control_port: int,
         owner: str,
         load_providers: ProvidersLoader,
-        settings: Mapping[str, Any] | None = None,
+        settings: Callable[[], Mapping[str, Any]] | None = None,
     ) -> None:
         self.service = service
         self.store = service.store
         self.control_port = control_port
         self.owner = owner
         self.load_providers = load_providers
-        self.settings = dict(settings or {})
+        self._settings = settings or dict
         self.keys_dir = service.layout.root / "keys"
         self._active: set[str] = set()
         self._lock = threading.Lock()
+        self._reap_lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
         service.on_work(self._wake.set)
+
+    @property
+    def settings(self) -> Mapping[str, Any]:
+        """Read at each use, so an edited providers.yaml applies to the next job."""
+        return self._settings()
 
     # --- the loop that picks cloud jobs up ----------------------------------------------------
 
@@ -201,7 +208,8 @@ class Provisioner:
                 blocked.record(exc)
                 failures.append(str(exc))
                 self._note(job_id, f"{offer.label}: {exc}; blocking that {exc.scope} and moving on")
-            except (ProviderError, ProvisionFailed) as exc:
+            except (ProviderError, ProvisionFailed, GpulayerError) as exc:
+                # SSH, bootstrap (e.g. a host without a usable python) or launch failed here.
                 failures.append(str(exc))
                 self._note(job_id, f"{offer.label}: {exc}; trying the next offer")
         return self._next_target_or_fail(
@@ -314,14 +322,12 @@ class Provisioner:
             key_path=key_path,
             host_key=instance.host_key,
         )
-        self._note(job_id, f"waiting for SSH on {target}")
-        session = wait_for_ssh(
-            target, _remaining(deadline), host_keys=JsonHostKeyStore(self.service.layout.root)
-        )
-        token = self.service.create_token(
-            "worker", f"cloud worker {instance.tags.get('gpulayer:request', '')}"
-        )
         request_id = instance.tags.get("gpulayer:request") or ""
+        self._note(job_id, f"waiting for SSH on {target}")
+        # Host keys are pinned for this instance's life; its address may later be another's.
+        host_keys = JsonHostKeyStore(self.keys_dir / f"{request_id}.hosts")
+        session = wait_for_ssh(target, _remaining(deadline), host_keys=host_keys)
+        token = self.service.create_token("worker", f"cloud worker {request_id}")
         install_root = instance.tags.get("gpulayer:install-root", INSTALL_ROOT)
         plan = BootstrapPlan(
             install_dir=f"{install_root}/{job_id}",
@@ -336,6 +342,7 @@ class Provisioner:
             currency=offer.currency,
             deadman_seconds=float(self.settings.get("deadman_seconds", DEFAULT_DEADMAN_SECONDS)),
             deadman_action=self._deadman_action(offer.provider),
+            python=instance.tags.get("gpulayer:python", "python3"),
         )
         self._note(job_id, "bootstrapping the worker")
         wheelhouse = build_wheelhouse(self.service.layout.root / "cache" / "wheelhouse")
@@ -400,15 +407,19 @@ class Provisioner:
         from gpulayer.ssh.keys import remove_keypair
 
         if remote is not None:
-            for step in (remote.stop, remote.cleanup):
+            for step in (remote.stop, remote.cleanup, remote.close):
                 try:
                     step()
                 except Exception as exc:
                     log.warning("worker teardown on %s: %s", request_id, exc)
+        for worker in self.store.list_workers():
+            if worker.name == request_id and worker.state != "gone":
+                self.store.set_worker_state(worker.id, "gone")  # its machine is being handed back
         self._terminate(self.store.get_instance(request_id), provider)
         if token_hash is not None:
             self.store.remove_token(token_hash)
         remove_keypair(keys)
+        shutil.rmtree(self.keys_dir / f"{request_id}.hosts", ignore_errors=True)
         self._note(job_id, f"instance {request_id} torn down")
 
     def _terminate(self, record: InstanceRecord, provider: Any) -> bool:
@@ -424,15 +435,26 @@ class Provisioner:
         if not ids:
             # Launch may have gone through without an answer: find it by its request tag.
             ids = [i.id for i in provider.list_owned({"gpulayer:request": record.request_id})]
-        try:
-            if ids:
-                provider.terminate(ids)
-                still = [i for i in provider.describe(ids) if i.state not in ("terminated",)]
-                if still:
-                    raise ProvisionFailed(f"{', '.join(i.id for i in still)} not terminated yet")
-        except Exception as exc:
-            log.warning("terminating %s failed (%s); the reaper will retry", record.request_id, exc)
-            self.store.update_instance(record.request_id, note=f"terminate failed: {exc}")
+        error: Exception | None = None
+        for delay in (0.0, 1.0, 3.0):  # an SSH hiccup right after the job must not leave a bill
+            time.sleep(delay)
+            try:
+                if ids:
+                    provider.terminate(ids)
+                    still = [i for i in provider.describe(ids) if i.state != "terminated"]
+                    if still:
+                        raise ProvisionFailed(
+                            f"{', '.join(i.id for i in still)} not terminated yet"
+                        )
+                error = None
+                break
+            except Exception as exc:
+                error = exc
+        if error is not None:
+            log.warning(
+                "terminating %s failed (%s); the reaper will retry", record.request_id, error
+            )
+            self.store.update_instance(record.request_id, note=f"terminate failed: {error}")
             return False
         self.store.update_instance(record.request_id, state="terminated", ended_at=time.time())
         return True
@@ -488,6 +510,10 @@ class Provisioner:
 
     def reap(self, *, dry_run: bool = False) -> list[dict[str, Any]]:
         """End owned instances that have no live job. Returns what was (or would be) ended."""
+        with self._reap_lock:
+            return self._reap(dry_run=dry_run)
+
+    def _reap(self, *, dry_run: bool) -> list[dict[str, Any]]:
         live = self.active_jobs()
         ended: list[dict[str, Any]] = []
         providers: Mapping[str, Any] = {}
@@ -584,7 +610,7 @@ def attach_provisioner(service: ControlService, control_port: int) -> Provisione
         control_port=control_port,
         owner=owner_id(root),
         load_providers=lambda only: enabled_providers(root, only),
-        settings=orchestrator_settings(root),
+        settings=lambda: orchestrator_settings(root),
     )
     service.cloud_available = lambda: bool(provider_settings(root))
     service.provisioner = provisioner

@@ -96,7 +96,7 @@ class SshHostsProvider:
             )
         fresh = held is wanted
         try:
-            with self._session(host) as session:
+            with self._session(host, wait=self.settings.launch_wait_seconds) as session:
                 _checked(session, command, f"cannot authorize the request's key on {host.name}")
         except BaseException:
             if fresh:
@@ -200,8 +200,8 @@ class SshHostsProvider:
                 host.name, host.region, f"cannot read the hardware of {host.name}: {exc}"
             ) from exc
 
-    def _session(self, host: SshHost | Mapping[str, Any]) -> _HostSession:
-        return _HostSession(self, host)
+    def _session(self, host: SshHost | Mapping[str, Any], *, wait: float = 0) -> _HostSession:
+        return _HostSession(self, host, wait=wait)
 
     def _claim_for(self, host: SshHost, request: LaunchRequest) -> Claim:
         tags = {**request.tags, INSTALL_ROOT_TAG: host.install_root, PYTHON_TAG: host.python}
@@ -274,8 +274,11 @@ def _checked(session: SshSession, command: str, what: str, timeout: float = 120)
 class _HostSession:
     """A connected session to a host for one step; SSH failures become provider errors."""
 
-    def __init__(self, provider: SshHostsProvider, host: SshHost | Mapping[str, Any]) -> None:
+    def __init__(
+        self, provider: SshHostsProvider, host: SshHost | Mapping[str, Any], *, wait: float = 0
+    ) -> None:
         self._provider = provider
+        self._wait = wait
         if isinstance(host, SshHost):
             host = {
                 "name": host.name,
@@ -305,8 +308,20 @@ class _HostSession:
                 key_path=h["key_path"],
                 host_key=h.get("host_key"),
             )
-            session = SshSession(target, host_keys=JsonHostKeyStore(self._provider._host_keys_dir))
-            self._session = session.connect(timeout=settings.connect_timeout_seconds)
+            host_keys = JsonHostKeyStore(self._provider._host_keys_dir)
+            if self._wait > 0:
+                from gpulayer.ssh.wait import wait_for_ssh
+
+                self._session = wait_for_ssh(
+                    target,
+                    self._wait,
+                    host_keys=host_keys,
+                    attempt_timeout=settings.connect_timeout_seconds,
+                    retry_auth=False,
+                )
+            else:
+                session = SshSession(target, host_keys=host_keys)
+                self._session = session.connect(timeout=settings.connect_timeout_seconds)
         except SshError as exc:
             raise HostUnreachable(str(h["name"]), str(h["region"]), str(exc)) from exc
         return self._session

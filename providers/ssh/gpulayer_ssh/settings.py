@@ -170,6 +170,8 @@ class SshProviderSettings(BaseModel):
     probe_ttl_seconds: Annotated[float, Field(ge=0)] = 600
     """How long a host's probed hardware is reused."""
     connect_timeout_seconds: Annotated[float, Field(gt=0)] = 10
+    launch_wait_seconds: Annotated[float, Field(ge=0)] = 120
+    """How long launch waits for a host's SSH to answer (a host that is rebooting)."""
     probe_timeout_seconds: Annotated[float, Field(gt=0)] = 30
 
     @model_validator(mode="after")
