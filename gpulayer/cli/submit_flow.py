@@ -49,16 +49,25 @@ def describe_end(job: dict[str, Any]) -> str | None:
 
 def stream_until_done(client: ControlClient, job_id: str) -> dict[str, Any]:
     """Print the job's output live; Ctrl-C cancels the job, then waits for it to end."""
+    from gpulayer.cli.phases import PhaseDisplay
+
     after = 0
     cancelling = False
+    phases = PhaseDisplay()
     while True:
         try:
             for item in client.follow_logs(job_id, after=after):
                 if "job" in item:
+                    phases.close()
                     return dict(item["job"])
                 after = item["id"]
+                if item["stream"] == "system" and phases.live:
+                    phases.phase(item["text"].rstrip("\n"))
+                    continue
+                phases.output_started()
                 print_line(item)
         except KeyboardInterrupt:
+            phases.close()
             if cancelling:
                 raise
             cancelling = True
