@@ -65,6 +65,17 @@ def unregister_fetcher(scheme: str) -> None:
     _fetchers.pop(scheme.lower(), None)
 
 
+def _plugin_fetcher(scheme: str) -> Fetcher | None:
+    """A fetcher an installed provider offers under the entry-point group gpulayer.fetchers."""
+    from importlib.metadata import entry_points
+
+    for entry in entry_points(group="gpulayer.fetchers", name=scheme):
+        fetcher: Fetcher = entry.load()
+        register_fetcher(scheme, fetcher)
+        return fetcher
+    return None
+
+
 def url_scheme(artifact: str) -> str | None:
     match = _SCHEME_RE.match(artifact)
     return match.group(1).lower() if match else None
@@ -135,7 +146,7 @@ def stage_input(
     if scheme == "file":
         return _stage_local(artifact[len("file://") :], target, None, field, artifact)
     if scheme is not None:
-        fetcher = _fetchers.get(scheme)
+        fetcher = _fetchers.get(scheme) or _plugin_fetcher(scheme)
         if fetcher is None:
             provider = _PROVIDER_FOR_SCHEME.get(scheme)
             need = f"the {provider} provider must be installed" if provider else "no fetcher"
