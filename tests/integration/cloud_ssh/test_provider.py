@@ -326,7 +326,7 @@ def test_list_owned_matches_every_tag(ssh_hosts: Any, tmp_path: Path) -> None:
 
 
 def test_launch_of_an_unreachable_host_frees_its_claim(ssh_host: SshdHost, tmp_path: Path) -> None:
-    provider = make_provider(tmp_path, [host_entry(ssh_host, tmp_path)])
+    provider = make_provider(tmp_path, [host_entry(ssh_host, tmp_path)], launch_wait_seconds=2)
     offer = offer_of(provider, ssh_host.name)
     ssh_host.stop()
     request, _ = request_for(tmp_path, "r-lost")
@@ -372,3 +372,17 @@ def test_two_hosts_with_one_name_are_refused() -> None:
     entry = {"name": "box", "address": "10.0.0.5", "key_path": "/keys/box"}
     with pytest.raises(ProviderSettingsError, match=r"hosts\.1\.name"):
         SshHostsProvider({"hosts": [entry, entry | {"address": "10.0.0.6"}]})
+
+
+def test_launch_waits_for_a_host_whose_ssh_comes_up_late(
+    ssh_host: SshdHost, tmp_path: Path
+) -> None:
+    provider = make_provider(tmp_path, [host_entry(ssh_host, tmp_path)], launch_wait_seconds=30)
+    offer = offer_of(provider, ssh_host.name)
+    ssh_host.stop()
+    ssh_host.start(delay=2)  # rebooting: SSH answers a little later
+    request, _ = request_for(tmp_path, "r-late")
+    instance = provider.launch(offer, request)
+    assert instance.id == ssh_host.name
+    assert [i.id for i in provider.describe([ssh_host.name])] == [ssh_host.name]
+    provider.terminate([ssh_host.name])
