@@ -415,12 +415,15 @@ class Provisioner:
         for worker in self.store.list_workers():
             if worker.name == request_id and worker.state != "gone":
                 self.store.set_worker_state(worker.id, "gone")  # its machine is being handed back
-        self._terminate(self.store.get_instance(request_id), provider)
+        ended = self._terminate(self.store.get_instance(request_id), provider)
         if token_hash is not None:
             self.store.remove_token(token_hash)
         remove_keypair(keys)
         shutil.rmtree(self.keys_dir / f"{request_id}.hosts", ignore_errors=True)
-        self._note(job_id, f"instance {request_id} torn down")
+        if ended:
+            self._note(job_id, f"instance {request_id} torn down")
+        else:
+            self._note(job_id, f"instance {request_id}: terminating failed; the reaper will retry")
 
     def _terminate(self, record: InstanceRecord, provider: Any) -> bool:
         if record.gone:
@@ -432,13 +435,15 @@ class Provisioner:
             return True
         self.store.update_instance(record.request_id, state="terminating")
         ids = [record.instance_id] if record.instance_id else []
-        if not ids:
-            # Launch may have gone through without an answer: find it by its request tag.
-            ids = [i.id for i in provider.list_owned({"gpulayer:request": record.request_id})]
         error: Exception | None = None
         for delay in (0.0, 1.0, 3.0):  # an SSH hiccup right after the job must not leave a bill
             time.sleep(delay)
             try:
+                if not record.instance_id:
+                    # Launch may have gone through without an answer: find it by its request
+                    # tag. Inside the retries, so a failing lookup is retried and recorded too.
+                    owned = provider.list_owned({"gpulayer:request": record.request_id})
+                    ids = [i.id for i in owned]
                 if ids:
                     provider.terminate(ids)
                     still = [i for i in provider.describe(ids) if i.state != "terminated"]
@@ -462,6 +467,7 @@ class Provisioner:
     def _next_target_or_fail(self, job_id: str, spec: JobSpec, why: str) -> None:
         chain = spec.placement.targets
         position = chain.index("cloud") if "cloud" in chain else len(chain) - 1
+        refused: list[str] = []
         for target in chain[position + 1 :]:
             from gpulayer.control.targets import choose_target
 
@@ -476,6 +482,11 @@ class Provisioner:
                 )
                 self.service.dispatch()
                 return
+            # The first decision walked the whole rest of the chain: its notes say, per
+            # fallback target, why that one cannot run the job either.
+            refused = refused or decision.notes
+        if refused:
+            why = f"{why}; fallback: {'; '.join(refused)}"
         self._fail(job_id, "unschedulable", why)
 
     def _fail(self, job_id: str, reason: str, message: str) -> None:

@@ -688,13 +688,36 @@ class SshdLab:
                 return address, probe.getsockname()[1]
         raise SshdHostError("no free loopback address")
 
-    def add_host(self, name: str | None = None, *, start: bool = True) -> SshdHost:
+    def _requested_address(self, address: str) -> tuple[str, int]:
+        """``address`` when it is a free host address of this lab's own network."""
+        if self.mode != "netns" or self.subnet is None:
+            raise SshdHostError(f"a host at {address} needs a netns lab; this one is {self.mode}")
+        try:
+            wanted = ipaddress.IPv4Address(address)
+        except ValueError:
+            raise SshdHostError(f"{address!r} is not an IPv4 address") from None
+        if wanted not in self.subnet or str(wanted) == self.gateway:
+            raise SshdHostError(f"{address} is not a host address of the lab's {self.subnet}")
+        if wanted in (self.subnet.network_address, self.subnet.broadcast_address):
+            raise SshdHostError(f"{address} is not a host address of the lab's {self.subnet}")
+        if any(h.address == str(wanted) for h in self.hosts):
+            raise SshdHostError(f"{address} is taken by another host of the lab")
+        return str(wanted), 22
+
+    def add_host(
+        self, name: str | None = None, *, start: bool = True, address: str | None = None
+    ) -> SshdHost:
+        """A new host; ``address`` puts it at that free address of the lab's network (netns
+        labs only), as a cloud hands an instance the address it picked, instead of the next
+        free one."""
         if self._closed:
             raise SshdHostError("lab is closed")
         with self._lock:
             index = self._counter
             self._counter += 1
-            address, port = self._free_address()
+            address, port = (
+                self._free_address() if address is None else self._requested_address(address)
+            )
             user = "root" if os.geteuid() == 0 else _user_name()
             host = SshdHost(
                 lab=self,

@@ -179,6 +179,10 @@ def _run_instance(
     }
     if offer.hourly_price is not None:
         instance_tags[t.PRICE] = f"{offer.hourly_price:g}"
+    if settings.python is not None:
+        instance_tags[t.PYTHON] = settings.python
+    if settings.install_root is not None:
+        instance_tags[t.INSTALL_ROOT] = settings.install_root
     interface: dict[str, Any] = {
         "DeviceIndex": 0,
         "SubnetId": place.subnet_id,

@@ -45,6 +45,12 @@ class AwsSettings(BaseModel):
     """Image selector used when a launch request brings none (see images.py)."""
     ssh_user: str = "ubuntu"
     """Login user when the image selector names none."""
+    python: str | None = None
+    """The python the worker bootstrap runs on instances, for images whose ``python3`` on the
+    login PATH is not the one to use (e.g. /opt/conda/bin/python3); None: ``python3``."""
+    install_root: str | None = None
+    """Where workers are installed on instances, one directory per job below it (e.g. a
+    larger data disk); None: the orchestrator's default, /var/tmp/gpulayer."""
     poll_seconds: Annotated[float, Field(gt=0)] = 5
     terminate_timeout_seconds: Annotated[float, Field(gt=0)] = 600
     max_attempts: Annotated[int, Field(ge=1, le=20)] = 4
@@ -57,6 +63,27 @@ class AwsSettings(BaseModel):
             if not _REGION_RE.match(region):
                 raise ValueError(f"{region!r} is not an AWS region name such as us-east-1")
         return list(dict.fromkeys(regions))
+
+    @field_validator("python")
+    @classmethod
+    def _python(cls, value: str | None) -> str | None:
+        if value is not None and (not value or any(c.isspace() or c in "\0'\"" for c in value)):
+            raise ValueError(f"{value!r} must be one non-empty word")
+        return value
+
+    @field_validator("install_root")
+    @classmethod
+    def _install_root(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from gpulayer.cloud.bootstrap import install_dir_problem
+
+        value = value.rstrip("/") or "/"
+        # The root itself is never removed, but every job dir below it must be removable.
+        problem = install_dir_problem(f"{value}/job")
+        if problem is not None:
+            raise ValueError(f"job directories below {value!r}: {problem}")
+        return value
 
     def default_cache_dir(self) -> Path:
         from gpulayer.cloud.cache import default_cache_dir

@@ -10,6 +10,9 @@ JOB = "gpulayer:job"
 REQUEST = "gpulayer:request"
 PRICE = "gpulayer:hourly-price"
 SSH_USER = "gpulayer:ssh-user"
+# Read by the orchestrator's bootstrap from the instance it is handed.
+PYTHON = "gpulayer:python"
+INSTALL_ROOT = "gpulayer:install-root"
 
 
 def resource_name(request_id: str) -> str:

@@ -1,0 +1,375 @@
+"""`gpulayer submit --target cloud --provider aws` end to end against moto's EC2 server.
+
+moto launches an instance whose private address lies on the sshd lab's network; the lab's
+cloud-init emulator boots it as a network-namespace sshd host with the launch's key; the
+orchestrator reaches it, bootstraps a worker over SSH, runs the job there and terminates it.
+Afterwards moto holds no instance, key pair or security group of ours.
+
+The image comes from a test image catalog (GPULAYER_IMAGES_DIR): the orchestrator hands every
+launch the catalog's selector, which wins over the aws settings' ``image``. Its AMI is one moto
+has; its login user is root, the user namespace hosts admit. The instances share this machine,
+so the settings name this interpreter as their python and an install root in the test's
+folder, and the dead-man switch only records what it would do.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.integration.aws.conftest import Moto
+from tests.support.cli import run_cli
+from tests.support.moto_lab import (
+    CloudInit,
+    ec2_client,
+    lab_vpc,
+    moto_server,
+    subnet_cidrs,
+    write_image_catalog,
+)
+from tests.support.sshd_hosts import SshdLab
+
+ZONES = ("us-east-1a", "us-east-1b")
+UBUNTU_AMIS = {"owners": ["099720109477"], "name": "ubuntu/images/hvm-ssd/ubuntu-*-amd64-server-*"}
+PRINT_HOST = (
+    "import socket, os; print('ran on', socket.gethostname(), os.environ['GPULAYER_JOB_ID'])"
+)
+
+
+@dataclass
+class AwsLab:
+    moto: Moto
+    lab: SshdLab
+    subnets: dict[str, str]
+    cidrs: dict[str, ipaddress.IPv4Network]
+    cache_dir: Path
+
+    def ec2(self) -> Any:
+        return ec2_client(self.moto.url)
+
+
+@pytest.fixture(scope="module")
+def moto(sshd_lab: SshdLab) -> Iterator[Moto]:
+    if sshd_lab.mode != "netns":
+        pytest.skip("instances boot as network namespaces, which need root and iproute2")
+    with moto_server() as handle:
+        yield handle
+
+
+@pytest.fixture(scope="module")
+def aws_environment(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """One environment for the whole module: the control plane keeps the one it started with."""
+    folder = tmp_path_factory.mktemp("aws-env")
+    images = write_image_catalog(folder / "images", "lab-1", {**UBUNTU_AMIS, "ssh_user": "root"})
+    return {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_CONFIG_FILE": str(folder / "no-aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(folder / "no-aws-credentials"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "GPULAYER_IMAGES_DIR": str(images),
+    }
+
+
+@pytest.fixture(scope="module")
+def offer_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Instance types and zones never change in moto: fetched once for the module.
+    return tmp_path_factory.mktemp("aws-cache")
+
+
+@pytest.fixture
+def aws_lab(
+    moto: Moto,
+    sshd_lab: SshdLab,
+    aws_environment: dict[str, str],
+    offer_cache: Path,
+    cloud_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> AwsLab:
+    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in aws_environment.items():
+        monkeypatch.setenv(name, value)
+    moto.reset()
+    assert sshd_lab.subnet is not None
+    ec2 = ec2_client(moto.url)
+    subnets = lab_vpc(ec2, sshd_lab.subnet, ZONES)
+    return AwsLab(moto, sshd_lab, subnets, subnet_cidrs(ec2, subnets), offer_cache)
+
+
+@pytest.fixture
+def cloud_init(aws_lab: AwsLab) -> Iterator[CloudInit]:
+    emulator = CloudInit(aws_lab.moto.url, aws_lab.lab)
+    emulator.start()
+    try:
+        yield emulator
+    finally:
+        emulator.stop()
+    assert emulator.errors == []
+
+
+def write_providers(home: Path, aws: AwsLab, work: Path, **orchestrator: Any) -> Path:
+    """providers.yaml with the aws provider on moto; returns the dead-man switch's record."""
+    install_root = work / "installs"
+    install_root.mkdir(parents=True, exist_ok=True)
+    record = work / "deadman.jsonl"
+    config = {
+        "aws": {
+            "regions": ["us-east-1"],
+            "endpoint_url": aws.moto.url,
+            "use_private_ip": True,
+            "subnet_ids": aws.subnets,
+            "price_source": "catalog",
+            "cache_dir": str(aws.cache_dir),
+            "python": sys.executable,  # the instances share this machine's interpreter
+            "install_root": str(install_root),
+            "poll_seconds": 0.1,
+            "terminate_timeout_seconds": 30,
+        },
+        "gpulayer": {
+            "deadman_seconds": 600,
+            # Never the real power-off: the "instances" are this very machine.
+            "deadman_action": f"record:{record}",
+            "ssh_cidr": f"{aws.lab.gateway}/32",
+            **orchestrator,
+        },
+    }
+    (home / "providers.yaml").write_text(yaml.safe_dump(config))
+    return record
+
+
+def last_job() -> dict[str, Any]:
+    jobs = json.loads(run_cli(["ls", "--json", "-n", "1"]).stdout)
+    return dict(json.loads(run_cli(["status", jobs[0]["id"], "--json"]).stdout))
+
+
+def ledger(job_id: str) -> dict[str, Any]:
+    return dict(json.loads(run_cli(["cost", "--job", job_id, "--json"]).stdout))
+
+
+def aws_offers() -> list[dict[str, Any]]:
+    result = run_cli(["offers", "--provider", "aws", "--json"])
+    assert result.returncode == 0, result.stderr
+    return list(json.loads(result.stdout))
+
+
+def catalog_price(instance_type: str, region: str = "us-east-1") -> float:
+    import gpulayer_aws
+
+    path = Path(gpulayer_aws.__file__).parent / "data" / "price_catalog.json"
+    return float(json.loads(path.read_text())["on_demand"][instance_type][region])
+
+
+def newest_ami(ec2: Any) -> str:
+    images = ec2.describe_images(
+        Owners=UBUNTU_AMIS["owners"], Filters=[{"Name": "name", "Values": [UBUNTU_AMIS["name"]]}]
+    )["Images"]
+    newest = max(images, key=lambda i: (i["CreationDate"], i["Name"], i["ImageId"]))
+    return str(newest["ImageId"])
+
+
+def held_in_moto(ec2: Any) -> dict[str, list[str]]:
+    """Instances not terminated, key pairs, and security groups other than the VPC defaults."""
+    instances = [
+        i["InstanceId"]
+        for r in ec2.describe_instances()["Reservations"]
+        for i in r["Instances"]
+        if i["State"]["Name"] != "terminated"
+    ]
+    return {
+        "instances": instances,
+        "key_pairs": [k["KeyName"] for k in ec2.describe_key_pairs()["KeyPairs"]],
+        "security_groups": [
+            g["GroupName"]
+            for g in ec2.describe_security_groups()["SecurityGroups"]
+            if g["GroupName"] != "default"
+        ],
+    }
+
+
+def wait_until(check: Any, timeout: float = 90, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def wait_for_teardown(job_id: str, emulator: CloudInit) -> list[dict[str, Any]]:
+    # The job's end is reported at once; teardown follows in the control plane.
+    wait_until(
+        lambda: all(i["state"] == "terminated" for i in ledger(job_id)["instances"]),
+        what="teardown",
+    )
+    wait_until(lambda: not emulator.hosts(), what="the instance's host to go")
+    return list(ledger(job_id)["instances"])
+
+
+def test_aws_job_runs_on_a_moto_instance_booted_as_a_lab_host(
+    aws_lab: AwsLab, cloud_init: CloudInit, cloud_home: Path, tmp_path: Path
+) -> None:
+    record = write_providers(cloud_home, aws_lab, tmp_path)
+    cheapest = aws_offers()[0]
+    assert cheapest["zone"] == ZONES[0]
+
+    result = run_cli(
+        ["submit", "--target", "cloud", "--provider", "aws", "--", "python", "-c", PRINT_HOST],
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    job = last_job()
+    assert job["state"] == "succeeded"
+    request_id = job["attempts"][0]["worker_name"]
+
+    (boot,) = cloud_init.booted
+    assert f"ran on {boot.host_name} {job['id']}" in result.stdout
+    assert ipaddress.IPv4Address(boot.address) in aws_lab.cidrs[ZONES[0]]
+    assert boot.key_name == f"gpulayer-{request_id}"
+    assert boot.ssh_cidrs == (f"{aws_lab.lab.gateway}/32",)  # SSH from the controller only
+    assert "bootstrapping the worker" in result.stderr
+
+    # The image is the test catalog's (the newest AMI its selector matches), on the offer taken.
+    (launch,) = aws_lab.moto.calls("RunInstances")
+    assert launch["ImageId"] == newest_ami(aws_lab.ec2())
+    assert launch["InstanceType"] == cheapest["instance_type"]
+
+    (instance,) = wait_for_teardown(job["id"], cloud_init)
+    assert instance["provider"] == "aws" and instance["state"] == "terminated"
+    assert instance["instance_id"] == boot.instance_id
+    assert instance["zone"] == ZONES[0]
+    assert instance["hourly_price"] == catalog_price(instance["instance_type"])
+    assert instance["launched_at"] and instance["ready_at"] and instance["ended_at"]
+    assert instance["cost"] is not None and instance["cost"] >= 0
+
+    assert held_in_moto(aws_lab.ec2()) == {"instances": [], "key_pairs": [], "security_groups": []}
+    assert not (tmp_path / "installs" / job["id"]).exists()
+    assert not record.exists()  # the worker never lost its control plane
+    assert not list((cloud_home / "keys").glob(f"{request_id}*"))
+
+
+def test_no_capacity_in_the_first_zone_moves_to_the_next(
+    aws_lab: AwsLab, cloud_init: CloudInit, cloud_home: Path, tmp_path: Path
+) -> None:
+    write_providers(cloud_home, aws_lab, tmp_path)
+    aws_lab.moto.fault(
+        "RunInstances",
+        "InsufficientInstanceCapacity",
+        message="We currently do not have sufficient capacity in the Availability Zone",
+        status=500,
+        match={"Placement.AvailabilityZone": ZONES[0]},
+    )
+    result = run_cli(
+        ["submit", "--target", "cloud", "--provider", "aws", "--", "python", "-c", PRINT_HOST],
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    job = last_job()
+    assert job["state"] == "succeeded"
+    assert "InsufficientInstanceCapacity" in result.stderr
+    assert "blocking that zone" in result.stderr
+
+    # EC2 answers capacity errors with HTTP 500, which botocore retries before giving up.
+    zones = [c["Placement.AvailabilityZone"] for c in aws_lab.moto.calls("RunInstances")]
+    assert list(dict.fromkeys(zones)) == list(ZONES) and zones.count(ZONES[1]) == 1
+    (boot,) = cloud_init.booted
+    assert ipaddress.IPv4Address(boot.address) in aws_lab.cidrs[ZONES[1]]
+    assert f"ran on {boot.host_name} {job['id']}" in result.stdout
+
+    instances = wait_for_teardown(job["id"], cloud_init)
+    assert [(i["zone"], i["instance_id"]) for i in instances] == [
+        (ZONES[0], None),
+        (ZONES[1], boot.instance_id),
+    ]
+    # The failed launch's key pair and security group went with it.
+    assert held_in_moto(aws_lab.ec2()) == {"instances": [], "key_pairs": [], "security_groups": []}
+
+
+def test_rejected_credentials_fall_back_to_the_next_target(
+    aws_lab: AwsLab, cloud_home: Path, tmp_path: Path
+) -> None:
+    write_providers(cloud_home, aws_lab, tmp_path)
+    assert len({o["zone"] for o in aws_offers()}) == len(ZONES)  # offers now come from the cache
+    aws_lab.moto.fault(
+        "*",
+        "AuthFailure",
+        message="AWS was not able to validate the provided access credentials",
+        status=401,
+    )
+    script = "import socket; print('fell back to', socket.gethostname())"
+    result = run_cli(
+        ["submit", "--target", "cloud", "--fallback", "local", "--", "python", "-c", script],
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"fell back to {socket.gethostname()}" in result.stdout
+    assert "credentials rejected (AuthFailure" in result.stderr
+    assert "blocking that provider" in result.stderr
+    assert "trying target local" in result.stderr
+    job = last_job()
+    assert job["state"] == "succeeded" and job["target"] == "local"
+    # One launch was tried: the provider was blocked, so the other zone's offer never was.
+    (attempt,) = ledger(job["id"])["instances"]
+    assert (attempt["zone"], attempt["instance_id"]) == (ZONES[0], None)
+    # Nobody can tell whether that launch left an instance while every call is refused: the
+    # record stays open for the reaper, and the rest of the teardown still ran.
+    assert attempt["state"] == "terminating"
+    assert "terminating failed; the reaper will retry" in result.stderr
+    assert not list((cloud_home / "keys").glob(f"{attempt['request_id']}*"))
+    assert aws_lab.moto.calls("ImportKeyPair") == aws_lab.moto.calls("RunInstances") == []
+
+    # A job that names its provider keeps that restriction on every target (the scheduler's
+    # providers check), so this machine cannot take it; the failure says so.
+    pinned = run_cli(
+        [
+            "submit", "--target", "cloud", "--provider", "aws", "--fallback", "local",
+            "--", "true",
+        ],
+        timeout=300,
+    )  # fmt: skip
+    assert pinned.returncode == 1
+    assert "credentials rejected (AuthFailure" in pinned.stderr
+    assert "fallback: " in pinned.stderr and "needs provider aws" in pinned.stderr
+
+    # Once credentials work again, the reaper finds nothing of those launches and closes them.
+    aws_lab.moto.reset()
+    run_cli(["reap", "--json"])
+    wait_until(
+        lambda: {i["state"] for i in ledger(job["id"])["instances"]} == {"terminated"},
+        what="the reaper",
+    )
+
+
+def test_a_cap_below_every_aws_offer_fails_at_once_naming_the_cheapest(
+    aws_lab: AwsLab, cloud_home: Path, tmp_path: Path
+) -> None:
+    write_providers(cloud_home, aws_lab, tmp_path)
+    cheapest = aws_offers()[0]
+    cap = 0.01
+    assert cheapest["hourly_price"] > cap
+    result = run_cli(
+        [
+            "submit", "--target", "cloud", "--provider", "aws", "--max-hourly-cost", str(cap),
+            "--", "true",
+        ],
+        timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert f"max_hourly_cost {cap} USD is below every offer" in result.stderr
+    assert cheapest["instance_type"] in result.stderr
+    assert f"{cheapest['hourly_price']} USD/h" in result.stderr
+    job = last_job()
+    assert job["state"] == "failed" and job["reason"] == "unschedulable"
+    assert ledger(job["id"])["instances"] == []
+    assert aws_lab.moto.calls("ImportKeyPair") == aws_lab.moto.calls("RunInstances") == []
