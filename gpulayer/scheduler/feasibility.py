@@ -109,9 +109,11 @@ def worker_labels(job: JobSpec, worker: WorkerSnapshot) -> str | None:
 
 @check("providers", "static")
 def providers(job: JobSpec, worker: WorkerSnapshot) -> str | None:
+    # Providers and regions restrict provider-backed workers only (the JobSpec says so): a
+    # job limited to aws may still fall back to this machine or an on-prem pool.
     wanted = job.placement.providers
     has = worker.capabilities.provider
-    if not wanted or has in wanted:
+    if not wanted or has is None or has in wanted:
         return None
     return f"needs provider {_one_of(wanted)}, has {has or 'none'}"
 
@@ -120,7 +122,7 @@ def providers(job: JobSpec, worker: WorkerSnapshot) -> str | None:
 def regions(job: JobSpec, worker: WorkerSnapshot) -> str | None:
     wanted = job.placement.regions
     has = worker.capabilities.region
-    if not wanted or has in wanted:
+    if not wanted or worker.capabilities.provider is None or has in wanted:
         return None
     return f"needs region {_one_of(wanted)}, has {has or 'none'}"
 

@@ -269,12 +269,19 @@ PLACEMENT_CASES = [
         {"caps": {"provider": "gcp"}},
         "needs provider aws, has gcp",
     ),
-    (f.providers, {"providers": ["aws"]}, {}, "needs provider aws, has none"),
-    (f.regions, {"regions": ["eu-west-1"]}, {"caps": {"region": "eu-west-1"}}, None),
+    # Not provider-backed (this machine, an on-prem pool): providers and regions do not apply.
+    (f.providers, {"providers": ["aws"]}, {}, None),
+    (f.regions, {"regions": ["eu-west-1"]}, {"caps": {"region": "lab"}}, None),
+    (
+        f.regions,
+        {"regions": ["eu-west-1"]},
+        {"caps": {"provider": "aws", "region": "eu-west-1"}},
+        None,
+    ),
     (
         f.regions,
         {"regions": ["eu-west-1", "us-east-1"]},
-        {"caps": {"region": "ap-south-1"}},
+        {"caps": {"provider": "aws", "region": "ap-south-1"}},
         "needs region eu-west-1 or us-east-1, has ap-south-1",
     ),
 ]
