@@ -122,8 +122,7 @@ class Provisioner:
                 self._active.discard(job_id)
 
     def _note(self, job_id: str, text: str) -> None:
-        self.store.append_logs(job_id, 0, [("system", text)])
-        self.service._notify()
+        self.service.log_system(job_id, 0, [text])
 
     def _provision(self, job_id: str) -> None:
         from gpulayer.cloud.errors import ProviderError, ScopedProviderError
@@ -474,7 +473,7 @@ class Provisioner:
             remaining = spec.model_copy(deep=True)
             remaining.placement.target = target  # type: ignore[assignment]
             remaining.placement.fallback_targets = [t for t in chain[chain.index(target) + 1 :]]  # type: ignore[misc]
-            decision = choose_target(remaining, self.service._worker_views())
+            decision = choose_target(remaining, self.service.worker_views())
             if decision.target:
                 self._note(job_id, f"cloud: {why}; trying target {decision.target}")
                 self.store.update_job(
@@ -499,7 +498,7 @@ class Provisioner:
             message=message,
             finished_at=time.time(),
         )
-        self.service._notify()
+        self.service.notify()
 
     # --- crash recovery -----------------------------------------------------------------------
 

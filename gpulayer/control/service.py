@@ -61,7 +61,7 @@ class ControlService:
         """Call listener whenever new assignments or cancellations may be waiting."""
         self._listeners.append(listener)
 
-    def _notify(self) -> None:
+    def notify(self) -> None:
         with self._changed:
             self._version += 1
             self._changed.notify_all()
@@ -102,7 +102,7 @@ class ControlService:
             if bundle is not None:
                 bundle.unlink(missing_ok=True)
             raise
-        decision = choose_target(spec, self._worker_views(), cloud_available=self.cloud_available())
+        decision = choose_target(spec, self.worker_views(), cloud_available=self.cloud_available())
         job_id = new_id("j")
         destination = self.layout.bundle_file(job_id)
         if source_dir is not None:
@@ -129,7 +129,7 @@ class ControlService:
             reason=None if decision.target else "unschedulable",
             message=decision.message,
         )
-        self._log_system(job.id, 0, decision.notes)
+        self.log_system(job.id, 0, decision.notes)
         if client_env is not None and decision.target == "local":
             self._client_env[job.id] = dict(client_env)
         if decision.target:
@@ -177,11 +177,11 @@ class ControlService:
             message="cancelled before it started",
             finished_at=time.time(),
         ):
-            self._log_system(job.id, job.attempts, ["cancelled"])
+            self.log_system(job.id, job.attempts, ["cancelled"])
             self._forget_environment(job.id)
         else:
             self.store.update_job(job.id, cancel_requested=True)
-        self._notify()
+        self.notify()
         return self.store.get_job(job.id)
 
     def read_logs(
@@ -287,7 +287,7 @@ class ControlService:
         if attempt.state not in ("assigned", "running"):
             return  # a fenced attempt's late output is not the job's
         self.store.append_logs(attempt.job_id, attempt.number, lines)
-        self._notify()
+        self.notify()
 
     def finish_attempt(self, attempt_id: int, report: AttemptReport) -> None:
         attempt = self.store.get_attempt(attempt_id)
@@ -373,7 +373,7 @@ class ControlService:
         retry_allowed = reason in spec.retry.retry_on and job.attempts < spec.retry.max_attempts
         if retry_allowed and not job.cancel_requested:
             self.store.update_job(job.id, expect_states=["running"], state="queued")
-            self._log_system(job.id, attempt.number, [f"attempt {attempt.number}: {why}; retrying"])
+            self.log_system(job.id, attempt.number, [f"attempt {attempt.number}: {why}; retrying"])
         else:
             self.store.update_job(
                 job.id,
@@ -386,7 +386,7 @@ class ControlService:
 
     # --- scheduling -------------------------------------------------------------------------
 
-    def _worker_views(self, *, only_ready: bool = False) -> list[Any]:
+    def worker_views(self, *, only_ready: bool = False) -> list[Any]:
         from gpulayer.control.dispatch import worker_snapshots
 
         return worker_snapshots(self.store, only_ready=only_ready)
@@ -397,7 +397,7 @@ class ControlService:
         from gpulayer.scheduler import reasons_now
 
         spec = JobSpec.model_validate(job.spec)
-        views = [v for v in self._worker_views() if v.kind == TARGET_WORKER_KIND[job.target]]
+        views = [v for v in self.worker_views() if v.kind == TARGET_WORKER_KIND[job.target]]
         if not views:
             return [f"no {job.target} worker is registered"]
         reasons: list[str] = []
@@ -415,7 +415,7 @@ class ControlService:
             for job_id, worker_id, gpus in plan_assignments(self.store):
                 if self.store.assign(job_id, worker_id, gpus) is not None:
                     assigned += 1
-        self._notify()
+        self.notify()
         return assigned
 
     def _log_system(self, job_id: str, attempt: int, notes: Sequence[str]) -> None:
