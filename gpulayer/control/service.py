@@ -418,8 +418,10 @@ class ControlService:
         self.notify()
         return assigned
 
-    def _log_system(self, job_id: str, attempt: int, notes: Sequence[str]) -> None:
+    def log_system(self, job_id: str, attempt: int, notes: Sequence[str]) -> None:
+        """gpulayer's own notes in a job's logs (streamed to whoever follows it)."""
         self.store.append_logs(job_id, attempt, [("system", note) for note in notes])
+        self.notify()
 
     def live_jobs(self) -> int:
         return self.store.count_live_jobs()
