@@ -108,11 +108,11 @@ def test_missing_local_input_names_the_input(dirs: tuple[Path, Path]) -> None:
     assert caught.value.reason == "input_missing"
 
 
-@pytest.mark.parametrize(("url", "provider"), [("s3://b/k", "aws"), ("gs://b/k", "gcp")])
-def test_cloud_urls_need_their_provider(dirs: tuple[Path, Path], url: str, provider: str) -> None:
+def test_cloud_urls_need_their_provider(dirs: tuple[Path, Path]) -> None:
+    # No gcp provider is installed anywhere here (s3:// comes with gpulayer-aws, tested there).
     _, input_dir = dirs
-    with pytest.raises(FetcherUnavailableError, match=f"the {provider} provider must be installed"):
-        stage_inputs([ref(url, "k")], input_dir)
+    with pytest.raises(FetcherUnavailableError, match="the gcp provider must be installed"):
+        stage_inputs([ref("gs://b/k", "k")], input_dir)
 
 
 def test_unknown_scheme(dirs: tuple[Path, Path]) -> None:
