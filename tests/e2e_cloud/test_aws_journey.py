@@ -18,7 +18,6 @@ import ipaddress
 import json
 import socket
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.e2e_cloud.journey import last_job, ledger, wait_until
 from tests.integration.aws.conftest import Moto
 from tests.support.cli import run_cli
 from tests.support.moto_lab import (
@@ -148,15 +148,6 @@ def write_providers(home: Path, aws: AwsLab, work: Path, **orchestrator: Any) ->
     return record
 
 
-def last_job() -> dict[str, Any]:
-    jobs = json.loads(run_cli(["ls", "--json", "-n", "1"]).stdout)
-    return dict(json.loads(run_cli(["status", jobs[0]["id"], "--json"]).stdout))
-
-
-def ledger(job_id: str) -> dict[str, Any]:
-    return dict(json.loads(run_cli(["cost", "--job", job_id, "--json"]).stdout))
-
-
 def aws_offers() -> list[dict[str, Any]]:
     result = run_cli(["offers", "--provider", "aws", "--json"])
     assert result.returncode == 0, result.stderr
@@ -195,16 +186,6 @@ def held_in_moto(ec2: Any) -> dict[str, list[str]]:
             if g["GroupName"] != "default"
         ],
     }
-
-
-def wait_until(check: Any, timeout: float = 90, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def wait_for_teardown(job_id: str, emulator: CloudInit) -> list[dict[str, Any]]:

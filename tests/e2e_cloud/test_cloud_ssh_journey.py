@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from tests.e2e_cloud.journey import last_job, ledger, wait_until
 from tests.support.cli import run_cli
 from tests.support.daemon import pid_alive
 from tests.support.sshd_hosts import SshdHost
@@ -55,16 +56,6 @@ def host_entry(
     return entry
 
 
-def last_job() -> dict[str, Any]:
-    jobs = json.loads(run_cli(["ls", "--json", "-n", "1"]).stdout)
-    status = run_cli(["status", jobs[0]["id"], "--json"])
-    return dict(json.loads(status.stdout))
-
-
-def ledger(job_id: str) -> dict[str, Any]:
-    return dict(json.loads(run_cli(["cost", "--job", job_id, "--json"]).stdout))
-
-
 def job_processes(install_root: Path) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
@@ -77,16 +68,6 @@ def job_processes(install_root: Path) -> list[int]:
         if str(install_root) in cmdline:
             found.append(int(entry.name))
     return found
-
-
-def wait_until(check: Any, timeout: float = 90, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_cloud_job_runs_on_a_rented_host_and_is_torn_down(

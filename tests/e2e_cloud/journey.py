@@ -1,0 +1,28 @@
+"""What the cloud journeys ask of the real command line: the last job, a job's ledger, polling."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from tests.support.cli import run_cli
+
+
+def last_job() -> dict[str, Any]:
+    jobs = json.loads(run_cli(["ls", "--json", "-n", "1"]).stdout)
+    return dict(json.loads(run_cli(["status", jobs[0]["id"], "--json"]).stdout))
+
+
+def ledger(job_id: str) -> dict[str, Any]:
+    return dict(json.loads(run_cli(["cost", "--job", job_id, "--json"]).stdout))
+
+
+def wait_until(check: Any, timeout: float = 90, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
