@@ -411,10 +411,11 @@ def test_missing_input_fails_before_anything_runs(tmp_path: Path) -> None:
 
 
 def test_cloud_input_without_its_provider_fails_before_running(tmp_path: Path) -> None:
-    spec = py("pass", inputs=[{"artifact": "s3://bucket/data.csv", "path": "data.csv"}])
+    # No gcp provider is installed here (s3:// is fetched once gpulayer-aws is installed).
+    spec = py("pass", inputs=[{"artifact": "gs://bucket/data.csv", "path": "data.csv"}])
     outcome = run(spec, tmp_path)
     assert (outcome.state, outcome.reason) == ("failed", "input_missing")
-    assert "aws provider" in (outcome.message or "")
+    assert "gcp provider" in (outcome.message or "")
 
 
 # --- ending the process tree ------------------------------------------------------------------
