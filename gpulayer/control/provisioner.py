@@ -260,7 +260,7 @@ class Provisioner:
                 owner=self.owner,
                 tags=tags,
                 ssh_public_key=keys.public_key,
-                allowed_ssh_cidr=self.settings.get("ssh_cidr", "127.0.0.1/32"),
+                allowed_ssh_cidr=self._ssh_cidr(),
                 image_release=release,
                 image=image,
                 disk_gb=int(spec.resources.disk_gb) if spec.resources.disk_gb else None,
@@ -296,6 +296,14 @@ class Provisioner:
             raise ProvisionFailed(f"{type(exc).__name__}: {exc}") from exc
         finally:
             self._teardown(job_id, request_id, provider, remote, token_hash, keys)
+
+    def _ssh_cidr(self) -> str:
+        configured = self.settings.get("ssh_cidr")
+        if configured:
+            return str(configured)
+        from gpulayer.cloud.network import controller_cidr
+
+        return controller_cidr()
 
     def _image_for(self, provider: str, release: str | None) -> dict[str, Any]:
         try:

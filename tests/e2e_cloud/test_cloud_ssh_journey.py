@@ -31,7 +31,7 @@ def write_providers(home: Path, hosts: list[dict[str, Any]], **orchestrator: Any
     state_dir = Path(hosts[0]["install_root"]).parent / "ssh-provider-state"
     config = {
         "ssh": {"hosts": hosts, "state_dir": str(state_dir)},
-        "gpulayer": {"deadman_seconds": 600, **orchestrator},
+        "gpulayer": {"deadman_seconds": 600, "ssh_cidr": "127.0.0.1/32", **orchestrator},
     }
     (home / "providers.yaml").write_text(yaml.safe_dump(config))
 

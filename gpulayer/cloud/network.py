@@ -1,0 +1,36 @@
+"""Where this controller reaches rented machines from: the CIDR their SSH admits.
+
+A security group should admit SSH from the controller only. Configured (`gpulayer: ssh_cidr`),
+that is the answer; otherwise the controller's public address as a public echo service sees it,
+else (no internet, e.g. a controller inside the VPC) its primary local address.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import urllib.request
+from functools import lru_cache
+
+ECHO_URL = "https://checkip.amazonaws.com"
+
+
+@lru_cache(maxsize=1)
+def controller_cidr(timeout: float = 3.0) -> str:
+    try:
+        with urllib.request.urlopen(ECHO_URL, timeout=timeout) as answer:
+            address = ipaddress.ip_address(answer.read().decode().strip())
+            return f"{address}/{address.max_prefixlen}"
+    except (OSError, ValueError):
+        pass
+    return f"{_primary_local_address()}/32"
+
+
+def _primary_local_address() -> str:
+    # Connecting a UDP socket sends nothing; it only asks the kernel which address it would use.
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("10.255.255.255", 1))
+            return str(probe.getsockname()[0])
+        except OSError:
+            return "127.0.0.1"
