@@ -30,7 +30,7 @@ def _check_capability(value: str | None) -> str | None:
     return value
 
 
-def _check_arch(value: str) -> str:
+def check_arch(value: str) -> str:
     arch = CPU_ARCH_ALIASES.get(value.lower())
     if arch is None:
         known = ", ".join(sorted(CPU_ARCH_ALIASES))
@@ -38,7 +38,7 @@ def _check_arch(value: str) -> str:
     return arch
 
 
-def _check_os(value: str) -> str:
+def check_os(value: str) -> str:
     if value.lower() not in OS_NAMES:
         raise ValueError(f"unknown os {value!r}; known: {', '.join(sorted(OS_NAMES))}")
     return value.lower()
@@ -79,12 +79,12 @@ class Offer(BaseModel):
     @field_validator("cpu_arch")
     @classmethod
     def _known_arch(cls, value: str) -> str:
-        return _check_arch(value)
+        return check_arch(value)
 
     @field_validator("os")
     @classmethod
     def _known_os(cls, value: str) -> str:
-        return _check_os(value)
+        return check_os(value)
 
     @model_validator(mode="after")
     def _gpu_consistency(self) -> Offer:
@@ -151,12 +151,12 @@ class OfferQuery(BaseModel):
     @field_validator("cpu_arch")
     @classmethod
     def _known_arch(cls, values: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(_check_arch(v) for v in values))
+        return tuple(dict.fromkeys(check_arch(v) for v in values))
 
     @field_validator("os")
     @classmethod
     def _known_os(cls, values: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(_check_os(v) for v in values))
+        return tuple(dict.fromkeys(check_os(v) for v in values))
 
     @model_validator(mode="before")
     @classmethod

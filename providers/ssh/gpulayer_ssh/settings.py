@@ -15,9 +15,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gpulayer.cloud.offer import MemoryKind
-from gpulayer.spec.currency import ISO_4217_CODES
-from gpulayer.spec.models import CPU_ARCH_ALIASES, OS_NAMES, Accelerator
+from gpulayer.cloud.offer import MemoryKind, check_arch, check_os
+from gpulayer.spec.currency import check_currency
+from gpulayer.spec.models import Accelerator
 
 HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _PATH_CHARS = re.compile(r"^[A-Za-z0-9_.@+/-]+$")
@@ -61,18 +61,12 @@ class HostHardware(BaseModel):
     @field_validator("cpu_arch")
     @classmethod
     def _arch(cls, value: str) -> str:
-        arch = CPU_ARCH_ALIASES.get(value.lower())
-        if arch is None:
-            known = ", ".join(sorted(CPU_ARCH_ALIASES))
-            raise ValueError(f"unknown cpu_arch {value!r}; known: {known}")
-        return arch
+        return check_arch(value)
 
     @field_validator("os")
     @classmethod
     def _os(cls, value: str) -> str:
-        if value.lower() not in OS_NAMES:
-            raise ValueError(f"unknown os {value!r}; known: {', '.join(sorted(OS_NAMES))}")
-        return value.lower()
+        return check_os(value)
 
 
 class SshHost(BaseModel):
@@ -117,9 +111,7 @@ class SshHost(BaseModel):
     @field_validator("currency")
     @classmethod
     def _currency(cls, value: str) -> str:
-        if value not in ISO_4217_CODES:
-            raise ValueError(f"{value!r} is not an ISO 4217 currency code such as USD or EUR")
-        return value
+        return check_currency(value)
 
     @field_validator("host_key")
     @classmethod
