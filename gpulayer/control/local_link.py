@@ -6,11 +6,14 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from gpulayer.control.protocol import Assignment, AttemptReport, HeartbeatReply, Registration
+from gpulayer.control.protocol import (
+    Assignment,
+    AttemptReport,
+    HeartbeatReply,
+    Registration,
+    split_job_reference,
+)
 from gpulayer.control.service import ControlService
-from gpulayer.errors import UsageError
-
-JOB_ARTIFACT_PREFIX = "job:"
 
 
 class LocalLink:
@@ -52,11 +55,7 @@ class LocalLink:
 
 def resolve_job_artifact(service: ControlService, reference: str) -> Path:
     """`job:<id>/<path>`: an earlier job's output file or directory."""
-    if not reference.startswith(JOB_ARTIFACT_PREFIX):
-        raise UsageError(f"inputs: {reference!r} is not a job:<id>/<path> reference")
-    job_ref, _, path = reference[len(JOB_ARTIFACT_PREFIX) :].partition("/")
-    if not job_ref:
-        raise UsageError(f"inputs: {reference!r} names no job")
+    job_ref, path = split_job_reference(reference)
     job_id = service.resolve_job_id(job_ref)
     if not path:
         return service.layout.outputs_dir(job_id)

@@ -9,6 +9,20 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+JOB_ARTIFACT_PREFIX = "job:"
+
+
+def split_job_reference(reference: str) -> tuple[str, str]:
+    """`job:<id>/<path>` -> (job id or prefix, path inside its outputs; "" for all of them)."""
+    from gpulayer.errors import UsageError
+
+    if not reference.startswith(JOB_ARTIFACT_PREFIX):
+        raise UsageError(f"inputs: {reference!r} is not a job:<id>/<path> reference")
+    job_ref, _, path = reference[len(JOB_ARTIFACT_PREFIX) :].partition("/")
+    if not job_ref:
+        raise UsageError(f"inputs: {reference!r} names no job")
+    return job_ref, path.strip("/")
+
 
 class Message(BaseModel):
     model_config = ConfigDict(extra="ignore")

@@ -26,7 +26,7 @@ from gpulayer.control.store import (
     Store,
     WorkerRecord,
 )
-from gpulayer.control.targets import TargetDecision, choose_target
+from gpulayer.control.targets import choose_target
 from gpulayer.errors import NotFoundError, UsageError
 from gpulayer.spec import JobSpec
 from gpulayer.spec.capabilities import WorkerCapabilities
@@ -428,6 +428,3 @@ class ControlService:
 
     def is_terminal(self, job_id: str) -> bool:
         return self.store.get_job(job_id).state in TERMINAL_STATES
-
-
-__all__ = ["ControlService", "TargetDecision"]

@@ -9,10 +9,14 @@ from pathlib import Path
 from urllib.parse import quote
 
 from gpulayer.control.client import ControlClient
-from gpulayer.control.protocol import Assignment, AttemptReport, HeartbeatReply, Registration
-from gpulayer.errors import NotFoundError, UsageError
-
-JOB_ARTIFACT_PREFIX = "job:"
+from gpulayer.control.protocol import (
+    Assignment,
+    AttemptReport,
+    HeartbeatReply,
+    Registration,
+    split_job_reference,
+)
+from gpulayer.errors import NotFoundError
 
 
 class HttpLink:
@@ -62,10 +66,7 @@ class HttpLink:
 
     def resolve_artifact(self, reference: str, scratch: Path) -> Path:
         """Download `job:<id>/<path>` (a file or a folder of outputs) into scratch."""
-        if not reference.startswith(JOB_ARTIFACT_PREFIX):
-            raise UsageError(f"inputs: {reference!r} is not a job:<id>/<path> reference")
-        job_ref, _, wanted = reference[len(JOB_ARTIFACT_PREFIX) :].partition("/")
-        wanted = wanted.strip("/")
+        job_ref, wanted = split_job_reference(reference)
         target = scratch / job_ref / wanted if wanted else scratch / job_ref
         found = False
         for entry in self.client.artifacts(job_ref):
