@@ -186,12 +186,11 @@ def worker_start(
 
 
 def _join_token(token_file: Path | None) -> str:
-    from gpulayer.control.tokens import read_token
     from gpulayer.errors import UsageError
 
     if token_file is not None:
         try:
-            token = read_token(token_file)
+            token = token_file.read_text().strip()
         except OSError as exc:
             raise UsageError(f"--token-file: cannot read {token_file}: {exc.strerror}") from None
         if not token:

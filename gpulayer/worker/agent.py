@@ -155,9 +155,10 @@ class WorkerAgent:
 
     def apply_signals(self, reply: HeartbeatReply) -> None:
         self._cancel_requested.update(reply.cancel_attempts)
-        self._fenced.update(reply.fenced_attempts)
-        for attempt_id in [*reply.cancel_attempts, *reply.fenced_attempts]:
+        for attempt_id in reply.cancel_attempts:
             self._end_run(attempt_id)
+        for attempt_id in reply.fenced_attempts:
+            self._fence(attempt_id, "the control plane gave it up")
 
     def _end_run(self, attempt_id: int) -> None:
         with self._runs_lock:
@@ -165,7 +166,7 @@ class WorkerAgent:
         if run is not None:
             run.cancel()  # type: ignore[attr-defined]
 
-    def _fence(self, attempt_id: int, why: Exception) -> None:
+    def _fence(self, attempt_id: int, why: object) -> None:
         """The control plane gave this attempt up: end its processes, send nothing more."""
         if attempt_id not in self._fenced:
             log.warning("attempt %s is no longer this worker's (%s); ending it", attempt_id, why)

@@ -13,7 +13,6 @@ from gpulayer.control import tables
 from gpulayer.control.auth import TokenAuthority
 from gpulayer.control.store import Store, StoreError
 
-
 _SCHEMA_4_COLUMNS = {
     "attempts": ["worker_epoch"],
     "tokens": [

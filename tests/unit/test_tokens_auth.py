@@ -88,5 +88,6 @@ def test_durations(text: str, seconds: float) -> None:
 
 @pytest.mark.parametrize("text", ["", "soon", "-5m", "0", "5y", "1e3"])
 def test_bad_durations_name_the_flag(text: str) -> None:
-    with pytest.raises(UsageError, match="^--expires: "):
+    with pytest.raises(UsageError) as raised:
         parse_duration(text, "--expires")
+    assert str(raised.value).startswith("--expires: ")
