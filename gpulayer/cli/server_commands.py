@@ -196,10 +196,10 @@ def _join_token(token_file: Path | None) -> str:
         if not token:
             raise UsageError(f"--token-file: {token_file} holds no token")
         return token
-    token = os.environ.get("GPULAYER_TOKEN")
-    if not token:
+    from_env = os.environ.get("GPULAYER_TOKEN")
+    if not from_env:
         raise UsageError("--token-file: a join token is required (or set GPULAYER_TOKEN)")
-    return token
+    return from_env
 
 
 def _run_as_user(name: str | None) -> RunAs | None:

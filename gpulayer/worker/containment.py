@@ -128,7 +128,7 @@ class AttemptGroup:
         self._procs_fd: int | None = None
         if containment.mode == "cgroup" and containment.root is not None:
             self.directory = containment.root / f"a{attempt_id}"
-            self.directory.mkdir(exist_ok=True)
+            self.directory.mkdir(parents=True, exist_ok=True)
             # Opened here, by the worker: the kernel checks a cgroup move against whoever
             # opened cgroup.procs, so a job running as another user can still be put in.
             self._procs_fd = os.open(self.directory / "cgroup.procs", os.O_WRONLY)
@@ -215,11 +215,15 @@ class Containment:
             self._sentinel = None
 
 
-def end_all(key: str, root: Path | None) -> int:
+def end_all(key: str, root: Path | None, *, remove_root: bool = False) -> int:
+    """End every attempt of the worker with this key; how many processes there were."""
     ended = 0
     if root is not None:
         for child in _attempt_dirs(root):
             ended += _kill_cgroup(child)
+        if remove_root:
+            with contextlib.suppress(OSError):
+                root.rmdir()
     ended += _kill_tagged(f"{key}:".encode())
     return ended
 

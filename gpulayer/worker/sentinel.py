@@ -23,7 +23,7 @@ def main(argv: list[str]) -> int:
         pass
     from gpulayer.worker.containment import end_all
 
-    end_all(key, root)
+    end_all(key, root, remove_root=True)
     return 0
 
 
