@@ -17,6 +17,7 @@ from typing import Any
 
 from gpulayer.control.auth import Principal, issue_token
 from gpulayer.control.ids import new_id
+from gpulayer.control.job_states import ACTIVE_ATTEMPT_STATES, JobStates
 from gpulayer.control.paths import HomeLayout
 from gpulayer.control.protocol import Assignment, AttemptReport, HeartbeatReply, Registration
 from gpulayer.control.store import (
@@ -36,7 +37,6 @@ from gpulayer.spec.validate import validate_spec
 log = logging.getLogger("gpulayer.control")
 
 _RETRYABLE_REASONS = frozenset({"worker_lost", "preempted"})
-ACTIVE_ATTEMPT_STATES = ("assigned", "running")
 
 
 class ControlService:
@@ -44,6 +44,7 @@ class ControlService:
         self, store: Store, layout: HomeLayout, *, heartbeat_timeout: float = 30.0
     ) -> None:
         self.store = store
+        self.states = JobStates(store)
         self.layout = layout
         self.heartbeat_timeout = heartbeat_timeout
         self._dispatch_lock = threading.Lock()
@@ -172,13 +173,12 @@ class ControlService:
         job = self.get_job(job_ref)
         if job.terminal:
             return job
-        if self.store.update_job(
+        if self.states.move_job(
             job.id,
-            expect_states=["queued", "provisioning"],
-            state="cancelled",
+            "cancelled",
+            only_from=["queued", "provisioning"],
             reason="cancelled",
             message="cancelled before it started",
-            finished_at=time.time(),
         ):
             self.log_system(job.id, job.attempts, ["cancelled"])
             self._forget_environment(job.id)
@@ -379,9 +379,7 @@ class ControlService:
         for attempt in self.store.active_attempts(worker_id):
             if attempt.state != "assigned":
                 continue
-            if not self.store.update_attempt(
-                attempt.id, expect_states=["assigned"], state="running", started_at=time.time()
-            ):
+            if not self.states.move_attempt(attempt.id, "running", started_at=time.time()):
                 continue
             job = self.store.get_job(attempt.job_id)
             claimed.append(
@@ -408,27 +406,21 @@ class ControlService:
         self, attempt_id: int, report: AttemptReport, caller: Principal | None = None
     ) -> None:
         attempt = self.own_attempt(attempt_id, caller)
-        if not self.store.update_attempt(
-            attempt_id,
-            expect_states=list(ACTIVE_ATTEMPT_STATES),
-            state=report.state,
-            reason=report.reason,
-            exit_code=report.exit_code,
-            finished_at=time.time(),
+        if not self.states.move_attempt(
+            attempt_id, report.state, reason=report.reason, exit_code=report.exit_code
         ):
             raise StaleAttemptError(f"attempt {attempt_id} is no longer current")
         if report.reason in _RETRYABLE_REASONS:
             self._retry_or_fail(attempt, report.reason, report.message or report.reason)
         else:
-            self.store.update_job(
+            self.states.move_job(
                 attempt.job_id,
-                expect_states=["running"],
-                state=report.state,
+                report.state,
+                only_from=["running"],
                 reason=report.reason,
                 message=report.message,
                 exit_code=report.exit_code,
                 result=report.result,
-                finished_at=time.time(),
             )
         if self.is_terminal(attempt.job_id):
             self._forget_environment(attempt.job_id)
@@ -504,13 +496,7 @@ class ControlService:
                     self._lose_attempt(attempt, f"worker {worker.name} stopped heartbeating")
 
     def _lose_attempt(self, attempt: AttemptRecord, why: str) -> None:
-        if self.store.update_attempt(
-            attempt.id,
-            expect_states=["assigned", "running"],
-            state="failed",
-            reason="worker_lost",
-            finished_at=time.time(),
-        ):
+        if self.states.move_attempt(attempt.id, "failed", reason="worker_lost"):
             self._retry_or_fail(attempt, "worker_lost", why)
 
     def _retry_or_fail(self, attempt: AttemptRecord, reason: str, why: str) -> None:
@@ -518,16 +504,15 @@ class ControlService:
         spec = JobSpec.model_validate(job.spec)
         retry_allowed = reason in spec.retry.retry_on and job.attempts < spec.retry.max_attempts
         if retry_allowed and not job.cancel_requested:
-            self.store.update_job(job.id, expect_states=["running"], state="queued")
+            self.states.move_job(job.id, "queued", only_from=["running"])
             self.log_system(job.id, attempt.number, [f"attempt {attempt.number}: {why}; retrying"])
         else:
-            self.store.update_job(
+            self.states.move_job(
                 job.id,
-                expect_states=["running"],
-                state="cancelled" if job.cancel_requested else "failed",
+                "cancelled" if job.cancel_requested else "failed",
+                only_from=["running"],
                 reason="cancelled" if job.cancel_requested else reason,
                 message=why,
-                finished_at=time.time(),
             )
 
     # --- scheduling -------------------------------------------------------------------------
