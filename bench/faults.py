@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.support.procs import processes_with
+from tests.support.procs import DAEMON_PREAMBLE, processes_with
 from tests.support.servers import (
     ServerProcess,
     WorkerProcess,
@@ -36,15 +36,7 @@ from tests.support.servers import (
     wait_for_workers,
 )
 
-_DAEMON_JOB = """
-import os, sys, time
-if os.fork() == 0:
-    os.setsid()
-    if os.fork() == 0:
-        time.sleep(600)
-    os._exit(0)
-time.sleep(600)
-"""
+_DAEMON_JOB = DAEMON_PREAMBLE + "time.sleep(600)\n"
 
 
 def _when(condition: Callable[[], object], timeout: float) -> float:

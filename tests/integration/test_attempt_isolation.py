@@ -23,7 +23,7 @@ from gpulayer.control.client import ControlClient, Unauthorized
 from gpulayer.errors import ForbiddenError, StaleAttemptError
 from tests.support.cluster import Cluster, command_job, submit
 from tests.support.fault_proxy import LossyProxy
-from tests.support.procs import processes_with, wait_until
+from tests.support.procs import DAEMON_PREAMBLE, processes_with, wait_until
 from tests.support.servers import WorkerProcess, wait_for_job, wait_for_workers
 
 pytestmark = pytest.mark.slow
@@ -31,13 +31,7 @@ pytestmark = pytest.mark.slow
 # Forks a daemon that leaves the session (setsid, then a second fork) and sleeps; then the body:
 # attempt 1 holds for HOLD seconds, a later attempt ends at once. Each finished body appends its
 # attempt number to the ledger.
-_BODY = """
-import os, sys, time
-if os.fork() == 0:
-    os.setsid()
-    if os.fork() == 0:
-        time.sleep(300)
-    os._exit(0)
+_BODY = DAEMON_PREAMBLE + """
 hold = float(sys.argv[2]) if os.environ["GPULAYER_ATTEMPT"] == "1" else 0.2
 time.sleep(hold)
 out = os.environ["GPULAYER_OUTPUT_DIR"]

@@ -6,6 +6,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+# Python that forks a daemon leaving the session (setsid, then a second fork) that sleeps: the
+# shape of a job whose processes try to outlive it. The same argv (and so any marker in it) is
+# the daemon's too, since it never execs.
+DAEMON_PREAMBLE = """
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(600)
+    os._exit(0)
+"""
+
 
 def processes_with(marker: str, *, attempt: int | None = None) -> list[int]:
     """Live processes whose argv holds marker (and, if given, whose GPULAYER_ATTEMPT is it)."""
