@@ -18,7 +18,7 @@ from operator import attrgetter
 from typing import Any, NamedTuple, overload
 
 from gpulayer.cloud.errors import Scope, ScopedProviderError
-from gpulayer.cloud.gpus import normalize_gpu_name
+from gpulayer.cloud.gpus import any_gpu_matches, describe_models, nominal_memory_gb, parse_gpu_name
 from gpulayer.cloud.offer import Offer, OfferQuery, parse_capability
 
 # Row layout: one tuple per offer, positions below.
@@ -61,7 +61,10 @@ class RankedOffers(Sequence[Offer]):
                     o.accelerator,
                     o.gpu_name,
                     o.gpu_count,
-                    o.gpu_memory_gb,
+                    # Memory at the GPU's nominal size, as for workers (an A10G is 24 GB).
+                    o.gpu_memory_gb
+                    if o.gpu_memory_kind == "unified"
+                    else nominal_memory_gb(o.gpu_name, o.gpu_memory_gb),
                     o.gpu_memory_kind,
                     capabilities[cc],
                     o.cpu_cores,
@@ -173,14 +176,14 @@ def _known(k: int) -> Step:
     return lambda rows: [r for r in rows if r[k] is not None]
 
 
-def _same_gpu(wanted_name: str) -> Step:
-    wanted = normalize_gpu_name(wanted_name)
+def _gpu_model(wanted_names: Sequence[str]) -> Step:
+    wanted = tuple(parse_gpu_name(name) for name in wanted_names)
 
     def step(rows: list[Row]) -> list[Row]:
-        # Few distinct names among many offers: normalize each once.
-        names = {r[_GPU_NAME] for r in rows}
-        hits = {n for n in names if n and normalize_gpu_name(n) == wanted}
-        return [r for r in rows if r[_GPU_NAME] in hits]
+        # Few distinct GPUs among many offers: judge each (name, memory) once.
+        kinds = {(r[_GPU_NAME], r[_GPU_MEMORY]) for r in rows}
+        hits = {k for k in kinds if any_gpu_matches(wanted, *k)}
+        return [r for r in rows if (r[_GPU_NAME], r[_GPU_MEMORY]) in hits]
 
     return step
 
@@ -199,12 +202,17 @@ def _hardware_steps(q: OfferQuery) -> list[tuple[str, Step]]:
     steps: list[tuple[str, Step]] = []
     if q.accelerator != "cpu":
         steps.append((f"accelerator: not {q.accelerator}", _equal(_ACCELERATOR, q.accelerator)))
-    if q.gpu_count:
+    if q.gpu_count and q.gpu_count_exact:
+        steps.append(
+            (f"gpu_count: not exactly {q.gpu_count} GPUs", _equal(_GPU_COUNT, q.gpu_count))
+        )
+    elif q.gpu_count:
         steps.append(
             (f"gpu_count: fewer than {q.gpu_count} GPUs", _at_least(_GPU_COUNT, q.gpu_count))
         )
-    if q.gpu_name:
-        steps.append((f"gpu_name: not {q.gpu_name}", _same_gpu(q.gpu_name)))
+    if q.gpu_models:
+        models = describe_models([parse_gpu_name(n) for n in q.gpu_models])
+        steps.append((f"gpu_models: not {models}", _gpu_model(q.gpu_models)))
     if q.gpu_memory_gb is not None:
         steps.append(
             (
@@ -334,6 +342,65 @@ def cheapest_over_cap(
         (o for o in fitting if o.hourly_price is not None and o.hourly_price > max_hourly_cost),
         None,
     )
+
+
+def nearest_gpu_count(
+    offers: Iterable[Offer],
+    query: OfferQuery,
+    *,
+    max_hourly_cost: float | None = None,
+    providers: Sequence[str] = (),
+    regions: Sequence[str] = (),
+    currency: str = "USD",
+    blocked: BlockList | None = None,
+) -> Offer | None:
+    """When no offer has exactly ``query.gpu_count`` GPUs: the offer that fits every other
+    need with the nearest count (more before fewer), cheapest among those. None when the
+    query asks for no exact count or nothing comes near."""
+    if not query.gpu_count or not query.gpu_count_exact:
+        return None
+    loose = query.model_copy(update={"gpu_count": 1, "gpu_count_exact": False})
+    near, _ = filter_offers(
+        offers,
+        loose,
+        providers=providers,
+        regions=regions,
+        max_hourly_cost=max_hourly_cost,
+        currency=currency,
+        blocked=blocked,
+    )
+    want = query.gpu_count
+    return min(
+        near,
+        key=lambda o: (abs(o.gpu_count - want), o.gpu_count < want, *o.rank_key),
+        default=None,
+    )
+
+
+def describe_no_exact_fit(query: OfferQuery, nearest: Offer, providers: Sequence[str]) -> str:
+    """ "no aws offer has exactly 1 A100; p4d.24xlarge has 8 at 21.96 USD/h"."""
+    where = " or ".join(providers) if providers else nearest.provider
+    models = describe_models([parse_gpu_name(n) for n in query.gpu_models])
+    what = models or ("GPU" if query.gpu_count == 1 else "GPUs")
+    price = (
+        "an unknown price"
+        if nearest.hourly_price is None
+        else f"{format_price(nearest.hourly_price)} {nearest.currency}/h"
+    )
+    return (
+        f"no {where} offer has exactly {query.gpu_count} {what}; "
+        f"{nearest.instance_type} has {nearest.gpu_count} at {price}"
+    )
+
+
+def format_price(price: float) -> str:
+    """Significant digits kept: 21.96, 0.526, 1e-05 -> 0.00001."""
+    if price == 0:
+        return "0"
+    text = f"{price:.6g}"
+    if "e" in text:
+        text = f"{price:.10f}".rstrip("0").rstrip(".")
+    return text
 
 
 def describe_rejections(rejected: dict[str, int]) -> str:
