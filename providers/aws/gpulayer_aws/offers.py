@@ -82,9 +82,14 @@ def catalog_offers(
     for shape in shapes:
         if not (shape.nvidia if query.accelerator == "cuda" else not shape.gpu_count):
             continue
-        for region, price in sorted(catalog.on_demand.get(shape.name, {}).items()):
+        prices = catalog.on_demand.get(shape.name, {})
+        # A type may be sold in a region without an on-demand price (capacity blocks only):
+        # it is listed unpriced, so a cost cap turns it down.
+        known = sorted({*prices, *catalog.zones.get(shape.name, {})})
+        for region in known:
             if (regions is not None and region not in regions) or (wanted and region not in wanted):
                 continue
+            price = prices.get(region)
             fields = _offer_fields(shape, region, None)
             fields["zones"] = tuple(catalog.zones.get(shape.name, {}).get(region, ()))
             if query.spot is not True:
