@@ -355,8 +355,8 @@ def nearest_gpu_count(
     blocked: BlockList | None = None,
 ) -> Offer | None:
     """When no offer has exactly ``query.gpu_count`` GPUs: the offer that fits every other
-    need with the nearest count (more before fewer), cheapest among those. None when the
-    query asks for no exact count or nothing comes near."""
+    need with the nearest count (more before fewer), on-demand before spot, cheapest among
+    those. None when the query asks for no exact count or nothing comes near."""
     if not query.gpu_count or not query.gpu_count_exact:
         return None
     loose = query.model_copy(update={"gpu_count": 1, "gpu_count_exact": False})
@@ -372,7 +372,7 @@ def nearest_gpu_count(
     want = query.gpu_count
     return min(
         near,
-        key=lambda o: (abs(o.gpu_count - want), o.gpu_count < want, *o.rank_key),
+        key=lambda o: (abs(o.gpu_count - want), o.gpu_count < want, o.spot, *o.rank_key),
         default=None,
     )
 

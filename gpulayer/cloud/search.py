@@ -32,7 +32,7 @@ from gpulayer.cloud.ranking import (
     nearest_gpu_count,
     rank,
 )
-from gpulayer.errors import UsageError
+from gpulayer.errors import GpulayerError, UsageError
 from gpulayer.spec.models import JobSpec, PlacementPolicy
 
 log = logging.getLogger("gpulayer.offers")
@@ -162,8 +162,26 @@ def why_nothing_fits(
 # --- listing: `gpulayer offers` through the control plane -------------------------------------
 
 
-def enable_hint(name: str, providers_file: Path) -> str:
-    return f"add `{name}: {{}}` to {providers_file} to enable {name}"
+def enable_hint(name: str, providers_file: Path, *, one_line: bool = True) -> str:
+    """The line that enables a provider; one whose offers are what the user lists (ssh hosts)
+    needs its section filled in."""
+    if one_line:
+        return f"add `{name}: {{}}` to {providers_file} to enable {name}"
+    return f"add the `{name}:` section to {providers_file} to enable {name}"
+
+
+def _disabled_providers(names: Sequence[str]) -> dict[str, Any]:
+    """Providers not in providers.yaml, built with their default settings to list their
+    catalogs; one that needs settings to be built at all (ssh: its hosts) is skipped."""
+    from gpulayer.cloud.registry import get_provider
+
+    built = {}
+    for name in names:
+        try:
+            built[name] = get_provider(name, {})
+        except GpulayerError:
+            continue  # nothing to list without its settings; the enable note says what to do
+    return built
 
 
 def _unknown_provider(name: str, installed: Sequence[str]) -> str:
@@ -195,26 +213,19 @@ def list_offers(
     path = providers_file(root)
     chosen = [n for n in installed if not wanted or n in wanted]
     enabled = {n: get_provider(n, configured[n]) for n in chosen if n in configured}
-    disabled = (
-        {n: get_provider(n, {}) for n in chosen if n not in configured}
-        if include_disabled
-        else {}
-    )
+    notes: list[str] = []
+    unconfigured = [n for n in chosen if n not in configured]
+    disabled = _disabled_providers(unconfigured) if include_disabled else {}
     query = OfferQuery.from_spec(spec, gpu_count_exact=gpu_count_exact)
     gathered = gather(enabled, query, disabled=disabled, catalog_fallback=True)
     result = select(gathered.ranked, query, spec.placement)
-    notes = list(gathered.notes)
+    notes += gathered.notes
+    hints = [enable_hint(n, path, one_line=has_catalog(disabled.get(n))) for n in unconfigured]
     if not configured:
-        notes.append(
-            f"no provider is enabled: {path} lists none; "
-            + "; ".join(enable_hint(n, path) for n in installed[:3])
-        )
-    for name in chosen:
-        if name in configured:
-            continue
-        without_catalog = include_disabled and not has_catalog(disabled.get(name))
-        extra = " (its offers are the hosts you list there)" if without_catalog else ""
-        notes.append(f"{name} is not enabled{extra}: {enable_hint(name, path)}")
+        notes.append(f"no provider is enabled: {path} lists none; " + "; ".join(hints))
+    else:
+        pairs = zip(unconfigured, hints, strict=True)
+        notes += [f"{name} is not enabled: {hint}" for name, hint in pairs]
     if not result.offers:
         notes.append(why_nothing_fits(gathered.ranked, query, spec.placement, result))
     rows = []

@@ -99,7 +99,10 @@ Entrypoint = Annotated[str, AfterValidator(_check_entrypoint)]
 VersionSpecifier = Annotated[str, AfterValidator(_check_specifier)]
 NonEmptyStr = Annotated[str, Field(min_length=1)]
 GpuModelName = Annotated[
-    str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._-]*$")
+    str,
+    # A model name, optionally with a size ("A100-80GB"); models start with a letter, so a
+    # size alone ("80GB") is refused rather than matching nothing.
+    Field(min_length=1, max_length=64, pattern=r"^[A-Za-z][A-Za-z0-9 ._-]*$"),
 ]
 
 
