@@ -165,9 +165,7 @@ def gpu_matches(wanted: GpuName, name: str | None, memory_gb: float | None) -> b
     return nominal is not None and nominal >= wanted.memory_gb
 
 
-def any_gpu_matches(
-    wanted: tuple[GpuName, ...], name: str | None, memory_gb: float | None
-) -> bool:
+def any_gpu_matches(wanted: tuple[GpuName, ...], name: str | None, memory_gb: float | None) -> bool:
     return not wanted or any(gpu_matches(w, name, memory_gb) for w in wanted)
 
 

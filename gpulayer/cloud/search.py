@@ -142,18 +142,14 @@ def why_nothing_fits(
         "currency": placement.currency,
     }
     if placement.max_hourly_cost is not None:
-        over = cheapest_over_cap(
-            ranked, query, max_hourly_cost=placement.max_hourly_cost, **limits
-        )
+        over = cheapest_over_cap(ranked, query, max_hourly_cost=placement.max_hourly_cost, **limits)
         if over is not None and over.hourly_price is not None:
             cap = f"{format_price(placement.max_hourly_cost)} {placement.currency}"
             return (
                 f"max_hourly_cost {cap} is below every offer that fits; the cheapest is "
                 f"{over.label} at {format_price(over.hourly_price)} {over.currency}/h"
             )
-    nearest = nearest_gpu_count(
-        ranked, query, max_hourly_cost=placement.max_hourly_cost, **limits
-    )
+    nearest = nearest_gpu_count(ranked, query, max_hourly_cost=placement.max_hourly_cost, **limits)
     if nearest is not None:
         return describe_no_exact_fit(query, nearest, placement.providers)
     return "no offer fits: " + (describe_rejections(result.rejected) or "no offers at all")
