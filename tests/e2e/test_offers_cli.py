@@ -1,0 +1,50 @@
+"""`gpulayer offers` as a new user runs it: offline, without credentials or providers.yaml, the
+control plane ranks every installed provider's catalog as submit would, and says why when it
+lists nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import run_cli
+
+
+@pytest.fixture(autouse=True)
+def _no_aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+
+
+@pytest.mark.slow
+def test_offline_offers_list_a100_and_say_how_to_enable(shared_home: Path) -> None:
+    result = run_cli(["offers", "--provider", "aws", "--gpu", "A100"], env={"COLUMNS": "80"})
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if "p4d.24xlarge" in line]
+    assert lines and all("8x A100 40GB" in line and line.startswith("aws*") for line in lines)
+    assert all(len(line.rstrip()) <= 80 for line in result.stdout.splitlines())
+    assert "aws catalog as of " in result.stdout
+    assert f"add `aws: {{}}` to {shared_home / 'providers.yaml'}" in result.stderr
+
+    listing = json.loads(run_cli(["offers", "--gpu", "a100", "--json", "-n", "100"]).stdout)
+    assert {row["instance_type"] for row in listing["offers"]} == {"p4d.24xlarge", "p4de.24xlarge"}
+    assert all(row["zones"] and row["enabled"] is False for row in listing["offers"])
+    prices = [row["hourly_price"] for row in listing["offers"]]
+    assert prices == sorted(prices)
+
+
+@pytest.mark.slow
+def test_offers_that_list_nothing_say_why(shared_home: Path) -> None:
+    exact = run_cli(["offers", "--provider", "aws", "--gpu", "A100", "--gpus", "1"])
+    assert exact.returncode == 0, exact.stderr
+    assert "no offers" in exact.stdout
+    assert "no aws offer has exactly 1 A100; p4d.24xlarge has 8 at 21.9576 USD/h" in exact.stderr
+    typo = run_cli(["offers", "--provider", "awss"])
+    assert typo.returncode == 2
+    assert "'awss' is not an installed provider; did you mean 'aws'?" in typo.stderr
+    size_only = run_cli(["offers", "--gpu", "80GB"])
+    assert size_only.returncode == 2 and "gpu_models" in size_only.stderr
