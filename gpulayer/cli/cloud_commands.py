@@ -66,11 +66,12 @@ def offers(
         limit=limit,
     )
     if as_json:
-        print_json(listing)
-        return
-    from gpulayer.cli.offers_view import offers_table
+        # The offers alone, each with "enabled" and "source"; why and what else go to stderr.
+        print_json(listing["offers"])
+    else:
+        from gpulayer.cli.offers_view import offers_table
 
-    offers_table(listing)
+        offers_table(listing)
     for note in listing["notes"]:
         typer.echo(f"note: {note}", err=True)
 

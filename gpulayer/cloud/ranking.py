@@ -394,13 +394,11 @@ def describe_no_exact_fit(query: OfferQuery, nearest: Offer, providers: Sequence
 
 
 def format_price(price: float) -> str:
-    """Significant digits kept: 21.96, 0.526, 1e-05 -> 0.00001."""
-    if price == 0:
-        return "0"
-    text = f"{price:.6g}"
-    if "e" in text:
-        text = f"{price:.10f}".rstrip("0").rstrip(".")
-    return text
+    """Every significant digit, never an exponent: 21.957642, 0.526, 1e-05 -> 0.00001."""
+    text = repr(float(price))
+    if "e" in text or "E" in text:
+        text = f"{price:.12f}".rstrip("0").rstrip(".")
+    return text.removesuffix(".0")
 
 
 def describe_rejections(rejected: dict[str, int]) -> str:

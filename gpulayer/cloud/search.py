@@ -224,8 +224,11 @@ def list_offers(
         notes += [f"{name} is not enabled: {hint}" for name, hint in pairs]
     if not result.offers:
         notes.append(why_nothing_fits(gathered.ranked, query, spec.placement, result))
+    # What submit would rent comes first, in submit's order; then what enabling would add.
+    rentable = [o for o in result.offers if o.provider in gathered.enabled]
+    listed_only = [o for o in result.offers if o.provider not in gathered.enabled]
     rows = []
-    for offer in result.offers[:limit]:
+    for offer in (rentable + listed_only)[:limit]:
         row = offer.model_dump(mode="json")
         row["enabled"] = offer.provider in gathered.enabled
         row["source"] = gathered.sources.get(offer.provider, "live")

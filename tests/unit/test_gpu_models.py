@@ -174,7 +174,7 @@ def test_rented_machines_fit_exactly() -> None:
     nearest = nearest_gpu_count(OFFERS, one_a100)
     assert nearest is not None and (nearest.instance_type, nearest.spot) == ("p4d.24xlarge", False)
     assert describe_no_exact_fit(one_a100, nearest, ["aws"]) == (
-        "no aws offer has exactly 1 A100; p4d.24xlarge has 8 at 21.9576 USD/h"
+        "no aws offer has exactly 1 A100; p4d.24xlarge has 8 at 21.957642 USD/h"
     )
     eight = OfferQuery(accelerator="cuda", gpu_count=8, gpu_models=("A100-80GB",))
     assert _names(filter_offers(OFFERS, eight).offers) == ["p4de.24xlarge"]
@@ -185,7 +185,7 @@ def test_rented_machines_fit_exactly() -> None:
 
 @pytest.mark.parametrize(
     ("price", "text"),
-    [(21.957642, "21.9576"), (1e-05, "0.00001"), (0.526, "0.526"), (113.9328, "113.933"), (0, "0")],
+    [(21.957642, "21.957642"), (1e-05, "0.00001"), (0.526, "0.526"), (2.0, "2"), (0, "0")],
 )
 def test_prices_keep_significant_digits(price: float, text: str) -> None:
     assert format_price(price) == text

@@ -151,8 +151,10 @@ def test_offline_without_providers_yaml_aws_lists_a100_from_its_catalog(
 def test_exactly_one_a100_names_the_nearest_machine(no_aws_credentials: None) -> None:
     listing = list_offers(_home(), _spec(gpu_models=["A100"], providers=["aws"]))
     assert listing["offers"] == []
+    # The cheapest on-demand p4d: 21.95764 USD/h in us-east-2 and us-west-2.
     assert (
-        "no aws offer has exactly 1 A100; p4d.24xlarge has 8 at 21.9576 USD/h" in (listing["notes"])
+        "no aws offer has exactly 1 A100; p4d.24xlarge has 8 at 21.95764 USD/h"
+        in (listing["notes"])
     )
 
 
