@@ -24,7 +24,7 @@ from gpulayer.cloud.offer import Offer, OfferQuery, parse_capability
 # Row layout: one tuple per offer, positions below.
 _POSITION, _PROVIDER, _REGION, _ZONE, _ACCELERATOR, _GPU_NAME, _GPU_COUNT = range(7)
 _GPU_MEMORY, _MEMORY_KIND, _CAPABILITY, _CPU_CORES, _MEMORY, _DISK = range(7, 13)
-_OS, _ARCH, _PRICE, _CURRENCY, _SPOT = range(13, 18)
+_OS, _ARCH, _PRICE, _CURRENCY, _SPOT, _GPU_KIND = range(13, 19)
 
 Row = tuple[Any, ...]
 Step = Callable[[list[Row]], list[Row]]
@@ -45,6 +45,7 @@ class RankedOffers(Sequence[Offer]):
     def __init__(self, offers: Iterable[Offer]) -> None:
         self._ranked = sorted(offers, key=attrgetter("rank_key"))
         capabilities: dict[str | None, tuple[int, int] | None] = {None: None}
+        kinds: dict[tuple[str | None, float | None, str | None], tuple[str | None, Any]] = {}
         rows = []
         # Rows are made in rank order, so a filter's survivors come out ranked without a sort
         # and its scan walks memory in the order the rows were allocated.
@@ -52,6 +53,17 @@ class RankedOffers(Sequence[Offer]):
             cc = o.cuda_compute_capability
             if cc not in capabilities:
                 capabilities[cc] = parse_capability(cc)  # type: ignore[arg-type]
+            # Memory at the GPU's nominal size, as for workers (an A10G is 24 GB); few
+            # distinct GPUs among many offers, so each is worked out once.
+            gpu = (o.gpu_name, o.gpu_memory_gb, o.gpu_memory_kind)
+            kind = kinds.get(gpu)
+            if kind is None:
+                memory = (
+                    o.gpu_memory_gb
+                    if o.gpu_memory_kind == "unified"
+                    else nominal_memory_gb(o.gpu_name, o.gpu_memory_gb)
+                )
+                kind = kinds[gpu] = (o.gpu_name, memory)
             rows.append(
                 (
                     position,
@@ -61,10 +73,7 @@ class RankedOffers(Sequence[Offer]):
                     o.accelerator,
                     o.gpu_name,
                     o.gpu_count,
-                    # Memory at the GPU's nominal size, as for workers (an A10G is 24 GB).
-                    o.gpu_memory_gb
-                    if o.gpu_memory_kind == "unified"
-                    else nominal_memory_gb(o.gpu_name, o.gpu_memory_gb),
+                    kind[1],
                     o.gpu_memory_kind,
                     capabilities[cc],
                     o.cpu_cores,
@@ -75,6 +84,7 @@ class RankedOffers(Sequence[Offer]):
                     o.hourly_price,
                     o.currency,
                     o.spot,
+                    kind,
                 )
             )
         self._rows = rows
@@ -181,9 +191,9 @@ def _gpu_model(wanted_names: Sequence[str]) -> Step:
 
     def step(rows: list[Row]) -> list[Row]:
         # Few distinct GPUs among many offers: judge each (name, memory) once.
-        kinds = {(r[_GPU_NAME], r[_GPU_MEMORY]) for r in rows}
+        kinds = {r[_GPU_KIND] for r in rows}
         hits = {k for k in kinds if any_gpu_matches(wanted, *k)}
-        return [r for r in rows if (r[_GPU_NAME], r[_GPU_MEMORY]) in hits]
+        return [r for r in rows if r[_GPU_KIND] in hits]
 
     return step
 
