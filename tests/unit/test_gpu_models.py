@@ -28,6 +28,7 @@ from gpulayer.scheduler.outcome import Placement, Unplaced
 from gpulayer.scheduler.placement import place
 from gpulayer.spec.models import JobSpec
 from gpulayer.spec.validate import validate_spec
+from tests.unit.test_offers_ranking import offer as ranking_offer
 from tests.unit.test_scheduler_builders import caps, job, worker
 
 
@@ -131,20 +132,8 @@ def test_scheduler_places_by_model_and_says_why_not() -> None:
 
 
 def offer(instance_type: str, price: float | None, **changes: Any) -> Offer:
-    fields: dict[str, Any] = {
-        "provider": "aws",
-        "instance_type": instance_type,
-        "region": "us-east-1",
-        "accelerator": "cuda",
-        "gpu_name": "A10G",
-        "gpu_count": 1,
-        "gpu_memory_gb": 22.35,
-        "cpu_cores": 4,
-        "memory_gb": 16,
-        "hourly_price": price,
-    }
-    fields.update(changes)
-    return Offer.model_validate(fields)
+    """An A10G offer as EC2 describes it (22.35 GiB), changed as given."""
+    return ranking_offer(instance_type, price, **{"gpu_memory_gb": 22.35, **changes})
 
 
 OFFERS = [
