@@ -50,3 +50,23 @@ def test_offers_that_list_nothing_say_why(shared_home: Path) -> None:
     assert "'awss' is not an installed provider; did you mean 'aws'?" in typo.stderr
     size_only = run_cli(["offers", "--gpu", "80GB"])
     assert size_only.returncode == 2 and "gpu_models" in size_only.stderr
+
+
+@pytest.mark.slow
+def test_offers_route_refuses_bad_input_with_the_field_named(shared_home: Path) -> None:
+    from gpulayer.control.connect import connect
+    from gpulayer.errors import SpecError, UsageError
+
+    client = connect().client
+    with pytest.raises(SpecError, match=r"resources\.gpu_models"):
+        client.offers({"workload": {"kind": "command", "command": ["x"]},
+                       "resources": {"gpu_models": ["H100"]}})  # fmt: skip
+    with pytest.raises(UsageError, match="limit"):
+        client.offers({"workload": {"kind": "command", "command": ["x"]}}, limit=-1)
+    listing = client.offers(
+        {"workload": {"kind": "command", "command": ["x"]},
+         "resources": {"accelerator": "cuda", "gpu_count": 8, "gpu_models": ["H100"]}},
+        limit=1,
+    )  # fmt: skip
+    assert [row["instance_type"] for row in listing["offers"]] == ["p5.48xlarge"]
+    assert listing["total"] > 1 and listing["providers_file"].startswith(str(shared_home))
