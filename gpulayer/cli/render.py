@@ -165,3 +165,31 @@ def cost_table(ledger: dict[str, Any]) -> None:
     console.print(table)
     totals = ", ".join(f"{amount:.4f} {currency}" for currency, amount in ledger["total"].items())
     console.print(f"total: {totals or '0'}")
+
+
+def token_table(tokens: list[dict[str, Any]]) -> None:
+    table = Table(box=None, header_style="bold")
+    for column, fold in (
+        ("ID", False),
+        ("KIND", False),
+        ("NAME", True),
+        ("STATE", False),
+        ("WORKERS", False),
+        ("EXPIRES", False),
+        ("CREATED", False),
+    ):
+        table.add_column(column, no_wrap=not fold, overflow="fold")
+    for token in tokens:
+        registered = token.get("registered") or 0
+        cap = token.get("max_workers")
+        workers = "" if token["kind"] != "join" else f"{registered}/{cap or '-'}"
+        table.add_row(
+            token["id"],
+            token["kind"],
+            token.get("name") or "",
+            token["state"],
+            workers,
+            _short_time(token.get("expires_at")),
+            _short_time(token.get("created_at")),
+        )
+    _console().print(table)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from gpulayer.control.client import ControlClient, Unauthorized
+from gpulayer.errors import ForbiddenError
 from tests.support.servers import (
     ServerProcess,
     WorkerProcess,
@@ -131,7 +132,9 @@ def test_tokens_are_required_and_worker_tokens_only_work(cluster_factory: Any) -
         as_worker.jobs()
     with pytest.raises(Unauthorized):
         as_worker.submit(command_job(["true"]))
-    assert as_worker.request("POST", "/v1/workers/none/heartbeat", {"running": []}) is not None
+    # A join token registers workers and does nothing else, not even a heartbeat.
+    with pytest.raises(ForbiddenError):
+        as_worker.request("POST", "/v1/workers/none/heartbeat", {"running": []})
 
 
 def test_unschedulable_fail_rejects_and_queue_says_why(cluster_factory: Any) -> None:
