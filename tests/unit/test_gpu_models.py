@@ -63,6 +63,7 @@ def test_one_reading_of_gpu_names(name: str, model: str, memory: float | None) -
         ("NVIDIA A100", 39.39, 40),
         ("NVIDIA H200", 139.8, 141),
         ("NVIDIA A100-SXM4-80GB", 70.0, 80),  # the size in the name wins
+        ("NVIDIA GH200 480GB", 95.6, 96),  # unless the model is not sold with it
         ("T4", None, 16),
         ("Some Future GPU", 31.5, 31.5),  # unknown: what it reports
     ],
