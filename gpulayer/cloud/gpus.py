@@ -186,9 +186,9 @@ def nominal_memory_gb(name: str | None, reported_gb: float | None) -> float | No
     """The size a device is sold with, from its name and the memory it reports.
 
     A size in the name wins when the model is sold with it ("A100-SXM4-80GB"); else the
-    table's size nearest above what is reported, when the report comes within 15% of it (drivers keep some memory for
-    themselves, and GiB are smaller than GB); else the report itself. A known model that
-    reports nothing has its smallest size."""
+    table's size nearest above what is reported, when the report comes within 15% of it
+    (drivers keep some memory for themselves, and GiB are smaller than GB); else the report
+    itself. A known model that reports nothing has its smallest size."""
     if not name:
         return reported_gb
     parsed = parse_gpu_name(name)
