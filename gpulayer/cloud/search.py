@@ -209,7 +209,11 @@ def list_offers(
     path = providers_file(root)
     chosen = [n for n in installed if not wanted or n in wanted]
     enabled = {n: get_provider(n, configured[n]) for n in chosen if n in configured}
-    notes: list[str] = []
+    notes = [
+        f"{path}: " + _unknown_provider(n, installed)
+        for n in configured
+        if n not in installed and (not wanted or n in wanted)
+    ]
     unconfigured = [n for n in chosen if n not in configured]
     disabled = _disabled_providers(unconfigured) if include_disabled else {}
     query = OfferQuery.from_spec(spec, gpu_count_exact=gpu_count_exact)

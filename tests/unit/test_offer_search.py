@@ -166,7 +166,7 @@ def test_unknown_provider_names_the_closest(no_aws_credentials: None) -> None:
 def test_enabled_without_credentials_lists_its_catalog_for_its_regions(
     no_aws_credentials: None,
 ) -> None:
-    (_home() / "providers.yaml").write_text("aws:\n  regions: [eu-west-1]\n")
+    (_home() / "providers.yaml").write_text("aws:\n  regions: [eu-west-1]\nazur: {}\n")
     listing = list_offers(
         _home(), _spec(gpu_models=["L4", "A10G"], providers=["aws"]), gpu_count_exact=False
     )
@@ -175,4 +175,6 @@ def test_enabled_without_credentials_lists_its_catalog_for_its_regions(
     assert all(r["enabled"] and r["source"] == "catalog" for r in rows)
     assert {r["gpu_name"] for r in rows} == {"A10G"}  # no g6 in eu-west-1
     assert any("live offers unavailable" in n for n in listing["notes"])
+    unrestricted = list_offers(_home(), _spec(gpu_models=["L4"]), gpu_count_exact=False)
+    assert any("'azur' is not an installed provider" in n for n in unrestricted["notes"])
     assert not any("not enabled" in n and "aws" in n.split(":")[0] for n in listing["notes"])
