@@ -9,15 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.aws_env import without_aws_credentials
 from tests.support.cli import run_cli
 
 
 @pytest.fixture(autouse=True)
 def _no_aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    without_aws_credentials(monkeypatch, tmp_path)
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ from gpulayer.cloud.search import gather, list_offers, select, why_nothing_fits
 from gpulayer.errors import UsageError
 from gpulayer.spec.models import JobSpec
 from gpulayer.spec.validate import validate_spec
+from tests.support.aws_env import without_aws_credentials
 
 
 def _offer(name: str, price: float, count: int = 1, provider: str = "fake") -> Offer:
@@ -118,10 +119,7 @@ def _spec(**resources: Any) -> JobSpec:
 
 @pytest.fixture
 def no_aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    without_aws_credentials(monkeypatch, tmp_path)
 
 
 def _home() -> Path:
