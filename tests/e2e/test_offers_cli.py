@@ -68,3 +68,13 @@ def test_offers_route_refuses_bad_input_with_the_field_named(shared_home: Path) 
     )  # fmt: skip
     assert [row["instance_type"] for row in listing["offers"]] == ["p5.48xlarge"]
     assert listing["total"] > 1 and listing["providers_file"].startswith(str(shared_home))
+
+
+@pytest.mark.slow
+def test_submit_gpu_flag_asks_for_a_cuda_gpu(shared_home: Path) -> None:
+    sent = run_cli(["submit", "--gpu", "H100", "--gpu", "A100-80GB", "--detach", "--", "true"])
+    # This machine has no CUDA GPU: the job is refused at once, naming what it lacks.
+    assert sent.returncode == 1, sent.stderr
+    assert "needs a cuda accelerator, has cpu" in sent.stderr
+    bad = run_cli(["submit", "--gpu", "80GB", "--", "true"])
+    assert bad.returncode == 2 and "resources.gpu_models" in bad.stderr
