@@ -238,6 +238,23 @@ def create_app(
         job_id = service.resolve_job_id(job) if job else None
         return cost_view(service.store.list_instances(job_id=job_id))
 
+    @app.post("/v1/offers", dependencies=auth)
+    def offers(body: dict[str, Any]) -> dict[str, Any]:
+        from gpulayer.cloud.search import list_offers
+        from gpulayer.spec.validate import validate_spec
+
+        limit = body.get("limit", 30)
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+            raise UsageError("limit: a whole number, 0 or more")
+        spec = validate_spec(body.get("spec") or {})
+        return list_offers(
+            service.layout.root,
+            spec,
+            gpu_count_exact=body.get("gpu_count_exact") is not False,
+            include_disabled=body.get("include_disabled") is not False,
+            limit=limit,
+        )
+
     @app.post("/v1/reap", dependencies=auth)
     def reap(dry_run: bool = False) -> list[dict[str, Any]]:
         if service.provisioner is None:

@@ -185,6 +185,24 @@ class ControlClient:
         result: dict[str, Any] = self.request("POST", "/v1/jobs", body)
         return result
 
+    def offers(
+        self,
+        spec: dict[str, Any],
+        *,
+        gpu_count_exact: bool = True,
+        include_disabled: bool = True,
+        limit: int = 30,
+    ) -> dict[str, Any]:
+        """Offers ``spec`` fits, ranked as submit ranks them (see gpulayer.cloud.search)."""
+        body = {
+            "spec": spec,
+            "gpu_count_exact": gpu_count_exact,
+            "include_disabled": include_disabled,
+            "limit": limit,
+        }
+        result: dict[str, Any] = self.request("POST", "/v1/offers", body, timeout=300)
+        return result
+
     def upload_bundle(self, path: Path) -> str:
         with path.open("rb") as stream:
             result = self.request("PUT", "/v1/bundles", raw=stream.read())
