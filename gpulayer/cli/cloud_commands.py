@@ -53,11 +53,15 @@ def offers(
     query = OfferQuery.from_spec(spec, gpu_name=gpu)
     found = []
     problems = []
-    for name, plugin in enabled_providers(home().root, tuple(spec.placement.providers)).items():
+    enabled = enabled_providers(home().root, tuple(spec.placement.providers))
+    for name, plugin in enabled.items():
         try:
             found.extend(plugin.offers(query))
         except ProviderError as exc:
             problems.append(f"{name}: {exc}")
+    disabled = _catalog_only_providers(spec.placement.providers, set(enabled))
+    for name, plugin in disabled.items():
+        found.extend(plugin.catalog_offers(query))
     result = filter_offers(
         rank(found),
         query,
@@ -68,15 +72,33 @@ def offers(
     )
     shown = result.offers[:limit]
     if as_json:
-        print_json([o.model_dump(mode="json") for o in shown])
+        print_json(
+            [{**o.model_dump(mode="json"), "enabled": o.provider not in disabled} for o in shown]
+        )
     else:
         from gpulayer.cli.render import offers_table
 
-        offers_table(shown, total=len(result.offers))
+        offers_table(shown, total=len(result.offers), disabled=set(disabled))
         if not result.offers and result.rejected:
             typer.echo(f"nothing fits: {describe_rejections(result.rejected)}", err=True)
     for problem in problems:
         typer.echo(f"warning: {problem}", err=True)
+
+
+def _catalog_only_providers(named: list[str], enabled: set[str]) -> dict[str, Any]:
+    """Installed providers named with --provider but not enabled in providers.yaml that can
+    price offers from their catalog alone (no credentials): shown, marked not enabled."""
+    from gpulayer.cloud.registry import available_providers, get_provider
+
+    installed = set(available_providers())
+    found = {}
+    for name in named:
+        if name in enabled or name not in installed:
+            continue
+        plugin = get_provider(name, {})
+        if hasattr(plugin, "catalog_offers"):
+            found[name] = plugin
+    return found
 
 
 def cost(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from rich.console import Console
@@ -144,7 +145,7 @@ def workers_table(workers: list[dict[str, Any]]) -> None:
     _console().print(table)
 
 
-def offers_table(offers: list[Any], *, total: int) -> None:
+def offers_table(offers: list[Any], *, total: int, disabled: Collection[str] = ()) -> None:
     table = Table(box=None, header_style="bold")
     for column in (
         "PROVIDER",
@@ -167,7 +168,7 @@ def offers_table(offers: list[Any], *, total: int) -> None:
             else f"{offer.hourly_price:.4f} {offer.currency}"
         )
         table.add_row(
-            offer.provider,
+            f"{offer.provider}*" if offer.provider in disabled else offer.provider,
             f"{offer.region}/{offer.zone}" if offer.zone else offer.region,
             offer.instance_type,
             gpus,
@@ -181,6 +182,10 @@ def offers_table(offers: list[Any], *, total: int) -> None:
     console.print(table)
     if total > len(offers):
         console.print(f"({total - len(offers)} more; --limit to see them)")
+    shown_disabled = sorted({o.provider for o in offers} & set(disabled))
+    if shown_disabled:
+        names = ", ".join(shown_disabled)
+        console.print(f"* not enabled in providers.yaml ({names}): priced from the catalog only")
 
 
 def cost_table(ledger: dict[str, Any]) -> None:

@@ -103,6 +103,8 @@ class Instance(BaseModel):
     hourly_price: float | None = None
     currency: str = "USD"
     spot: bool = False
+    preempted: bool = False
+    """The provider reclaimed this (spot) instance: its attempt ends as ``preempted``."""
     tags: dict[str, str] = Field(default_factory=dict)
     launched_at: datetime | None = None
 
