@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from gpulayer.cloud.protocol import Instance, InstanceState
@@ -121,7 +122,15 @@ def to_instance(raw: Any, *, use_private_ip: bool, ssh_user: str) -> Instance:
         hourly_price=float(price) if price else None,
         spot=str(scheduling.provisioning_model) == "SPOT",
         tags=tags,
+        launched_at=_timestamp(str(raw.creation_timestamp or "")),
     )
+
+
+def _timestamp(text: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text) if text else None
+    except ValueError:
+        return None
 
 
 def gone_instance(value: str, *, preempted: bool, ssh_user: str) -> Instance:

@@ -75,16 +75,20 @@ def launch(
     with gcp_errors(region, zone):
         source_image = resolve_image(clients, selector)
         _ensure_firewall(clients, settings, project, name, request)
+    from google.cloud import compute_v1
+
     try:
         with gcp_errors(region, zone):
             body = instance_body(
                 settings, offer, machine, request, project, zone, source_image, ssh_user
             )
             operation = clients.instances().insert_unary(
-                project=project,
-                zone=zone,
-                instance_resource=body,
-                request_id=request_uuid(request.request_id, "insert"),
+                request=compute_v1.InsertInstanceRequest(
+                    project=project,
+                    zone=zone,
+                    instance_resource=body,
+                    request_id=request_uuid(request.request_id, "insert"),
+                )
             )
             done = wait_zone(clients, settings, project, zone, operation)
         failure = operation_error(done, region=region, zone=zone, what="insert")
@@ -152,9 +156,11 @@ def _ensure_firewall(
     )
     try:
         operation = clients.firewalls().insert_unary(
-            project=project,
-            firewall_resource=rule,
-            request_id=request_uuid(request.request_id, "firewall"),
+            request=compute_v1.InsertFirewallRequest(
+                project=project,
+                firewall_resource=rule,
+                request_id=request_uuid(request.request_id, "firewall"),
+            )
         )
     except Exception as exc:
         if is_conflict(exc):
@@ -278,7 +284,7 @@ def instance_body(
 def _wait(settings: GcpSettings, operation: Any, wait_once: Any, what: str) -> Any:
     deadline = time.monotonic() + settings.operation_timeout_seconds
     current = operation
-    while str(current.status) != "DONE":
+    while not _done(current):
         if time.monotonic() > deadline:
             raise ProvisionTimeout(
                 f"{what} {operation.name} not done after "
@@ -289,6 +295,12 @@ def _wait(settings: GcpSettings, operation: Any, wait_once: Any, what: str) -> A
         # comes first: no polling interval to choose.
         current = wait_once(operation.name)
     return current
+
+
+def _done(operation: Any) -> bool:
+    # Operation.status is an enum of the client (Status.DONE), not a string.
+    status = operation.status
+    return str(getattr(status, "name", status)) == "DONE"
 
 
 def wait_zone(

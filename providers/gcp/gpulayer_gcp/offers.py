@@ -255,7 +255,7 @@ class OfferSource:
         with gcp_errors():
             machine_pages = self._clients.machine_types().aggregated_list(
                 request=compute_v1.AggregatedListMachineTypesRequest(
-                    project=project, return_partial_success=True
+                    project=project
                 )
             )
             for scope, listed in machine_pages:
@@ -273,7 +273,7 @@ class OfferSource:
                     ]
             accelerator_pages = self._clients.accelerator_types().aggregated_list(
                 request=compute_v1.AggregatedListAcceleratorTypesRequest(
-                    project=project, return_partial_success=True
+                    project=project
                 )
             )
             for scope, listed in accelerator_pages:

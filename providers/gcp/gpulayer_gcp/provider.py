@@ -89,7 +89,6 @@ class GcpProvider:
                 request=compute_v1.AggregatedListInstancesRequest(
                     project=self._clients.project,
                     filter=label_filter(tags),
-                    return_partial_success=True,
                 )
             )
             for _, listed in pages:

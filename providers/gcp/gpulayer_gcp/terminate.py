@@ -17,16 +17,20 @@ PREEMPTED = "compute.instances.preempted"
 
 def terminate_one(clients: Clients, settings: GcpSettings, value: str) -> None:
     """Delete the instance ``ZONE/NAME`` and wait until it is gone, then its firewall rule."""
+    from google.cloud import compute_v1
+
     zone, name = split_id(value)
     region = zone_region(zone)
     project = clients.project
     with gcp_errors(region, zone):
         try:
             operation = clients.instances().delete_unary(
-                project=project,
-                zone=zone,
-                instance=name,
-                request_id=request_uuid(name, "delete"),
+                request=compute_v1.DeleteInstanceRequest(
+                    project=project,
+                    zone=zone,
+                    instance=name,
+                    request_id=request_uuid(name, "delete"),
+                )
             )
         except Exception as exc:
             if not is_not_found(exc):
@@ -46,9 +50,13 @@ def _gone(failure: Exception) -> bool:
 
 def was_preempted(clients: Clients, zone: str, name: str) -> bool:
     """Whether GCE preempted the instance: a zone operation of type preempted names it."""
+    from google.cloud import compute_v1
+
     with gcp_errors(zone_region(zone), zone):
         listed = clients.zone_operations().list(
-            project=clients.project, zone=zone, filter=f'operationType = "{PREEMPTED}"'
+            request=compute_v1.ListZoneOperationsRequest(
+                project=clients.project, zone=zone, filter=f'operationType = "{PREEMPTED}"'
+            )
         )
         return any(
             str(op.operation_type) == PREEMPTED and last_part(str(op.target_link)) == name
