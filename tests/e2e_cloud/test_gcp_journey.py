@@ -339,8 +339,8 @@ def test_rejected_credentials_fall_back_to_aws_then_to_local(
     assert gcp_lab.calls("instances.insert") == [] and gcp_lab.booted == []
     wait_until(lambda: not cloud_init.hosts(), what="the AWS instance's host to go")
 
-    # AWS refuses too: the job runs on this machine.
-    aws_lab.moto.fault("*", "AuthFailure", message="credentials not valid", status=401)
+    # AWS refuses too (at launch; its offers come from the cache): the job runs here.
+    aws_lab.moto.fault("ImportKeyPair", "UnauthorizedOperation", message="not allowed")
     fallback = run_cli(
         ["submit", "--target", "cloud", "--fallback", "local", "--", "python", "-c", script],
         timeout=300,
@@ -348,6 +348,7 @@ def test_rejected_credentials_fall_back_to_aws_then_to_local(
     assert fallback.returncode == 0, fallback.stderr
     assert f"ran on {socket.gethostname()}" in fallback.stdout
     assert "trying target local" in fallback.stderr
+    assert "credentials rejected (UnauthorizedOperation" in fallback.stderr
     job = last_job()
     assert job["state"] == "succeeded" and job["target"] == "local"
     assert gcp_lab.calls("instances.insert") == [] and held(gcp_lab) == {
