@@ -60,7 +60,7 @@ def offers(
         except ProviderError as exc:
             problems.append(f"{name}: {exc}")
     disabled = _catalog_only_providers(spec.placement.providers, set(enabled))
-    for name, plugin in disabled.items():
+    for plugin in disabled.values():
         found.extend(plugin.catalog_offers(query))
     result = filter_offers(
         rank(found),

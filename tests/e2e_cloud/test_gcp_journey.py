@@ -28,8 +28,8 @@ import yaml
 
 from tests.e2e_cloud.journey import last_job, ledger, wait_until
 from tests.e2e_cloud.test_aws_journey import (
-    AwsLab,
     UBUNTU_AMIS,
+    AwsLab,
     aws_lab,
     cloud_init,
     moto,

@@ -262,9 +262,7 @@ class ComputeServer:
         host.authorized_keys.write_text(key.strip() + "\n")
         self._hosts[(zone, name)] = host
         host.start()
-        self._booted.append(
-            Boot(name, zone, address, host_name, user, self._ssh_sources(raw))
-        )
+        self._booted.append(Boot(name, zone, address, host_name, user, self._ssh_sources(raw)))
 
     def _ssh_sources(self, raw: Mapping[str, Any]) -> tuple[str, ...]:
         tags = set(raw.get("tags", {}).get("items", []))
@@ -301,8 +299,11 @@ class ComputeServer:
         if path == "/token":
             if self._rejecting:
                 return 400, {"error": "invalid_grant", "error_description": "Invalid JWT"}
-            return 200, {"access_token": f"lab-{self._id()}", "expires_in": 3600,
-                         "token_type": "Bearer"}  # fmt: skip
+            return 200, {
+                "access_token": f"lab-{self._id()}",
+                "expires_in": 3600,
+                "token_type": "Bearer",
+            }
         if not path.startswith(BASE):
             return _error(404, "notFound", f"unknown path {path}")
         parts = path[len(BASE) :].split("/")
@@ -338,8 +339,13 @@ class ComputeServer:
             if image is None:
                 return _error(404, "notFound", f"family {params['family']} not found")
             link = f"{self.url}{BASE}{project}/global/images/{image}"
-            return 200, {"id": self._id(), "name": image, "family": params["family"],
-                         "selfLink": link, "status": "READY"}  # fmt: skip
+            return 200, {
+                "id": self._id(),
+                "name": image,
+                "family": params["family"],
+                "selfLink": link,
+                "status": "READY",
+            }
         if call == "instances.insert":
             return self._insert(zone, body, params.get("requestId"), fault)
         if call == "instances.get":
@@ -391,8 +397,9 @@ class ComputeServer:
         link = f"{self.url}{BASE}{PROJECT}/zones/{zone}/instances/{name}"
         if fault is not None:
             error = {"code": fault.code, "message": fault.message}
-            return 200, self._operation("insert", link, zone=zone, error=error,
-                                        request_id=request_id)  # fmt: skip
+            return 200, self._operation(
+                "insert", link, zone=zone, error=error, request_id=request_id
+            )
         if (zone, name) in self.instances:
             return _error(409, "alreadyExists", f"instance {name} already exists")
         machine = body["machineType"].rsplit("/", 1)[-1]
@@ -427,8 +434,13 @@ class ComputeServer:
     def _machine_types(self, zone: str) -> list[dict[str, Any]]:
         result = []
         for name, (vcpus, memory_mb, accelerator, count) in self.zones[zone].machines.items():
-            item: dict[str, Any] = {"id": self._id(), "name": name, "guestCpus": vcpus,
-                                    "memoryMb": memory_mb, "zone": zone}  # fmt: skip
+            item: dict[str, Any] = {
+                "id": self._id(),
+                "name": name,
+                "guestCpus": vcpus,
+                "memoryMb": memory_mb,
+                "zone": zone,
+            }
             if accelerator:
                 item["accelerators"] = [
                     {"guestAcceleratorType": accelerator, "guestAcceleratorCount": count}
@@ -472,18 +484,26 @@ _ROUTES: Sequence[tuple[str, re.Pattern[str], str]] = [
     ("GET", re.compile(r"^global/images/family/(?P<family>[^/]+)$"), "images.getFromFamily"),
     ("POST", re.compile(r"^zones/(?P<zone>[^/]+)/instances$"), "instances.insert"),
     ("GET", re.compile(r"^zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)$"), "instances.get"),
-    ("DELETE", re.compile(r"^zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)$"),
-     "instances.delete"),  # fmt: skip
-    ("POST", re.compile(r"^zones/(?P<zone>[^/]+)/operations/(?P<operation>[^/]+)/wait$"),
-     "zoneOperations.wait"),  # fmt: skip
-    ("GET", re.compile(r"^zones/(?P<zone>[^/]+)/operations/(?P<operation>[^/]+)$"),
-     "zoneOperations.get"),  # fmt: skip
+    (
+        "DELETE",
+        re.compile(r"^zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)$"),
+        "instances.delete",
+    ),
+    (
+        "POST",
+        re.compile(r"^zones/(?P<zone>[^/]+)/operations/(?P<operation>[^/]+)/wait$"),
+        "zoneOperations.wait",
+    ),
+    (
+        "GET",
+        re.compile(r"^zones/(?P<zone>[^/]+)/operations/(?P<operation>[^/]+)$"),
+        "zoneOperations.get",
+    ),
     ("GET", re.compile(r"^zones/(?P<zone>[^/]+)/operations$"), "zoneOperations.list"),
     ("POST", re.compile(r"^global/firewalls$"), "firewalls.insert"),
     ("GET", re.compile(r"^global/firewalls/(?P<name>[^/]+)$"), "firewalls.get"),
     ("DELETE", re.compile(r"^global/firewalls/(?P<name>[^/]+)$"), "firewalls.delete"),
-    ("POST", re.compile(r"^global/operations/(?P<operation>[^/]+)/wait$"),
-     "globalOperations.wait"),  # fmt: skip
+    ("POST", re.compile(r"^global/operations/(?P<operation>[^/]+)/wait$"), "globalOperations.wait"),
 ]
 
 

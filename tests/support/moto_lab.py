@@ -92,9 +92,7 @@ def write_image_catalog(folder: Path, release: str, aws_selector: Mapping[str, A
     return write_release(folder, release, {"aws": aws_selector})
 
 
-def write_release(
-    folder: Path, release: str, selectors: Mapping[str, Mapping[str, Any]]
-) -> Path:
+def write_release(folder: Path, release: str, selectors: Mapping[str, Mapping[str, Any]]) -> Path:
     """An images folder whose only release has ``selectors`` (provider -> image selector)."""
     from gpulayer.cloud.images import find_images_dir
 

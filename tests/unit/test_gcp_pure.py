@@ -66,7 +66,9 @@ def test_catalog_offers_cover_the_families(catalog: PriceCatalog) -> None:
     assert "n1-standard-32+1xt4" in by_type and "n1-standard-64+1xt4" not in by_type
     assert "n1-standard-8+3xt4" not in by_type
     spot = next(o for o in offers if o.instance_type == "g2-standard-4" and o.spot)
-    assert spot.hourly_price is not None and spot.hourly_price < by_type["g2-standard-4"].hourly_price  # type: ignore[operator]
+    assert (
+        spot.hourly_price is not None and spot.hourly_price < by_type["g2-standard-4"].hourly_price
+    )  # type: ignore[operator]
     # Price = host + GPUs.
     prices = catalog.regions["us-central1"]
     t4 = by_type["n1-standard-8+2xt4"]
@@ -97,8 +99,12 @@ def test_unpriced_gpu_machines_are_offered_without_a_price(catalog: PriceCatalog
     cpu = build_offers(zones, catalog, "us-central1", accelerator="cpu", allow_spot=False)
     assert gpu and all(o.hourly_price is None for o in gpu)
     assert cpu == []  # CPU machines are placed by price: none without one
-    assert price_of(Machine("a2-highgpu-1g", "nvidia-tesla-a100", 1), catalog, "mars-north1",
-                    spot=False) is None  # fmt: skip
+    assert (
+        price_of(
+            Machine("a2-highgpu-1g", "nvidia-tesla-a100", 1), catalog, "mars-north1", spot=False
+        )
+        is None
+    )
     assert list(machines_for(zones["us-central1-a"], catalog, "rocm")) == []
 
 
@@ -108,8 +114,13 @@ SKUS: list[dict[str, Any]] = [
         "category": {"resource_family": "Compute", "usage_type": "OnDemand"},
         "service_regions": ["us-central1", "us-west1"],
         "pricing_info": [
-            {"pricing_expression": {"tiered_rates": [{"unit_price": {"units": "0",
-             "nanos": 40_000_000, "currency_code": "USD"}}]}}
+            {
+                "pricing_expression": {
+                    "tiered_rates": [
+                        {"unit_price": {"units": "0", "nanos": 40_000_000, "currency_code": "USD"}}
+                    ]
+                }
+            }
         ],
     },
     {
@@ -132,9 +143,7 @@ SKUS: list[dict[str, Any]] = [
         "description": "Commitment v1: Nvidia Tesla T4 GPU running in Americas",
         "category": {"resource_family": "Compute", "usage_type": "Commit1Yr"},
         "service_regions": ["us-central1"],
-        "pricing_info": [
-            {"pricing_expression": {"tiered_rates": [{"unit_price": {"nanos": 1}}]}}
-        ],
+        "pricing_info": [{"pricing_expression": {"tiered_rates": [{"unit_price": {"nanos": 1}}]}}],
     },
     {
         "description": "Nvidia L4 GPU running in Americas",
@@ -144,7 +153,7 @@ SKUS: list[dict[str, Any]] = [
             {"pricing_expression": {"tiered_rates": [{"unit_price": {"nanos": 600_000_000}}]}}
         ],
     },
-]  # fmt: skip
+]
 
 
 def test_skus_become_rates_and_reprice_the_catalog(catalog: PriceCatalog) -> None:
@@ -174,8 +183,9 @@ def test_skus_become_rates_and_reprice_the_catalog(catalog: PriceCatalog) -> Non
 def test_error_codes_classify_by_place() -> None:
     capacity = classify(["ZONE_RESOURCE_POOL_EXHAUSTED"], "no", region="r", zone="r-a")
     assert isinstance(capacity, CapacityError) and capacity.scope == "zone"
-    wording = classify([], "The zone does not have enough resources available", region="r",
-                       zone="r-a")  # fmt: skip
+    wording = classify(
+        [], "The zone does not have enough resources available", region="r", zone="r-a"
+    )
     assert isinstance(wording, CapacityError)
     quota = classify(["QUOTA_EXCEEDED"], "Quota 'CPUS' exceeded", region="r", zone="r-a")
     assert isinstance(quota, QuotaError) and quota.scope == "region" and quota.region == "r"

@@ -104,7 +104,7 @@ def reprice(
         for name, old in prices.machines.items():
             shape = current.machine_types.get(name)
             family = name.split("-", 1)[0]
-            pair = []
+            pair: list[float | None] = []
             for position, spot in enumerate((False, True)):
                 core = rates.get(("core", family, spot, region))
                 ram = rates.get(("ram", family, spot, region))

@@ -144,7 +144,7 @@ class PriceCatalog:
 
 
 def _pair(value: Any) -> tuple[float | None, float | None]:
-    on_demand, spot = (list(value) + [None, None])[:2]
+    on_demand, spot = [*list(value), None, None][:2]
     return (
         float(on_demand) if on_demand is not None else None,
         float(spot) if spot is not None else None,

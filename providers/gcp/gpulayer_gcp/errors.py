@@ -106,9 +106,9 @@ def translate(exc: Exception, *, region: str | None = None, zone: str | None = N
             return typed
         if isinstance(exc, gx.Unauthorized):
             return AuthError(PROVIDER, f"credentials rejected ({message})")
-        if isinstance(exc, gx.Forbidden | gx.PermissionDenied):
-            if not reasons or set(reasons) & PERMISSION_REASONS:
-                return AuthError(PROVIDER, f"permission denied ({message})")
+        denied = not reasons or set(reasons) & PERMISSION_REASONS
+        if isinstance(exc, gx.Forbidden | gx.PermissionDenied) and denied:
+            return AuthError(PROVIDER, f"permission denied ({message})")
         if isinstance(exc, gx.ServiceUnavailable):
             return CapacityError("zone", PROVIDER, region, zone, message)
         return ProviderError(message, provider=PROVIDER)

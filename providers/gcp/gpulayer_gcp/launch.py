@@ -121,9 +121,7 @@ def resolve_image(clients: Clients, selector: Mapping[str, Any]) -> str:
         return str(selector["image"])
     project, family = selector.get("project"), selector.get("family")
     if not project or not family:
-        raise ProviderSettingsError(
-            "image: give project and family, or image", provider=PROVIDER
-        )
+        raise ProviderSettingsError("image: give project and family, or image", provider=PROVIDER)
     try:
         image = clients.images().get_from_family(project=str(project), family=str(family))
     except Exception as exc:
@@ -287,8 +285,7 @@ def _wait(settings: GcpSettings, operation: Any, wait_once: Any, what: str) -> A
     while not _done(current):
         if time.monotonic() > deadline:
             raise ProvisionTimeout(
-                f"{what} {operation.name} not done after "
-                f"{settings.operation_timeout_seconds:g} s",
+                f"{what} {operation.name} not done after {settings.operation_timeout_seconds:g} s",
                 provider=PROVIDER,
             )
         # wait answers when the operation is done or after about two minutes, whichever

@@ -119,9 +119,7 @@ def machines_for(
                     yield Machine(host_name, gpu_name, count, attached=True), host
 
 
-def price_of(
-    machine: Machine, catalog: PriceCatalog, region: str, *, spot: bool
-) -> float | None:
+def price_of(machine: Machine, catalog: PriceCatalog, region: str, *, spot: bool) -> float | None:
     """Host plus GPUs in ``region``; None when any part has no price."""
     prices = catalog.regions.get(region)
     if prices is None:
@@ -254,9 +252,7 @@ class OfferSource:
         zones: dict[str, dict[str, Any]] = {}
         with gcp_errors():
             machine_pages = self._clients.machine_types().aggregated_list(
-                request=compute_v1.AggregatedListMachineTypesRequest(
-                    project=project
-                )
+                request=compute_v1.AggregatedListMachineTypesRequest(project=project)
             )
             for scope, listed in machine_pages:
                 zone = scope.removeprefix("zones/")
@@ -272,9 +268,7 @@ class OfferSource:
                         count,
                     ]
             accelerator_pages = self._clients.accelerator_types().aggregated_list(
-                request=compute_v1.AggregatedListAcceleratorTypesRequest(
-                    project=project
-                )
+                request=compute_v1.AggregatedListAcceleratorTypesRequest(project=project)
             )
             for scope, listed in accelerator_pages:
                 zone = scope.removeprefix("zones/")

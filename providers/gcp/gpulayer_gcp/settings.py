@@ -1,7 +1,8 @@
 """What the GCP provider is told: which project, where to look, how to network instances.
 
-Credentials are not settings: google-auth's default chain finds them (GOOGLE_APPLICATION_CREDENTIALS,
-``gcloud auth application-default login``, the metadata server of a GCE machine), or
+Credentials are not settings: google-auth's default chain finds them
+(GOOGLE_APPLICATION_CREDENTIALS, ``gcloud auth application-default login``, the metadata
+server of a GCE machine), or
 ``credentials_file`` names a service-account or ADC file. No secret passes through gpulayer's
 configuration.
 """
@@ -137,7 +138,9 @@ class GcpSettings(BaseModel):
     def _zones_in_regions(self) -> GcpSettings:
         for zone in self.zones:
             if zone_region(zone) not in self.regions:
-                raise ValueError(f"zones: {zone} is not in one of regions ({', '.join(self.regions)})")
+                raise ValueError(
+                    f"zones: {zone} is not in one of regions ({', '.join(self.regions)})"
+                )
         return self
 
     def allowed_zones(self, region: str, zones: list[str]) -> list[str]:

@@ -103,8 +103,11 @@ def test_offers_come_from_the_zone_lists_priced_by_the_catalog(
     assert {o.zone for o in offers} == {"us-central1-a"}
     l4 = offer(offers, "g2-standard-4")
     assert (l4.gpu_name, l4.gpu_count, l4.gpu_memory_gb, l4.cuda_compute_capability) == (
-        "L4", 1, 24, "8.9",
-    )  # fmt: skip
+        "L4",
+        1,
+        24,
+        "8.9",
+    )
     prices = gcp._source.catalog().regions["us-central1"]
     t4 = offer(offers, "n1-standard-4+2xt4")
     expected = prices.machines["n1-standard-4"][0] + 2 * prices.gpus["nvidia-tesla-t4"][0]
@@ -213,9 +216,10 @@ def test_terminate_deletes_instance_and_rule_and_is_idempotent(
     assert {i.id for i in gcp.list_owned({"gpulayer:owner": "o-test"})} == {first.id, second.id}
     assert [i.id for i in gcp.list_owned({"gpulayer:request": "r-two"})] == [second.id]
     # The label filter reached the server.
-    assert 'labels.gpulayer-request = "r-two"' in server.calls("instances.aggregatedList")[-1][
-        "filter"
-    ]
+    assert (
+        'labels.gpulayer-request = "r-two"'
+        in server.calls("instances.aggregatedList")[-1]["filter"]
+    )
 
     gcp.terminate([first.id])
     gcp.terminate([first.id])  # gone already: fine
@@ -246,8 +250,11 @@ def test_a_preempted_spot_instance_is_reported_as_preempted(
     ("fault", "expected", "scope"),
     [
         (
-            {"code": "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", "message": "The zone does "
-             "not have enough resources available to fulfill the request."},
+            {
+                "code": "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+                "message": "The zone does "
+                "not have enough resources available to fulfill the request.",
+            },
             CapacityError,
             "zone",
         ),
@@ -257,19 +264,22 @@ def test_a_preempted_spot_instance_is_reported_as_preempted(
             "region",
         ),
         (
-            {"code": "quotaExceeded", "message": "Quota exceeded", "kind": "http",
-             "status": 403},
+            {"code": "quotaExceeded", "message": "Quota exceeded", "kind": "http", "status": 403},
             QuotaError,
             "region",
         ),
         (
-            {"code": "forbidden", "message": "Required 'compute.instances.create' permission",
-             "kind": "http", "status": 403},
+            {
+                "code": "forbidden",
+                "message": "Required 'compute.instances.create' permission",
+                "kind": "http",
+                "status": 403,
+            },
             AuthError,
             "provider",
         ),
     ],
-)  # fmt: skip
+)
 def test_launch_failures_are_typed_and_leave_nothing(
     server: ComputeServer,
     tmp_path: Path,
@@ -282,11 +292,11 @@ def test_launch_failures_are_typed_and_leave_nothing(
     server.fault("instances.insert", **fault)
     with pytest.raises(expected) as info:
         gcp.launch(chosen, request("r-fails"))
-    assert getattr(info.value, "scope") == scope
+    assert info.value.scope == scope
     if scope == "zone":
-        assert getattr(info.value, "zone") == "us-central1-a"
+        assert info.value.zone == "us-central1-a"
     if scope == "region":
-        assert getattr(info.value, "region") == "us-central1"
+        assert info.value.region == "us-central1"
     assert server.instances == {} and server.firewalls == {}
 
 
