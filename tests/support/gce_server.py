@@ -3,8 +3,8 @@ uses, whose instances boot as network-namespace sshd hosts of a lab.
 
 No usable GCE emulator exists, so this one answers what the gcp provider calls: aggregated
 machine-type, accelerator-type and instance lists; instances insert/get/delete; global firewall
-rules; images by family; zone and global operations (get, wait, list); and an OAuth token
-endpoint for service-account credentials. Ids are numeric strings, as the client requires.
+rules; images by family; zone and global operations (get, wait, list); the Cloud Billing
+Catalog's SKU list; and an OAuth token endpoint for service-account credentials. Ids are numeric strings, as the client requires.
 
 When an instance is inserted, the server does what GCE and the guest agent do at boot: it gives
 the instance the next free internal address of the lab's network and brings it up as a lab host
@@ -104,6 +104,8 @@ class ComputeServer:
         self._calls: list[dict[str, Any]] = []
         self._rejecting = False
         self.errors: list[str] = []
+        self.skus: list[dict[str, Any]] = []
+        """Compute Engine SKUs the billing catalog lists (REST field names)."""
         self.httpd: ThreadingHTTPServer | None = None
 
     # --- controls -----------------------------------------------------------------------
@@ -159,6 +161,7 @@ class ComputeServer:
             self._calls.clear()
             self._rejecting = False
             self.errors.clear()
+            self.skus = []
 
     def preempt(self, zone: str, name: str) -> None:
         """What GCE does to a spot instance with instanceTerminationAction DELETE."""
@@ -304,6 +307,13 @@ class ComputeServer:
                 "expires_in": 3600,
                 "token_type": "Bearer",
             }
+        if path.startswith("/v1/services/") and path.endswith("/skus"):
+            # The Cloud Billing Catalog API's SKU list, on the same endpoint.
+            with self._lock:
+                self._calls.append({"call": "skus.list", "service": path.split("/")[3]})
+                if self._rejecting:
+                    return _error(401, "authError", "Request had invalid credentials.")
+                return 200, {"skus": list(self.skus)}
         if not path.startswith(BASE):
             return _error(404, "notFound", f"unknown path {path}")
         parts = path[len(BASE) :].split("/")

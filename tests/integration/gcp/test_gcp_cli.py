@@ -1,16 +1,18 @@
-"""`gpulayer offers --provider gcp` offline: the catalog's offers without credentials."""
+"""`gpulayer offers --provider gcp` offline (the catalog's offers without credentials) and
+`gpulayer catalog refresh gcp` against the test server's billing catalog."""
 
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from tests.support.cli import run_cli
-from tests.support.gce_server import isolated_google_env
+from tests.support.gce_server import compute_server, isolated_google_env, service_account_file
 
 
 @pytest.fixture
@@ -47,3 +49,69 @@ def test_an_enabled_gcp_on_its_catalog_needs_no_credentials(offline: Path) -> No
     assert offers and {o["region"] for o in offers} == {"europe-west4"}
     assert all(o["enabled"] is True for o in offers)
     assert "warning" not in result.stderr
+
+
+def _sku(description: str, usage: str, nanos: int) -> dict[str, Any]:
+    return {
+        "name": f"services/6F81-5844-456A/skus/{abs(hash(description)) % 10**8}",
+        "description": description,
+        "category": {
+            "resourceFamily": "Compute",
+            "resourceGroup": "N1Standard",
+            "usageType": usage,
+        },
+        "serviceRegions": ["us-central1"],
+        "pricingInfo": [
+            {
+                "pricingExpression": {
+                    "usageUnit": "h",
+                    "tieredRates": [
+                        {
+                            "startUsageAmount": 0,
+                            "unitPrice": {"currencyCode": "USD", "units": "0", "nanos": nanos},
+                        }
+                    ],
+                }
+            }
+        ],
+    }
+
+
+def test_catalog_refresh_reprices_from_the_billing_catalog(
+    offline: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with compute_server({}) as server:
+        key = service_account_file(tmp_path / "google", f"{server.url}/token")
+        monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
+        server.skus = [
+            _sku("N1 Predefined Instance Core running in Americas", "OnDemand", 50_000_000),
+            _sku("N1 Predefined Instance Ram running in Americas", "OnDemand", 10_000_000),
+            _sku("Nvidia Tesla T4 GPU running in Americas", "OnDemand", 420_000_000),
+        ]
+        settings = {
+            "regions": ["us-central1"],
+            "offers_source": "catalog",
+            "endpoint_url": server.url,
+            "cache_dir": str(tmp_path / "cache"),
+        }
+        (offline / "providers.yaml").write_text(yaml.safe_dump({"gcp": settings}))
+        refreshed = run_cli(["catalog", "refresh", "gcp"])
+        assert refreshed.returncode == 0, refreshed.stderr
+        written = tmp_path / "cache" / "price_catalog.json"
+        assert str(written) in refreshed.stdout
+        catalog = json.loads(written.read_text())
+        assert "Cloud Billing Catalog API" in catalog["source"]
+        assert [c["service"] for c in server.calls("skus.list")] == ["6F81-5844-456A"]
+
+        result = run_cli(["offers", "--provider", "gcp", "--gpu", "T4", "--json"])
+        assert result.returncode == 0, result.stderr
+        by_type = {o["instance_type"]: o for o in json.loads(result.stdout)}
+        # n1-standard-4: 4 vCPUs and 15 GiB at the new rates, plus one T4.
+        assert by_type["n1-standard-4+1xt4"]["hourly_price"] == pytest.approx(
+            4 * 0.05 + 15 * 0.01 + 0.42
+        )
+
+        # Within the TTL a second refresh reuses the cached SKU list.
+        again = run_cli(["catalog", "refresh", "gcp"])
+        assert again.returncode == 0, again.stderr
+        assert len(server.calls("skus.list")) == 1
