@@ -113,6 +113,23 @@ class Instance(BaseModel):
         return self.state in ("pending", "running")
 
 
+def launch_zone(offer: Offer, request: LaunchRequest, provider: str) -> str:
+    """The zone a launch of ``offer`` for ``request`` goes to, after the checks every provider
+    makes: the offer is the provider's, spot only for a request that accepts it, a zone named."""
+    from gpulayer.cloud.errors import ProviderError
+
+    if offer.provider != provider:
+        raise ProviderError(f"offer {offer.label} is not a {provider} offer", provider=provider)
+    if offer.spot and not request.spot:
+        raise ProviderError(
+            f"offer {offer.label} is spot capacity but the request does not accept spot",
+            provider=provider,
+        )
+    if offer.zone is None:
+        raise ProviderError(f"offer {offer.label} names no zone", provider=provider)
+    return offer.zone
+
+
 @runtime_checkable
 class Provider(Protocol):
     """A cloud plugin. Implementations are registered under the entry-point group

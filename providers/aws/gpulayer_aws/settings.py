@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from gpulayer.cloud.settings import check_install_root, check_python
+
 _REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
 
 
@@ -67,23 +69,12 @@ class AwsSettings(BaseModel):
     @field_validator("python")
     @classmethod
     def _python(cls, value: str | None) -> str | None:
-        if value is not None and (not value or any(c.isspace() or c in "\0'\"" for c in value)):
-            raise ValueError(f"{value!r} must be one non-empty word")
-        return value
+        return check_python(value)
 
     @field_validator("install_root")
     @classmethod
     def _install_root(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        from gpulayer.cloud.bootstrap import install_dir_problem
-
-        value = value.rstrip("/") or "/"
-        # The root itself is never removed, but every job dir below it must be removable.
-        problem = install_dir_problem(f"{value}/job")
-        if problem is not None:
-            raise ValueError(f"job directories below {value!r}: {problem}")
-        return value
+        return check_install_root(value)
 
     def default_cache_dir(self) -> Path:
         from gpulayer.cloud.cache import default_cache_dir

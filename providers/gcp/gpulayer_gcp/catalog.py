@@ -12,8 +12,6 @@ the two apart: ``regions.R.machines.TYPE`` is the host's [on-demand, spot] USD p
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -182,19 +180,9 @@ def load_catalog(cache_dir: Path | None) -> PriceCatalog:
 
 
 def save_catalog(catalog: PriceCatalog, cache_dir: Path) -> Path:
-    cache_dir = Path(cache_dir)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    target = cache_dir / CATALOG_NAME
-    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(catalog.to_json(), handle, indent=1)
-            handle.write("\n")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    from gpulayer.cloud.cache import write_json_atomically
+
+    return write_json_atomically(Path(cache_dir) / CATALOG_NAME, catalog.to_json(), indent=1)
 
 
 def refresh_catalog(

@@ -7,8 +7,8 @@ accepted at once, then failed for lack of capacity or quota).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from gpulayer.cloud.errors import (
@@ -17,6 +17,7 @@ from gpulayer.cloud.errors import (
     ImageNotFoundError,
     ProviderError,
     QuotaError,
+    translated,
 )
 
 PROVIDER = "gcp"
@@ -117,16 +118,9 @@ def translate(exc: Exception, *, region: str | None = None, zone: str | None = N
     return exc
 
 
-@contextmanager
-def gcp_errors(region: str | None = None, zone: str | None = None) -> Iterator[None]:
+def gcp_errors(region: str | None = None, zone: str | None = None) -> AbstractContextManager[None]:
     """Raise Google client failures inside the block as typed errors scoped to the place."""
-    try:
-        yield
-    except Exception as exc:
-        typed = translate(exc, region=region, zone=zone)
-        if typed is exc:
-            raise
-        raise typed from exc
+    return translated(translate, region, zone)
 
 
 def is_not_found(exc: BaseException) -> bool:

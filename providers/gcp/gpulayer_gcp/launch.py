@@ -22,7 +22,7 @@ from gpulayer.cloud.errors import (
     ProvisionTimeout,
 )
 from gpulayer.cloud.offer import Offer
-from gpulayer.cloud.protocol import Instance, LaunchRequest
+from gpulayer.cloud.protocol import Instance, LaunchRequest, launch_zone
 from gpulayer_gcp.catalog import PriceCatalog
 from gpulayer_gcp.errors import PROVIDER, gcp_errors, is_conflict, is_not_found, operation_error
 from gpulayer_gcp.instances import label_key, to_instance, to_labels
@@ -48,16 +48,7 @@ def launch(
     offer: Offer,
     request: LaunchRequest,
 ) -> Instance:
-    if offer.provider != PROVIDER:
-        raise ProviderError(f"offer {offer.label} is not a GCP offer", provider=PROVIDER)
-    if offer.spot and not request.spot:
-        raise ProviderError(
-            f"offer {offer.label} is spot capacity but the request does not accept spot",
-            provider=PROVIDER,
-        )
-    region, zone = offer.region, offer.zone
-    if zone is None:
-        raise ProviderError(f"offer {offer.label} names no zone", provider=PROVIDER)
+    region, zone = offer.region, launch_zone(offer, request, PROVIDER)
     machine = parse_instance_type(offer.instance_type, catalog)
     name = resource_name(request.request_id)
     project = clients.project

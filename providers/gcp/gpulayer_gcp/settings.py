@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gpulayer.cloud.settings import check_install_root, check_python
+
 _REGION_RE = re.compile(r"^[a-z]+-[a-z]+\d+$")
 _ZONE_RE = re.compile(r"^([a-z]+-[a-z]+\d+)-[a-z]+\d*$")
 _NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -117,22 +119,12 @@ class GcpSettings(BaseModel):
     @field_validator("python")
     @classmethod
     def _python(cls, value: str | None) -> str | None:
-        if value is not None and (not value or any(c.isspace() or c in "\0'\"" for c in value)):
-            raise ValueError(f"{value!r} must be one non-empty word")
-        return value
+        return check_python(value)
 
     @field_validator("install_root")
     @classmethod
     def _install_root(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        from gpulayer.cloud.bootstrap import install_dir_problem
-
-        value = value.rstrip("/") or "/"
-        problem = install_dir_problem(f"{value}/job")
-        if problem is not None:
-            raise ValueError(f"job directories below {value!r}: {problem}")
-        return value
+        return check_install_root(value)
 
     @model_validator(mode="after")
     def _zones_in_regions(self) -> GcpSettings:
