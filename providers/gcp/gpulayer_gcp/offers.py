@@ -173,6 +173,7 @@ def _offer_fields(
         "cpu_arch": "x86_64",
         "os": "linux",
         "currency": catalog.currency,
+        "price_as_of": catalog.as_of or None,
     }
     if machine.accelerator:
         known: AcceleratorFacts | None = catalog.accelerators.get(machine.accelerator)

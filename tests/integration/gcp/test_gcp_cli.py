@@ -33,6 +33,10 @@ def test_offers_of_a_provider_not_enabled_come_from_its_catalog(offline: Path) -
     assert {"a2-highgpu-8g", "a2-ultragpu-8g"} <= {o["instance_type"] for o in offers}
     prices = [o["hourly_price"] for o in offers]
     assert prices == sorted(prices) and prices[0] > 0
+    # Every price says how old it is: the shipped catalog's date.
+    from gpulayer_gcp.catalog import shipped_catalog
+
+    assert {o["price_as_of"] for o in offers} == {shipped_catalog().as_of}
 
     table = run_cli(["offers", "--provider", "gcp", "--gpu", "L4", "-n", "3"])
     assert table.returncode == 0, table.stderr
@@ -110,6 +114,7 @@ def test_catalog_refresh_reprices_from_the_billing_catalog(
         assert by_type["n1-standard-4+1xt4"]["hourly_price"] == pytest.approx(
             4 * 0.05 + 15 * 0.01 + 0.42
         )
+        assert by_type["n1-standard-4+1xt4"]["price_as_of"] == catalog["as_of"]
 
         # Within the TTL a second refresh reuses the cached SKU list.
         again = run_cli(["catalog", "refresh", "gcp"])
