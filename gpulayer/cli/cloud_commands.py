@@ -59,6 +59,9 @@ def offers(
             found.extend(plugin.offers(query))
         except ProviderError as exc:
             problems.append(f"{name}: {exc}")
+            if hasattr(plugin, "catalog_offers"):  # offline: what its catalog prices
+                found.extend(plugin.catalog_offers(query))
+                problems[-1] += "; showing its catalog's offers"
     disabled = _catalog_only_providers(spec.placement.providers, set(enabled))
     for plugin in disabled.values():
         found.extend(plugin.catalog_offers(query))

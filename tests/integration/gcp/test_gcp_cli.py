@@ -55,6 +55,18 @@ def test_an_enabled_gcp_on_its_catalog_needs_no_credentials(offline: Path) -> No
     assert "warning" not in result.stderr
 
 
+def test_an_enabled_gcp_without_credentials_shows_its_catalog_with_a_warning(
+    offline: Path,
+) -> None:
+    (offline / "providers.yaml").write_text(yaml.safe_dump({"gcp": {"regions": ["us-west1"]}}))
+    result = run_cli(["offers", "--provider", "gcp", "--gpu", "T4", "--json"])
+    assert result.returncode == 0, result.stderr
+    offers = json.loads(result.stdout)
+    assert offers and {o["region"] for o in offers} == {"us-west1"}
+    assert "no Google Cloud credentials found" in result.stderr
+    assert "showing its catalog's offers" in result.stderr
+
+
 def _sku(description: str, usage: str, nanos: int) -> dict[str, Any]:
     return {
         "name": f"services/6F81-5844-456A/skus/{abs(hash(description)) % 10**8}",
