@@ -339,7 +339,14 @@ class ComputeServer:
     ) -> tuple[int, Any]:
         zone = params.get("zone", "")
         if call == "machineTypes.aggregatedList":
-            return 200, self._aggregated("machineTypes", self._machine_types)
+            pattern = re.search(r'name eq "([^"]*)"', params.get("filter", ""))
+            wanted = re.compile(pattern.group(1)) if pattern else None
+
+            def machine_types(zone: str) -> list[dict[str, Any]]:
+                listed = self._machine_types(zone)
+                return [m for m in listed if wanted is None or wanted.fullmatch(m["name"])]
+
+            return 200, self._aggregated("machineTypes", machine_types)
         if call == "acceleratorTypes.aggregatedList":
             return 200, self._aggregated("acceleratorTypes", self._accelerator_types)
         if call == "instances.aggregatedList":

@@ -250,10 +250,15 @@ class OfferSource:
         from google.cloud import compute_v1
 
         project = self._clients.project
+        # Every zone lists hundreds of machine types; only the families the catalog knows
+        # can be priced or carry GPUs gpulayer schedules.
+        families = sorted({name.split("-", 1)[0] for name in self.catalog().machine_types})
         zones: dict[str, dict[str, Any]] = {}
         with gcp_errors():
             machine_pages = self._clients.machine_types().aggregated_list(
-                request=compute_v1.AggregatedListMachineTypesRequest(project=project)
+                request=compute_v1.AggregatedListMachineTypesRequest(
+                    project=project, filter=f'name eq "({"|".join(families)})-.*"'
+                )
             )
             for scope, listed in machine_pages:
                 zone = scope.removeprefix("zones/")

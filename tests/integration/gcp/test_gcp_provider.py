@@ -32,6 +32,7 @@ ZONES = {
             "n1-standard-4": (4, 15360, None, 0),
             "g2-standard-4": (4, 16384, "nvidia-l4", 1),
             "e2-standard-2": (2, 8192, None, 0),
+            "c3-standard-4": (4, 16384, None, 0),  # a family the catalog does not price
         },
         {"nvidia-tesla-t4": 2},
     ),
@@ -112,6 +113,10 @@ def test_offers_come_from_the_zone_lists_priced_by_the_catalog(
     t4 = offer(offers, "n1-standard-4+2xt4")
     expected = prices.machines["n1-standard-4"][0] + 2 * prices.gpus["nvidia-tesla-t4"][0]
     assert t4.hourly_price == pytest.approx(expected)
+
+    # Only the families the catalog knows are asked for.
+    (listing,) = server.calls("machineTypes.aggregatedList")
+    assert "c3" not in listing["filter"] and "n1" in listing["filter"]
 
     # The zone lists are cached: a second query costs no call.
     before = len(server.calls())
