@@ -4,9 +4,9 @@ field, so every plugin reports bad configuration the same way."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import AfterValidator, BaseModel, ValidationError
 
 from gpulayer.cloud.errors import ProviderSettingsError
 
@@ -33,6 +33,12 @@ def check_install_root(value: str | None) -> str | None:
     if problem is not None:
         raise ValueError(f"job directories below {value!r}: {problem}")
     return value
+
+
+PythonSetting = Annotated[str | None, AfterValidator(check_python)]
+"""Type of a provider's ``python`` setting."""
+InstallRootSetting = Annotated[str | None, AfterValidator(check_install_root)]
+"""Type of a provider's ``install_root`` setting."""
 
 
 def load_settings(model: type[M], data: M | Mapping[str, Any] | None, *, provider: str) -> M:

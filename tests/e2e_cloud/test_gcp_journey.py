@@ -31,7 +31,9 @@ from tests.e2e_cloud.test_aws_journey import (
     UBUNTU_AMIS,
     AwsLab,
     aws_lab,
+    aws_settings,
     cloud_init,
+    dummy_aws_env,
     moto,
     offer_cache,
 )
@@ -96,11 +98,7 @@ def cloud_environment(
     return {
         **isolated_google_env(folder),
         "GOOGLE_APPLICATION_CREDENTIALS": str(key),
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_CONFIG_FILE": str(folder / "no-aws-config"),
-        "AWS_SHARED_CREDENTIALS_FILE": str(folder / "no-aws-credentials"),
-        "AWS_EC2_METADATA_DISABLED": "true",
+        **dummy_aws_env(folder),
         "GPULAYER_IMAGES_DIR": str(images),
     }
 
@@ -156,18 +154,7 @@ def write_providers(
         },
     }
     if aws is not None:
-        config["aws"] = {
-            "regions": ["us-east-1"],
-            "endpoint_url": aws.moto.url,
-            "use_private_ip": True,
-            "subnet_ids": aws.subnets,
-            "price_source": "catalog",
-            "cache_dir": str(aws.cache_dir),
-            "python": sys.executable,
-            "install_root": str(work / "installs"),
-            "poll_seconds": 0.1,
-            "terminate_timeout_seconds": 30,
-        }
+        config["aws"] = aws_settings(aws, work)
     (home / "providers.yaml").write_text(yaml.safe_dump(config))
     return record
 

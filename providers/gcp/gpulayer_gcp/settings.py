@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gpulayer.cloud.settings import check_install_root, check_python
+from gpulayer.cloud.settings import InstallRootSetting, PythonSetting
 
 _REGION_RE = re.compile(r"^[a-z]+-[a-z]+\d+$")
 _ZONE_RE = re.compile(r"^([a-z]+-[a-z]+\d+)-[a-z]+\d*$")
@@ -63,9 +63,9 @@ class GcpSettings(BaseModel):
     ssh_user: str = "gpulayer"
     """Login user, whose key goes into the instance's metadata, when the image names none."""
     disk_type: str = "pd-balanced"
-    python: str | None = None
+    python: PythonSetting = None
     """The python the worker bootstrap runs on instances; None: ``python3``."""
-    install_root: str | None = None
+    install_root: InstallRootSetting = None
     """Where workers are installed on instances, one directory per job below it; None: the
     orchestrator's default, /var/tmp/gpulayer."""
     cache_dir: Path | None = None
@@ -115,16 +115,6 @@ class GcpSettings(BaseModel):
         if not ("image" in value or {"project", "family"} <= set(value)):
             raise ValueError("give project and family, or image")
         return value
-
-    @field_validator("python")
-    @classmethod
-    def _python(cls, value: str | None) -> str | None:
-        return check_python(value)
-
-    @field_validator("install_root")
-    @classmethod
-    def _install_root(cls, value: str | None) -> str | None:
-        return check_install_root(value)
 
     @model_validator(mode="after")
     def _zones_in_regions(self) -> GcpSettings:
