@@ -201,18 +201,18 @@ class OfferSource:
     def catalog(self) -> PriceCatalog:
         return load_catalog(self._settings.default_cache_dir())
 
-    def offers(self, query: OfferQuery, *, catalog_only: bool = False) -> list[Offer]:
+    def offers(
+        self, query: OfferQuery, *, catalog_only: bool = False, everywhere: bool = False
+    ) -> list[Offer]:
         if query.accelerator not in ("cpu", "cuda"):
             return []
         catalog = self.catalog()
         wanted = set(query.regions)
-        configured = list(self._settings.regions)
-        if catalog_only and "regions" not in self._settings.model_fields_set:
-            configured = sorted(catalog.regions)  # unconfigured: wherever the catalog prices
+        configured = sorted(catalog.regions) if everywhere else list(self._settings.regions)
         regions = [r for r in configured if not wanted or r in wanted]
         use_api = self._settings.offers_source == "api" and not catalog_only
         listed = self.listed_zones(regions) if use_api else {}
-        want_spot = self._settings.allow_spot and query.spot is not False
+        want_spot = (everywhere or self._settings.allow_spot) and query.spot is not False
         offers: list[Offer] = []
         for region in regions:
             zones = listed.get(region, {}) if use_api else catalog_zones(catalog, region)

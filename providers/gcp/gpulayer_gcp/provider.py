@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from gpulayer.cloud.cache import DiskCache
+from gpulayer.cloud.catalogs import CatalogInfo
 from gpulayer.cloud.errors import ProviderError
 from gpulayer.cloud.offer import Offer, OfferQuery
 from gpulayer.cloud.protocol import Instance, LaunchRequest
@@ -42,9 +43,20 @@ class GcpProvider:
     def offers(self, query: OfferQuery) -> list[Offer]:
         return self._source.offers(query)
 
-    def catalog_offers(self, query: OfferQuery) -> list[Offer]:
-        """Offers from the price catalog alone: no API call, no credentials needed."""
-        return self._source.offers(query, catalog_only=True)
+    def catalog_offers(self, query: OfferQuery, *, everywhere: bool = False) -> list[Offer]:
+        """Offers from the price catalog alone: no API call, no credentials needed.
+        ``everywhere``: every region the catalog prices, spot included; else the configured
+        regions (spot when ``allow_spot``)."""
+        return self._source.offers(query, catalog_only=True, everywhere=everywhere)
+
+    def catalog_info(self) -> CatalogInfo:
+        found = self._source.catalog()
+        return CatalogInfo(
+            provider=PROVIDER,
+            as_of=found.as_of,
+            source=found.source,
+            path=str(found.path) if found.path else None,
+        )
 
     def launch(self, offer: Offer, request: LaunchRequest) -> Instance:
         return launch(self._clients, self.settings, self._source.catalog(), offer, request)
@@ -98,9 +110,18 @@ class GcpProvider:
                         instances.append(self._instance(raw))
         return [i for i in instances if i.state != "terminated"]
 
-    def refresh_catalog(self, regions: Iterable[str] | None = None) -> Path:
+    def refresh_catalog(
+        self,
+        regions: Iterable[str] | None = None,
+        *,
+        source: str = "api",
+        on_region: Callable[[str], None] | None = None,
+    ) -> Path:
         """Reprice the catalog from the Cloud Billing Catalog API (see
-        :func:`gpulayer_gcp.catalog.refresh_catalog`)."""
+        :func:`gpulayer_gcp.catalog.refresh_catalog`). GCP publishes its prices through that
+        API only, so every ``source`` reads it."""
+        if on_region is not None:
+            on_region(", ".join(regions or self.settings.regions))
         return catalog.refresh_catalog(self.settings, regions=regions)
 
     def _instance(self, raw: Any) -> Instance:

@@ -136,7 +136,7 @@ def test_catalog_offers_need_no_credentials_and_no_server(
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
     gcp = GcpProvider({"endpoint_url": "http://127.0.0.1:9", "cache_dir": str(tmp_path)})
-    offers = gcp.catalog_offers(OfferQuery(accelerator="cuda", gpu_count=8))
+    offers = gcp.catalog_offers(OfferQuery(accelerator="cuda", gpu_count=8), everywhere=True)
     assert offers and {o.gpu_count for o in offers} >= {8}
     catalog_regions = set(gcp._source.catalog().regions)
     assert {o.region for o in offers} <= catalog_regions
