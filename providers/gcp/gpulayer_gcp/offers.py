@@ -190,6 +190,20 @@ def _offer_fields(
     return fields
 
 
+def per_region(offers: list[Offer]) -> list[Offer]:
+    """Catalog offers as the offer pipeline lists them: one per (instance type, region,
+    market) with the zones that have it, instead of one per zone."""
+    grouped: dict[tuple[str, str, bool], list[Offer]] = {}
+    for offer in offers:
+        grouped.setdefault((offer.instance_type, offer.region, offer.spot), []).append(offer)
+    return [
+        same[0].model_copy(
+            update={"zone": None, "zones": tuple(sorted(o.zone for o in same if o.zone))}
+        )
+        for same in grouped.values()
+    ]
+
+
 class OfferSource:
     """Offers from the API's zone lists (cached) or the catalog alone, priced by the catalog."""
 
@@ -221,7 +235,7 @@ class OfferSource:
             offers += build_offers(
                 zones, catalog, region, accelerator=query.accelerator, allow_spot=want_spot
             )
-        return offers
+        return per_region(offers) if catalog_only else offers
 
     def listed_zones(self, regions: list[str]) -> dict[str, dict[str, ZoneTypes]]:
         """Region -> zone -> what the API lists there, for ``regions``."""
