@@ -643,8 +643,29 @@ class Store:
         with self.engine.connect() as conn:
             return int(conn.execute(query).scalar_one())
 
+    def put_schedule_source(self, schedule_id: str, bundle: bytes | None) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                t.schedule_sources.delete().where(t.schedule_sources.c.schedule_id == schedule_id)
+            )
+            if bundle is not None:
+                conn.execute(
+                    insert(t.schedule_sources).values(schedule_id=schedule_id, bundle=bundle)
+                )
+
+    def schedule_source(self, schedule_id: str) -> bytes | None:
+        query = select(t.schedule_sources.c.bundle).where(
+            t.schedule_sources.c.schedule_id == schedule_id
+        )
+        with self.engine.connect() as conn:
+            found = conn.execute(query).scalar()
+        return None if found is None else bytes(found)
+
     def delete_schedule(self, schedule_id: str) -> None:
         with self.engine.begin() as conn:
+            conn.execute(
+                t.schedule_sources.delete().where(t.schedule_sources.c.schedule_id == schedule_id)
+            )
             conn.execute(
                 t.schedule_runs.delete().where(t.schedule_runs.c.schedule_id == schedule_id)
             )

@@ -9,6 +9,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -174,3 +175,12 @@ schedule_runs = Table(
 )
 Index("ux_schedule_runs_tick", schedule_runs.c.schedule_id, schedule_runs.c.tick, unique=True)
 Index("ix_schedule_runs_job", schedule_runs.c.job_id)
+
+# The source a schedule's jobs run, snapshotted at apply: in the store rather than one server's
+# disk, so whichever server fires a tick can hand it to the job.
+schedule_sources = Table(
+    "schedule_sources",
+    metadata,
+    Column("schedule_id", String(32), ForeignKey("schedules.id"), primary_key=True),
+    Column("bundle", LargeBinary, nullable=False),
+)
