@@ -22,9 +22,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 KEYWORDS = frozenset({"@hourly", "@daily", "@weekly", "@monthly", "@yearly"})
 
-# Wider than any daylight-saving shift: how far back of a wall time a walk starts, and how far
-# ahead of the walk an instant must lie before it is final (fall-back repeats come later).
-_SLACK = timedelta(hours=3)
 _UTC = timezone.utc
 
 
@@ -118,18 +115,33 @@ def wall_instants(wall: datetime, tz: ZoneInfo, every_hour: bool) -> list[dateti
     return [first]
 
 
+def _overlap(local: datetime, tz: ZoneInfo) -> timedelta:
+    """How long the fall-back overlap holding this wall time is (zero outside one)."""
+    first = local.replace(tzinfo=tz, fold=0).utcoffset()
+    second = local.replace(tzinfo=tz, fold=1).utcoffset()
+    if first is None or second is None or first <= second:
+        return timedelta(0)
+    return first - second
+
+
 def _expression_ticks(expression: str, tz: ZoneInfo, after: datetime) -> Iterator[datetime]:
-    """Instants of one expression after `after`, in order."""
+    """Instants of one expression after `after`, in order.
+
+    A wall time's first instant never precedes an earlier wall time's first instant, so the
+    walk emits what is pending up to the current first instant; only second occurrences in an
+    overlap wait. Starting inside an overlap, the walk starts one overlap earlier, since the
+    second occurrences of wall times before `after`'s own come after it.
+    """
     every_hour = _every_hour(expression)
-    start = after.astimezone(tz).replace(tzinfo=None, fold=0) - _SLACK
+    local = after.astimezone(tz).replace(tzinfo=None, fold=0)
     pending: list[datetime] = []
     last: datetime | None = None
-    for wall in _walls(expression, start):
-        for moment in wall_instants(wall, tz, every_hour):
+    for wall in _walls(expression, local - _overlap(local, tz)):
+        moments = wall_instants(wall, tz, every_hour)
+        for moment in moments:
             if moment > after:
                 heapq.heappush(pending, moment)
-        horizon = _instant(wall.replace(tzinfo=tz)) - _SLACK
-        while pending and pending[0] <= horizon:
+        while pending and pending[0] <= moments[0]:
             moment = heapq.heappop(pending)
             if moment != last:
                 last = moment
