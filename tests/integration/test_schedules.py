@@ -57,10 +57,9 @@ def scheduled_jobs(server: ServerProcess, name: str) -> list[dict[str, Any]]:
     return [j for j in jobs if j["labels"].get("gpulayer.dev/schedule") == name]
 
 
-def assert_each_tick_once(server: ServerProcess, name: str, runs: list[dict[str, Any]]) -> None:
+def assert_each_tick_once(runs: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> None:
     ticks = [r["tick"] for r in runs]
     assert len(ticks) == len(set(ticks)), Counter(ticks).most_common(3)
-    jobs = scheduled_jobs(server, name)
     labels = [j["labels"]["gpulayer.dev/tick"] for j in jobs]
     assert len(labels) == len(set(labels)), Counter(labels).most_common(3)
     assert {r["job_id"] for r in created(runs)} == {j["id"] for j in jobs}
@@ -102,7 +101,7 @@ def test_a_schedule_every_two_seconds_fires_each_tick_once_and_on_time(
         what="five runs",
     )
     made = created(runs)[-5:]  # newest first: the first five ticks
-    assert_each_tick_once(server, "every2", runs)
+    assert_each_tick_once(runs, scheduled_jobs(server, "every2"))
     assert_no_gap(runs)
     assert all(r["late_seconds"] < 1.0 for r in made), [r["late_seconds"] for r in made]
     for run in made:
@@ -138,9 +137,10 @@ def test_kill_9_of_the_control_plane_for_7_s(tmp_path: Path, catch_up: str) -> N
             30,
             "a tick after the restart",
         )
+        jobs = scheduled_jobs(server, "outage")
     finally:
         server.stop()
-    assert_each_tick_once(server, "outage", runs)
+    assert_each_tick_once(runs, jobs)
     assert_no_gap(runs)
     missed = [r for r in runs if killed_at < tick_time(r) < restarted_at]
     assert len(missed) >= 3, missed  # a tick every 2 s for 7 s
@@ -178,10 +178,11 @@ def test_two_servers_on_one_postgresql_fire_each_tick_once(tmp_path: Path) -> No
                 30,
                 "ticks after one server died",
             )
+            jobs = scheduled_jobs(second, "shared")
         finally:
             first.stop()
             second.stop()
-    assert_each_tick_once(second, "shared", runs)
+    assert_each_tick_once(runs, jobs)
     times = sorted(tick_time(r) for r in runs)
     assert {round(b - a) for a, b in itertools.pairwise(times)} == {1}  # not one tick lost
     assert {r["outcome"] for r in runs} == {"created"}
@@ -235,7 +236,7 @@ def test_forbid_skips_ticks_while_a_run_is_live(
     )
     between = [r for r in skipped if tick_time(made[0]) < tick_time(r) < tick_time(made[1])]
     assert between, runs  # the ticks while the first ran were skipped
-    assert_each_tick_once(server, "forbid", runs)
+    assert_each_tick_once(runs, scheduled_jobs(server, "forbid"))
 
 
 @pytest.mark.slow
@@ -284,6 +285,6 @@ def test_allow_runs_overlapping_jobs(
     schedules.action("allow", "pause")
     runs = schedules.runs("allow")
     assert all(r["outcome"] in ("created", "suspended") for r in runs), runs
-    assert_each_tick_once(server, "allow", runs)
+    assert_each_tick_once(runs, scheduled_jobs(server, "allow"))
     for job in scheduled_jobs(server, "allow"):
         client.cancel(job["id"])
