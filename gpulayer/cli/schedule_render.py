@@ -28,19 +28,24 @@ def _budget(budget: dict[str, Any] | None) -> str:
     )
 
 
-def _run(run: dict[str, Any] | None) -> str:
+def _when(value: str | None) -> str:
+    """A tick as month-day time, for tables: the zone is in its own column."""
+    return value[5:19].replace("T", " ") if value else "-"
+
+
+def _last(run: dict[str, Any] | None) -> str:
     if not run:
         return "-"
     if run["job_id"]:
-        return f"{run['tick']} {run['job_id']} {run['job_state'] or '?'}"
-    return f"{run['tick']} skipped: {run['outcome']}"
+        return str(run["job_state"] or "?")
+    return f"skipped: {run['outcome']}"
 
 
 def schedules_table(found: list[dict[str, Any]]) -> None:
     table = Table(box=None, header_style="bold")
-    for column in ("NAME", "STATE", "CRON", "TIMEZONE", "CONCURRENCY", "NEXT TICK", "LAST RUN"):
+    table.add_column("NAME", no_wrap=True)
+    for column in ("STATE", "CRON", "ZONE", "POLICY", "NEXT", "LAST", "BUDGET"):
         table.add_column(column)
-    table.add_column("BUDGET")
     for view in found:
         table.add_row(
             view["name"],
@@ -48,8 +53,8 @@ def schedules_table(found: list[dict[str, Any]]) -> None:
             _cron(view),
             view["timezone"],
             view["concurrency"],
-            view["next_tick"] or "-",
-            _run(view["last_run"]),
+            _when(view["next_tick"]),
+            _last(view["last_run"]),
             _budget(view["budget"]),
         )
     _console().print(table)
@@ -71,11 +76,14 @@ def control_plane_note(connection: Connection, found: list[dict[str, Any]]) -> s
 
 def runs_table(runs: list[dict[str, Any]]) -> None:
     table = Table(box=None, header_style="bold")
-    for column in ("TICK", "OUTCOME", "JOB", "STATE", "COST", "LATE", "NOTE"):
+    table.add_column("TICK", no_wrap=True)
+    table.add_column("OUTCOME", no_wrap=True)
+    table.add_column("JOB", no_wrap=True)
+    for column in ("STATE", "COST", "LATE", "NOTE"):
         table.add_column(column)
     for run in runs:
         table.add_row(
-            run["tick"] + (" (trigger)" if run["manual"] else ""),
+            _when(run["tick"]) + (" (trigger)" if run["manual"] else ""),
             "created" if run["job_id"] else f"skipped: {run['outcome']}",
             run["job_id"] or "",
             run["job_state"] or "",
