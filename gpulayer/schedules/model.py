@@ -14,7 +14,13 @@ from pydantic import Field, field_validator, model_validator
 
 from gpulayer.schedules.ticks import CronError, check_expression, zone
 from gpulayer.spec.currency import CurrencyCode
-from gpulayer.spec.models import API_VERSION, DistributedWorkload, JobSpec, StrictModel
+from gpulayer.spec.models import (
+    API_VERSION,
+    DistributedWorkload,
+    JobSpec,
+    Provisioning,
+    StrictModel,
+)
 
 Concurrency = Literal["allow", "forbid", "replace"]
 CatchUp = Literal["none", "latest"]
@@ -130,12 +136,15 @@ def node_count(job: JobSpec) -> int:
 
 
 def worst_case_cost(job: JobSpec) -> float:
-    """The most one run may cost: every node at the hourly cap for the whole timeout, per
-    attempt it may take. Jobs on local and remote workers cost nothing."""
+    """The most one run may cost: every node at the hourly cap, per attempt it may take, for
+    the whole timeout plus the provisioning window before it (a rented machine is billed from
+    launch, and SSH bootstrap takes part of that window). Local and remote workers cost 0."""
     if not can_rent(job):
         return 0.0
     hourly = job.placement.max_hourly_cost
     timeout = job.timeout_seconds
     if hourly is None or timeout is None:
         return float("inf")
-    return hourly * timeout / 3600.0 * node_count(job) * job.retry.max_attempts
+    provisioning = job.placement.provisioning or Provisioning()
+    seconds = timeout + provisioning.provisioning_timeout_seconds
+    return hourly * seconds / 3600.0 * node_count(job) * job.retry.max_attempts

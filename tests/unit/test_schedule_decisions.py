@@ -192,6 +192,6 @@ def test_defaults_and_the_worst_case_of_a_cloud_run() -> None:
         "UTC",
     )
     assert schedule.job.name == "nightly"
-    assert worst_case_cost(schedule.job) == pytest.approx(1.5)
+    assert worst_case_cost(schedule.job) == pytest.approx(3 * (1800 + 600) / 3600)
     local = validate_schedule(_document())
     assert worst_case_cost(local.job) == 0.0
