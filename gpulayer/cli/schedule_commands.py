@@ -185,7 +185,7 @@ def list_schedules(
 ) -> None:
     """List schedules: state, next tick, last run, budget."""
     connection, schedules = _connect(server)
-    found = schedules.list()
+    found = schedules.all()
     if as_json:
         print_json(found)
         return

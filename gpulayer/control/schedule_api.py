@@ -43,7 +43,7 @@ def add_schedule_routes(app: FastAPI, service: Any, auth: list[Any], *, embedded
     @app.get("/v1/schedules", dependencies=auth)
     def list_schedules() -> list[dict[str, Any]]:
         found = schedules()
-        return [schedule_summary(found, loaded) for loaded in found.list()]
+        return [schedule_summary(found, loaded) for loaded in found.all()]
 
     @app.get("/v1/schedules/{name}", dependencies=auth)
     def show(name: str) -> dict[str, Any]:

@@ -32,7 +32,7 @@ class ScheduleClient:
         result: dict[str, Any] = self.client.request("POST", "/v1/schedules", body)
         return result
 
-    def list(self) -> list[dict[str, Any]]:
+    def all(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self.client.request("GET", "/v1/schedules")
         return result
 

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from gpulayer.control.schedule_service import Loaded, ScheduleService
+from gpulayer.errors import NotFoundError
 from gpulayer.schedules.model import Schedule
 from gpulayer.schedules.ticks import cached_next_tick
 
@@ -31,7 +32,7 @@ class ScheduleFiring:
         """Ticks before this came while this control plane did not run (catch-up decides)."""
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._parsed: dict[str, tuple[float, Schedule]] = {}
+        self._loaded: dict[str, Loaded] = {}
         self._pruned_at: dict[str, float] = {}
         self._thread: threading.Thread | None = None
         schedules.on_change(self.wake)
@@ -70,42 +71,43 @@ class ScheduleFiring:
         upcoming: float | None = None
         heads = self.store.schedule_heads()
         known = {schedule_id for schedule_id, _, _ in heads}
-        for schedule_id in list(self._parsed):
+        for schedule_id in list(self._loaded):
             if schedule_id not in known:
-                del self._parsed[schedule_id]
+                del self._loaded[schedule_id]
+        workers: list[Any] | None = None
+        made = 0
         for schedule_id, updated_at, watermark in heads:
-            schedule = self._schedule(schedule_id, updated_at)
-            if schedule is None:
+            loaded = self._load(schedule_id, updated_at)
+            if loaded is None:
                 continue
+            schedule = loaded.schedule
             following = cached_next_tick(schedule.expressions, schedule.timezone, watermark)
             if following is not None and following <= now:
-                following = self._fire(schedule_id, now)
+                if workers is None:
+                    workers = self.schedules.service.worker_views()
+                loaded.record.watermark = watermark
+                watermark, created = self.schedules.fire_due(loaded, now, self.started_at, workers)
+                made += created
+                self._prune(loaded, now)
+                following = cached_next_tick(schedule.expressions, schedule.timezone, watermark)
             if following is not None and (upcoming is None or following < upcoming):
                 upcoming = following
+        if made:
+            self.schedules.service.dispatch()
         return upcoming
 
-    def _schedule(self, schedule_id: str, updated_at: float) -> Schedule | None:
-        cached = self._parsed.get(schedule_id)
-        if cached is not None and cached[0] == updated_at:
-            return cached[1]
+    def _load(self, schedule_id: str, updated_at: float) -> Loaded | None:
+        """The schedule as last edited; its watermark comes fresh with each pass's heads."""
+        cached = self._loaded.get(schedule_id)
+        if cached is not None and cached.record.updated_at == updated_at:
+            return cached
         try:
             record = self.store.get_schedule(schedule_id)
-        except Exception:
+        except NotFoundError:
             return None  # deleted meanwhile
-        schedule = Schedule.model_validate(record.spec)
-        self._parsed[schedule_id] = (record.updated_at, schedule)
-        return schedule
-
-    def _fire(self, schedule_id: str, now: float) -> float | None:
-        try:
-            record = self.store.get_schedule(schedule_id)
-        except Exception:
-            return None
         loaded = Loaded(record, Schedule.model_validate(record.spec))
-        self.schedules.fire_due(loaded, now, self.started_at)
-        self._prune(loaded, now)
-        watermark = self.store.get_schedule(schedule_id).watermark
-        return cached_next_tick(loaded.schedule.expressions, loaded.schedule.timezone, watermark)
+        self._loaded[schedule_id] = loaded
+        return loaded
 
     def _prune(self, loaded: Loaded, now: float) -> None:
         last = self._pruned_at.get(loaded.record.id, 0.0)

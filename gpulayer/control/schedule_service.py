@@ -122,7 +122,7 @@ class ScheduleService:
         record = self.store.find_schedule(name)
         return Loaded(record, Schedule.model_validate(record.spec))
 
-    def list(self) -> list[Loaded]:
+    def all(self) -> list[Loaded]:
         return [Loaded(r, Schedule.model_validate(r.spec)) for r in self.store.list_schedules()]
 
     def active_count(self) -> int:
@@ -173,8 +173,14 @@ class ScheduleService:
 
     # --- firing -----------------------------------------------------------------------------
 
-    def fire_due(self, loaded: Loaded, now: float, loop_started: float) -> None:
-        """Decide every tick after the watermark up to now."""
+    def fire_due(
+        self, loaded: Loaded, now: float, loop_started: float, workers: list[Any] | None = None
+    ) -> tuple[float, int]:
+        """Decide every tick after the watermark up to now: (the new watermark, jobs made).
+
+        The caller dispatches the jobs made, once for a whole pass; `workers` is the pass's
+        snapshot of workers to choose targets with.
+        """
         schedule, record = loaded.schedule, loaded.record
         due, older_left_out = ticks_between(
             schedule.expressions,
@@ -184,7 +190,7 @@ class ScheduleService:
             _RECORDED_TICKS,
         )
         if not due:
-            return
+            return record.watermark, 0
         if older_left_out:
             log.info(
                 "schedule %s: recording only the newest %d missed ticks", record.name, len(due)
@@ -197,17 +203,19 @@ class ScheduleService:
         )
         for skip in skips:
             self._record_skip(record, skip)
+        made = 0
         for tick in candidates:
             decision = self._decide(loaded, tick, from_epoch(time.time()))
             if isinstance(decision, Skip):
                 self._record_skip(record, decision)
-            else:
-                self._start(loaded, decision)
+            elif self._start(loaded, decision, workers=workers, dispatch=False) is not None:
+                made += 1
         self.store.advance_watermark(record.id, epoch(due[-1]))
+        return max(record.watermark, epoch(due[-1])), made
 
-    def _record_skip(self, record: ScheduleRecord, skip: Skip, *, manual: bool = False) -> None:
+    def _record_skip(self, record: ScheduleRecord, skip: Skip) -> None:
         self.store.record_tick(
-            record.id, epoch(skip.tick), outcome=skip.reason, message=skip.message, manual=manual
+            record.id, epoch(skip.tick), outcome=skip.reason, message=skip.message
         )
 
     def _decide(
@@ -224,21 +232,24 @@ class ScheduleService:
             manual=manual,
         )
 
-    def _start(self, loaded: Loaded, decision: Start, *, manual: bool = False) -> str | None:
+    def _start(
+        self,
+        loaded: Loaded,
+        decision: Start,
+        *,
+        manual: bool = False,
+        workers: list[Any] | None = None,
+        dispatch: bool = True,
+    ) -> str | None:
         """Create the tick's job, once. None when the tick was decided elsewhere first."""
         record, schedule = loaded.record, loaded.schedule
-        spec_data = schedule.job.model_dump(mode="json")
         tick_text = decision.tick.isoformat(timespec="milliseconds" if manual else "seconds")
-        spec_data["labels"] = {
-            **spec_data.get("labels", {}),
-            SCHEDULE_LABEL: record.name,
-            TICK_LABEL: tick_text,
-        }
-        spec = JobSpec.model_validate(spec_data)
+        labels = {**schedule.job.labels, SCHEDULE_LABEL: record.name, TICK_LABEL: tick_text}
+        spec = schedule.job.model_copy(update={"labels": labels})  # validated with the schedule
         service = self.service
-        target = choose_target(
-            spec, service.worker_views(), cloud_available=service.cloud_available()
-        )
+        if workers is None:
+            workers = service.worker_views()
+        target = choose_target(spec, workers, cloud_available=service.cloud_available())
         job_id = new_id("j")
         has_bundle = False
         if record.has_bundle:
@@ -270,7 +281,7 @@ class ScheduleService:
         for live in decision.replace:
             service.log_system(live, 0, [f"schedule {record.name}: replaced by {job_id}"])
             service.cancel(live)
-        if target.target:
+        if target.target and dispatch:
             service.dispatch()
         return job_id
 
