@@ -10,25 +10,9 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from gpulayer.cli.job_flag_options import (
-    AcceleratorFlag,
-    EnvFlag,
-    FallbackFlag,
-    GpusFlag,
-    InputFlag,
-    LabelFlag,
-    MaxHourlyCostFlag,
-    NameFlag,
-    ProfileFlag,
-    ProviderFlag,
-    RegionFlag,
-    SecretFlag,
-    TargetFlag,
-    TimeoutFlag,
-    WorkerLabelFlag,
-    submit_flags,
-)
+from gpulayer.cli.job_flag_options import with_job_flags
 from gpulayer.cli.output import print_json
+from gpulayer.cli.spec_flags import SubmitFlags
 
 if TYPE_CHECKING:
     from gpulayer.control.client import ControlClient
@@ -46,28 +30,15 @@ def _connect(server: str | None) -> Connection:
     return connect(server)
 
 
+@with_job_flags()
 def submit(
     argv: Optional[list[str]] = typer.Argument(None, metavar="-- ARGV...", help="Command to run."),
     file: Optional[Path] = typer.Option(None, "--file", "-f", help="Job file (JSON or YAML)."),
-    name: NameFlag = None,
-    profile: ProfileFlag = None,
-    target: TargetFlag = None,
-    fallback: FallbackFlag = [],  # noqa: B006 (typer copies defaults)
-    accelerator: AcceleratorFlag = None,
-    gpus: GpusFlag = None,
-    env: EnvFlag = [],  # noqa: B006
-    secret: SecretFlag = [],  # noqa: B006
-    input_: InputFlag = [],  # noqa: B006
-    timeout: TimeoutFlag = None,
-    max_hourly_cost: MaxHourlyCostFlag = None,
-    worker_label: WorkerLabelFlag = [],  # noqa: B006
-    label: LabelFlag = [],  # noqa: B006
-    provider: ProviderFlag = [],  # noqa: B006
-    region: RegionFlag = [],  # noqa: B006
     detach: bool = typer.Option(
         False, "--detach", "-d", help="Print the job id and return at once."
     ),
     server: Optional[str] = ServerOption,
+    job_flags: SubmitFlags = SubmitFlags(),
 ) -> None:
     """Run a job from a job file or the command after `--`; stream it, exit as it did."""
     from gpulayer.cli.spec_flags import apply_flags
@@ -79,25 +50,7 @@ def submit(
         from gpulayer.spec.loader import load_spec_data
 
         base = absolutize_paths(load_spec_data(file), str(file.resolve().parent))
-    flags = submit_flags(
-        argv,
-        name=name,
-        profile=profile,
-        target=target,
-        fallback=fallback,
-        accelerator=accelerator,
-        gpus=gpus,
-        env=env,
-        secret=secret,
-        input_=input_,
-        timeout=timeout,
-        max_hourly_cost=max_hourly_cost,
-        worker_label=worker_label,
-        label=label,
-        provider=provider,
-        region=region,
-    )
-    data = absolutize_paths(apply_flags(base, flags), os.getcwd())
+    data = absolutize_paths(apply_flags(base, job_flags), os.getcwd())
     connection = _connect(server)
     job = send_job(connection, data)
     if detach:

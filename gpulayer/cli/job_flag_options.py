@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Annotated, Any, Optional, TypeVar
 
 import typer
 
@@ -45,6 +48,61 @@ ProviderFlag = Annotated[
 RegionFlag = Annotated[list[str], typer.Option("--region", help="Region to use (repeatable).")]
 
 
+# (parameter, type with its option, default) of every shared job flag, in help order.
+_JOB_FLAGS: tuple[tuple[str, Any, Any], ...] = (
+    ("name", NameFlag, None),
+    ("profile", ProfileFlag, None),
+    ("target", TargetFlag, None),
+    ("fallback", FallbackFlag, []),
+    ("accelerator", AcceleratorFlag, None),
+    ("gpus", GpusFlag, None),
+    ("env", EnvFlag, []),
+    ("secret", SecretFlag, []),
+    ("input_", InputFlag, []),
+    ("timeout", TimeoutFlag, None),
+    ("max_hourly_cost", MaxHourlyCostFlag, None),
+    ("worker_label", WorkerLabelFlag, []),
+    ("label", LabelFlag, []),
+    ("provider", ProviderFlag, []),
+    ("region", RegionFlag, []),
+)
+
+C = TypeVar("C", bound=Callable[..., Any])
+
+
+def with_job_flags(*, leave_out: frozenset[str] = frozenset()) -> Callable[[C], C]:
+    """Give a command submit's job flags; it receives them as `job_flags: SubmitFlags`,
+    with its own `argv` argument (the command after `--`) as `job_flags.argv`.
+
+    The flags are added to the command's signature, which is what typer reads, so each
+    command declares only its own options.
+    """
+
+    def decorate(command: C) -> C:
+        signature = inspect.signature(command, eval_str=True)
+        own = [p for p in signature.parameters.values() if p.name != "job_flags"]
+        added = [
+            inspect.Parameter(
+                name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=kind
+            )
+            for name, kind, default in _JOB_FLAGS
+            if name not in leave_out
+        ]
+
+        @functools.wraps(command)
+        def wrapper(**values: Any) -> Any:
+            flags = {name: values.pop(name, default) for name, _, default in _JOB_FLAGS}
+            argv = values.pop("argv", None)
+            return command(**values, job_flags=submit_flags(argv, **flags))
+
+        parameters = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own + added]
+        wrapper.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in parameters}
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
 def submit_flags(
     argv: Optional[list[str]],
     *,
@@ -69,16 +127,16 @@ def submit_flags(
         name=name,
         profile=profile,
         target=target,
-        fallback=fallback,
+        fallback=list(fallback),
         accelerator=accelerator,
         gpus=gpus,
-        env=env,
-        secrets=secret,
-        inputs=input_,
+        env=list(env),
+        secrets=list(secret),
+        inputs=list(input_),
         timeout=timeout,
         max_hourly_cost=max_hourly_cost,
-        worker_labels=worker_label,
-        labels=label,
-        providers=provider,
-        regions=region,
+        worker_labels=list(worker_label),
+        labels=list(label),
+        providers=list(provider),
+        regions=list(region),
     )

@@ -8,24 +8,9 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from gpulayer.cli.job_flag_options import (
-    AcceleratorFlag,
-    EnvFlag,
-    FallbackFlag,
-    GpusFlag,
-    InputFlag,
-    LabelFlag,
-    MaxHourlyCostFlag,
-    ProfileFlag,
-    ProviderFlag,
-    RegionFlag,
-    SecretFlag,
-    TargetFlag,
-    TimeoutFlag,
-    WorkerLabelFlag,
-    submit_flags,
-)
+from gpulayer.cli.job_flag_options import with_job_flags
 from gpulayer.cli.output import print_json
+from gpulayer.cli.spec_flags import SubmitFlags
 
 if TYPE_CHECKING:
     from gpulayer.control.connect import Connection
@@ -86,6 +71,7 @@ def apply(
 
 
 @schedule_app.command()
+@with_job_flags(leave_out=frozenset({"name"}))
 def create(
     name: str = NameArgument,
     argv: Optional[list[str]] = typer.Argument(None, metavar="-- ARGV...", help="Command to run."),
@@ -114,46 +100,15 @@ def create(
         None, "--budget-currency", help="Currency of --budget (default USD)."
     ),
     suspend: bool = typer.Option(False, "--suspend", help="Create it paused."),
-    profile: ProfileFlag = None,
-    target: TargetFlag = None,
-    fallback: FallbackFlag = [],  # noqa: B006 (typer copies defaults)
-    accelerator: AcceleratorFlag = None,
-    gpus: GpusFlag = None,
-    env: EnvFlag = [],  # noqa: B006
-    secret: SecretFlag = [],  # noqa: B006
-    input_: InputFlag = [],  # noqa: B006
-    timeout: TimeoutFlag = None,
-    max_hourly_cost: MaxHourlyCostFlag = None,
-    worker_label: WorkerLabelFlag = [],  # noqa: B006
-    label: LabelFlag = [],  # noqa: B006
-    provider: ProviderFlag = [],  # noqa: B006
-    region: RegionFlag = [],  # noqa: B006
     as_json: bool = JsonOption,
     server: Optional[str] = ServerOption,
+    job_flags: SubmitFlags = SubmitFlags(),
 ) -> None:
     """Create (or replace) a schedule running the command after `--` on a cron."""
     from gpulayer.cli.spec_flags import apply_flags
     from gpulayer.sdk.paths import absolutize_paths
 
-    flags = submit_flags(
-        argv,
-        name=None,
-        profile=profile,
-        target=target,
-        fallback=fallback,
-        accelerator=accelerator,
-        gpus=gpus,
-        env=env,
-        secret=secret,
-        input_=input_,
-        timeout=timeout,
-        max_hourly_cost=max_hourly_cost,
-        worker_label=worker_label,
-        label=label,
-        provider=provider,
-        region=region,
-    )
-    job = absolutize_paths(apply_flags(None, flags), os.getcwd())
+    job = absolutize_paths(apply_flags(None, job_flags), os.getcwd())
     document: dict[str, Any] = {"name": name, "cron": cron[0] if len(cron) == 1 else cron}
     document["job"] = job
     optional = {
@@ -250,36 +205,26 @@ def _action(name: str, action: str, as_json: bool, server: Optional[str]) -> Non
         typer.echo(f"schedule {name}: {answer['state']}")
 
 
-@schedule_app.command()
-def pause(
-    name: str = NameArgument, as_json: bool = JsonOption, server: Optional[str] = ServerOption
-) -> None:
-    """Stop creating jobs (ticks are recorded as skipped: suspended)."""
-    _action(name, "pause", as_json, server)
+_ACTIONS = {
+    "pause": "Stop creating jobs (ticks are recorded as skipped: suspended).",
+    "resume": "Create jobs again from the next tick on (suspended ticks are not caught up).",
+    "delete": "Delete a schedule; the jobs it made stay, and live ones run on.",
+    "trigger": "Run one now, outside the cron, still under concurrency and budget; prints the "
+    "job id.",
+}
 
 
-@schedule_app.command()
-def resume(
-    name: str = NameArgument, as_json: bool = JsonOption, server: Optional[str] = ServerOption
-) -> None:
-    """Create jobs again from the next tick on (suspended ticks are not caught up)."""
-    _action(name, "resume", as_json, server)
+def _action_command(action: str) -> None:
+    def command(
+        name: str = NameArgument, as_json: bool = JsonOption, server: Optional[str] = ServerOption
+    ) -> None:
+        _action(name, action, as_json, server)
+
+    schedule_app.command(action, help=_ACTIONS[action])(command)
 
 
-@schedule_app.command()
-def delete(
-    name: str = NameArgument, as_json: bool = JsonOption, server: Optional[str] = ServerOption
-) -> None:
-    """Delete a schedule; the jobs it made stay, and live ones run on."""
-    _action(name, "delete", as_json, server)
-
-
-@schedule_app.command()
-def trigger(
-    name: str = NameArgument, as_json: bool = JsonOption, server: Optional[str] = ServerOption
-) -> None:
-    """Run one now, outside the cron, still under concurrency and budget; prints the job id."""
-    _action(name, "trigger", as_json, server)
+for _name in _ACTIONS:
+    _action_command(_name)
 
 
 def register(app: typer.Typer) -> None:

@@ -292,35 +292,12 @@ class Store:
 
     # --- jobs -------------------------------------------------------------------------------
 
-    def insert_job(
-        self,
-        *,
-        job_id: str,
-        name: str,
-        spec: dict[str, Any],
-        state: str,
-        target: str,
-        working_dir: str | None,
-        has_bundle: bool,
-        labels: dict[str, str],
-        reason: str | None = None,
-        message: str | None = None,
-    ) -> JobRecord:
-        values = job_row(
-            job_id=job_id,
-            name=name,
-            spec=spec,
-            state=state,
-            target=target,
-            working_dir=working_dir,
-            has_bundle=has_bundle,
-            labels=labels,
-            reason=reason,
-            message=message,
-        )
+    def insert_job(self, **fields: Any) -> JobRecord:
+        """Insert a new job; `fields` are job_row's."""
+        values = job_row(**fields)
         with self.engine.begin() as conn:
             conn.execute(insert(t.jobs).values(**values))
-        return self.get_job(job_id)
+        return self.get_job(values["id"])
 
     def get_job(self, job_id: str) -> JobRecord:
         with self.engine.connect() as conn:

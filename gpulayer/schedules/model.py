@@ -6,7 +6,6 @@ field path, as for a JobSpec.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -20,6 +19,7 @@ from gpulayer.spec.models import (
     JobSpec,
     Provisioning,
     StrictModel,
+    check_name,
 )
 
 Concurrency = Literal["allow", "forbid", "replace"]
@@ -29,8 +29,6 @@ SKIP_REASONS = ("concurrency", "suspended", "deadline", "budget_exhausted", "cat
 
 SCHEDULE_LABEL = "gpulayer.dev/schedule"
 TICK_LABEL = "gpulayer.dev/tick"
-
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
 
 
 @dataclass(frozen=True)
@@ -77,9 +75,7 @@ class Schedule(StrictModel):
     @field_validator("name")
     @classmethod
     def _name_form(cls, name: str) -> str:
-        if not _NAME_RE.match(name):
-            raise ValueError("1 to 63 of letters, digits, '_', '.' and '-'")
-        return name
+        return check_name(name)
 
     @field_validator("cron")
     @classmethod
