@@ -21,6 +21,7 @@ from gpulayer.schedules.ticks import cached_next_tick
 log = logging.getLogger("gpulayer.schedules")
 
 RELOAD_SECONDS = 5.0
+RETRY_SECONDS = 5.0
 _PRUNE_EVERY_SECONDS = 60.0
 
 
@@ -86,10 +87,18 @@ class ScheduleFiring:
                 if workers is None:
                     workers = self.schedules.service.worker_views()
                 loaded.record.watermark = watermark
-                watermark, created = self.schedules.fire_due(loaded, now, self.started_at, workers)
-                made += created
-                self._prune(loaded, now)
-                following = cached_next_tick(schedule.expressions, schedule.timezone, watermark)
+                try:
+                    watermark, created = self.schedules.fire_due(
+                        loaded, now, self.started_at, workers
+                    )
+                    made += created
+                    self._prune(loaded, now)
+                    following = cached_next_tick(schedule.expressions, schedule.timezone, watermark)
+                except Exception:
+                    # One schedule's failure (the database busy, a bad row) must neither starve
+                    # the others nor spin: it is tried again a little later.
+                    log.exception("schedule %s: deciding its ticks failed", loaded.record.name)
+                    following = now + RETRY_SECONDS
             if following is not None and (upcoming is None or following < upcoming):
                 upcoming = following
         if made:

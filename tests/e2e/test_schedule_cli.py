@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.e2e_cloud.journey import wait_until
 from tests.support.cli import run_cli
 from tests.support.daemon import pid_alive, stop_local_control_plane
 
@@ -22,16 +23,6 @@ def cli_json(args: list[str]) -> Any:
     result = run_cli([*args[:at], "--json", *args[at:]])
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
-
-
-def wait_until(check: Any, timeout: float = 30, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def runs_of(name: str) -> list[dict[str, Any]]:

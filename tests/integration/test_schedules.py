@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from gpulayer.control.schedule_client import ScheduleClient
+from tests.e2e_cloud.journey import wait_until
 from tests.support.servers import (
     ServerProcess,
     WorkerProcess,
@@ -32,16 +33,6 @@ EVERY_2S = "*/2 * * * * *"
 def document(name: str, argv: list[str], **fields: Any) -> dict[str, Any]:
     job = {"workload": {"kind": "command", "command": argv}, "placement": {"target": "remote"}}
     return {"name": name, "cron": EVERY_2S, "job": job, **fields}
-
-
-def wait_until(check: Any, timeout: float = 60, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def tick_time(run: dict[str, Any]) -> float:
