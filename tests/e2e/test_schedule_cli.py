@@ -222,3 +222,14 @@ def test_sdk_schedule_and_remote_function_schedule(shared_home: Path) -> None:
     assert fn_job.result(timeout=60) == 5
     assert fn_handle.status()["spec"]["job"]["workload"]["kind"] == "function"
     fn_handle.delete()
+
+
+def test_schema_schedule_prints_the_schedule_json_schema() -> None:
+    result = run_cli(["schema", "--schedule"])
+    assert result.returncode == 0, result.stderr
+    schema = json.loads(result.stdout)
+    assert schema["title"] == "Schedule"
+    assert {"name", "cron", "job"} <= set(schema["required"])
+    assert schema["properties"]["concurrency"]["enum"] == ["allow", "forbid", "replace"]
+    job = json.loads(run_cli(["schema"]).stdout)
+    assert job["title"] == "JobSpec"

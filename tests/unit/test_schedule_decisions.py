@@ -195,3 +195,21 @@ def test_defaults_and_the_worst_case_of_a_cloud_run() -> None:
     assert worst_case_cost(schedule.job) == pytest.approx(3 * (1800 + 600) / 3600)
     local = validate_schedule(_document())
     assert worst_case_cost(local.job) == 0.0
+
+
+def test_the_published_schema_agrees_with_validation() -> None:
+    from jsonschema import Draft202012Validator, ValidationError
+
+    from gpulayer.schedules import schedule_json_schema
+
+    schema = schedule_json_schema()
+    Draft202012Validator.check_schema(schema)
+    validator = Draft202012Validator(schema)
+    good = _document(cron=["0 4 * * *", "*/2 * * * * *"], budget={"max_cost": 5, "period": "week"})
+    validate_schedule(good)
+    validator.validate(good)
+    for bad in (_document(colour="red"), _document(concurrency="sometimes"), _document(job=None)):
+        with pytest.raises(ValidationError):
+            validator.validate(bad)
+        with pytest.raises(SpecError):
+            validate_schedule(bad)
