@@ -2,14 +2,16 @@
 
     python bench/schedules.py [--window SECONDS] [--idle SECONDS]
 
-Each row runs a fresh local control plane (the on-demand one, SQLite) holding N active
-schedules, each firing every 10 s (6-field crons, offsets spread over the 10 s), and reports how
-late each tick was decided: the decision's time minus the tick's, p50 and p99 over the window.
-Each tick creates a job that fails at once as unschedulable (a remote target with no worker),
-so what is measured is the firing loop and the store, not job execution.
+Each row runs a fresh local control plane (the on-demand one, SQLite) and reports how late
+ticks were decided: the decision's time minus the tick's, p50 and p99 over the window. Every
+tick creates a job that fails at once as unschedulable (a remote target with no worker), so
+what is measured is the firing loop and the store, not job execution.
 
-Then the idle rows: the control plane's CPU share (its user+system CPU time over wall time)
-with no schedule and with 1,000 schedules whose next tick lies beyond the window.
+- Scale: N active schedules, of which (up to) 10 fire every 2 s and the rest once a day: what
+  holding many schedules costs the ones that fire.
+- Burst: all N schedules fire every 10 s (offsets spread over the 10 s): N/10 ticks a second.
+- Idle: the control plane's CPU share (its user+system CPU time over wall time) with no
+  schedule and with 1,000 schedules whose next tick lies beyond the window.
 """
 
 from __future__ import annotations
@@ -82,26 +84,36 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def lateness_row(count: int, window: float) -> tuple[int, float, float, float, float]:
+def lateness_row(count: int, firing: int, cron: str, window: float) -> tuple[int, list[float]]:
     plane = Plane()
     try:
-        plane.add(count, lambda i: f"{i % PERIOD}/{PERIOD} * * * * *")
-        time.sleep(PERIOD)  # every schedule has fired once: the window starts warm
+        plane.add(count, lambda i: cron.format(offset=i % PERIOD) if i < firing else "0 4 * * *")
+        time.sleep(PERIOD)  # every firing schedule has fired: the window starts warm
         start = time.time()
         time.sleep(window)
         end = time.time()
         time.sleep(2)  # ticks at the window's end get decided
         late = plane.lateness(start, end)
-        expected = count * window / PERIOD
     finally:
         plane.close()
-    return (
-        len(late),
-        expected,
-        percentile(late, 0.5) * 1000,
-        percentile(late, 0.99) * 1000,
-        max(late, default=float("nan")) * 1000,
+    return len(late), late
+
+
+def print_rows(title: str, rows: list[tuple[int, int, float]], cron: str, window: float) -> None:
+    print(title)
+    print(
+        f"{'schedules':>10} {'firing':>7} {'ticks':>7} {'expected':>9} {'p50 ms':>8} "
+        f"{'p99 ms':>8} {'max ms':>8}"
     )
+    for count, firing, per_second in rows:
+        ticks, late = lateness_row(count, firing, cron, window)
+        p50, p99 = percentile(late, 0.5) * 1000, percentile(late, 0.99) * 1000
+        worst = max(late, default=float("nan")) * 1000
+        print(
+            f"{count:>10} {firing:>7} {ticks:>7} {per_second * window:>9.0f} {p50:>8.1f} "
+            f"{p99:>8.1f} {worst:>8.1f}",
+            flush=True,
+        )
 
 
 def idle_share(count: int, seconds: float) -> float:
@@ -119,24 +131,26 @@ def idle_share(count: int, seconds: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--window", type=float, default=40.0, help="seconds measured per row")
+    parser.add_argument("--window", type=float, default=30.0, help="seconds measured per row")
     parser.add_argument("--idle", type=float, default=30.0, help="seconds of idle measured")
-    parser.add_argument("--sizes", default="1,100,1000", help="schedule counts")
     args = parser.parse_args()
     os.environ.setdefault("GPULAYER_IDLE_SECONDS", "600")
-    print(f"tick lateness: schedules firing every {PERIOD} s, {args.window:.0f} s measured")
-    print(
-        f"{'schedules':>10} {'ticks':>7} {'expected':>9} {'p50 ms':>9} {'p99 ms':>9} {'max ms':>9}"
+    print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs\n")
+    scale = [(1, 1, 0.5), (100, 10, 5.0), (1000, 10, 5.0)]
+    print_rows("scale: 10 firing every 2 s, the rest daily", scale, "*/2 * * * * *", args.window)
+    burst = [(100, 100, 10.0), (1000, 1000, 100.0)]
+    print_rows(
+        f"\nburst: all firing every {PERIOD} s",
+        burst,
+        f"{{offset}}/{PERIOD} * * * * *",
+        args.window,
     )
-    for count in (int(s) for s in args.sizes.split(",")):
-        ticks, expected, p50, p99, worst = lateness_row(count, args.window)
-        print(f"{count:>10} {ticks:>7} {expected:>9.0f} {p50:>9.1f} {p99:>9.1f} {worst:>9.1f}")
-    print(f"\ncontrol plane idle CPU share over {args.idle:.0f} s")
+    print(f"\ncontrol plane idle CPU share over {args.idle:.0f} s", flush=True)
     baseline = idle_share(0, args.idle)
     loaded = idle_share(1000, args.idle)
     print(f"{'no schedule':>16}: {baseline * 100:6.2f} %")
     print(f"{'1,000 schedules':>16}: {loaded * 100:6.2f} %  ({loaded / baseline:.2f}x)")
-    print(f"(load average now: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs)")
+    print(f"(load average at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs)")
 
 
 if __name__ == "__main__":

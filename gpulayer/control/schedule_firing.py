@@ -88,12 +88,11 @@ class ScheduleFiring:
                     workers = self.schedules.service.worker_views()
                 loaded.record.watermark = watermark
                 try:
-                    watermark, created = self.schedules.fire_due(
+                    following, created = self.schedules.fire_due(
                         loaded, now, self.started_at, workers
                     )
                     made += created
                     self._prune(loaded, now)
-                    following = cached_next_tick(schedule.expressions, schedule.timezone, watermark)
                 except Exception:
                     # One schedule's failure (the database busy, a bad row) must neither starve
                     # the others nor spin: it is tried again a little later.

@@ -17,6 +17,7 @@ from sqlalchemy import (
     ColumnElement,
     Engine,
     and_,
+    bindparam,
     create_engine,
     event,
     func,
@@ -663,40 +664,31 @@ class Store:
         (another control plane, or before a restart): then nothing is written."""
         from sqlalchemy.exc import IntegrityError
 
+        run = {
+            "schedule_id": schedule_id,
+            "tick": tick,
+            "manual": manual,
+            "outcome": outcome,
+            "job_id": None if job is None else job["id"],
+            "message": message,
+            "created_at": time.time(),
+        }
+        # Statements with their values passed apart compile once and are reused: the firing
+        # loop of a control plane with a thousand schedules runs this many times a second.
         try:
             with self.engine.begin() as conn:
                 if job is not None:
-                    conn.execute(insert(t.jobs).values(**job))
-                conn.execute(
-                    insert(t.schedule_runs).values(
-                        schedule_id=schedule_id,
-                        tick=tick,
-                        manual=manual,
-                        outcome=outcome,
-                        job_id=None if job is None else job["id"],
-                        message=message,
-                        created_at=time.time(),
-                    )
-                )
+                    conn.execute(insert(t.jobs), job)
+                conn.execute(insert(t.schedule_runs), run)
                 if not manual:
-                    conn.execute(
-                        update(t.schedules)
-                        .where(
-                            and_(t.schedules.c.id == schedule_id, t.schedules.c.watermark < tick)
-                        )
-                        .values(watermark=tick)
-                    )
+                    conn.execute(_ADVANCE_WATERMARK, {"schedule": schedule_id, "to": tick})
         except IntegrityError:
             return False
         return True
 
     def advance_watermark(self, schedule_id: str, tick: float) -> None:
         with self.engine.begin() as conn:
-            conn.execute(
-                update(t.schedules)
-                .where(and_(t.schedules.c.id == schedule_id, t.schedules.c.watermark < tick))
-                .values(watermark=tick)
-            )
+            conn.execute(_ADVANCE_WATERMARK, {"schedule": schedule_id, "to": tick})
 
     def schedule_runs(self, schedule_id: str, *, limit: int = 50) -> list[ScheduleRunRecord]:
         """Newest first, each with its job's state when it made one."""
@@ -711,19 +703,8 @@ class Store:
             return [_schedule_run(r) for r in conn.execute(query)]
 
     def live_schedule_jobs(self, schedule_id: str) -> list[str]:
-        query = (
-            select(t.jobs.c.id)
-            .select_from(t.schedule_runs.join(t.jobs, t.jobs.c.id == t.schedule_runs.c.job_id))
-            .where(
-                and_(
-                    t.schedule_runs.c.schedule_id == schedule_id,
-                    t.jobs.c.state.in_(list(LIVE_STATES)),
-                )
-            )
-            .order_by(t.jobs.c.created_at)
-        )
         with self.engine.connect() as conn:
-            return [r[0] for r in conn.execute(query)]
+            return [r[0] for r in conn.execute(_LIVE_SCHEDULE_JOBS, {"schedule": schedule_id})]
 
     def schedule_jobs_since(self, schedule_id: str, since: float) -> list[JobRecord]:
         """The schedule's jobs still live or ended at or after `since` (a budget period)."""
@@ -757,6 +738,29 @@ def _instance(row: Any) -> InstanceRecord:
     m["tags"] = json.loads(m["tags"] or "{}")
     m["spot"] = bool(m["spot"])
     return InstanceRecord(**m)
+
+
+_ADVANCE_WATERMARK = (
+    update(t.schedules)
+    .where(
+        and_(
+            t.schedules.c.id == bindparam("schedule"),
+            t.schedules.c.watermark < bindparam("to"),
+        )
+    )
+    .values(watermark=bindparam("to"))
+)
+_LIVE_SCHEDULE_JOBS = (
+    select(t.jobs.c.id)
+    .select_from(t.schedule_runs.join(t.jobs, t.jobs.c.id == t.schedule_runs.c.job_id))
+    .where(
+        and_(
+            t.schedule_runs.c.schedule_id == bindparam("schedule"),
+            t.jobs.c.state.in_(sorted(LIVE_STATES)),
+        )
+    )
+    .order_by(t.jobs.c.created_at)
+)
 
 
 @dataclass

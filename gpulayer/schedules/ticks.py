@@ -176,8 +176,9 @@ def next_ticks(
 
 def ticks_between(
     expressions: Sequence[str], tz: ZoneInfo, after: datetime, until: datetime, keep: int
-) -> tuple[list[datetime], bool]:
-    """The newest `keep` ticks in (after, until], and whether older ones may be left out.
+) -> tuple[list[datetime], bool, datetime | None]:
+    """The newest `keep` ticks in (after, until], whether older ones may be left out, and the
+    first tick after `until` (None if it never fires again).
 
     A long outage of a per-second schedule holds ~86,400 ticks a day; the walk starts a short
     window before `until` and widens it only while it finds nothing.
@@ -186,13 +187,15 @@ def ticks_between(
         start = after if window is None or until - window <= after else until - window
         newest: deque[datetime] = deque(maxlen=keep)
         total = 0
+        following = None
         for moment in iter_ticks(expressions, tz, start):
             if moment > until:
+                following = moment
                 break
             newest.append(moment)
             total += 1
         if newest or start == after:
-            return list(newest), start != after or total > len(newest)
+            return list(newest), start != after or total > len(newest), following
     raise AssertionError("unreachable")
 
 

@@ -18,7 +18,9 @@ import pytest
 
 from gpulayer.control.schedule_client import ScheduleClient
 from tests.e2e_cloud.journey import wait_until
+from tests.support.cli import run_cli
 from tests.support.servers import (
+    ADMIN_TOKEN,
     ServerProcess,
     WorkerProcess,
     postgres_bin,
@@ -279,3 +281,45 @@ def test_allow_runs_overlapping_jobs(
     assert_each_tick_once(runs, scheduled_jobs(server, "allow"))
     for job in scheduled_jobs(server, "allow"):
         client.cancel(job["id"])
+
+
+def test_a_schedule_applied_to_a_server_ships_its_source_once_for_every_run(
+    server: ServerProcess, worker: WorkerProcess, tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "report.py").write_text("print('report from the bundle')\n")
+    env = {"GPULAYER_SERVER": server.url, "GPULAYER_TOKEN": ADMIN_TOKEN}
+    result = run_cli(
+        [
+            "schedule",
+            "create",
+            "shipped",
+            "--cron",
+            EVERY_2S,
+            "--target",
+            "remote",
+            "--json",
+            "--",
+            "python",
+            "report.py",
+        ],
+        env=env,
+        cwd=project,
+    )
+    assert result.returncode == 0, result.stderr
+    (project / "report.py").write_text("print('edited after apply')\n")  # runs use the snapshot
+    schedules = ScheduleClient(server.client())
+    runs = wait_until(
+        lambda: (found := schedules.runs("shipped")) and len(created(found)) >= 2 and found,
+        30,
+        "two runs",
+    )
+    schedules.action("shipped", "pause")
+    for run in created(runs)[:2]:
+        job = wait_for_job(server.client(), run["job_id"], {"succeeded", "failed"})
+        assert job["state"] == "succeeded", job
+        lines = [line["text"] for line in server.client().logs(run["job_id"])["lines"]]
+        assert any("report from the bundle" in text for text in lines), lines
+    listing = run_cli(["schedule", "ls"], env=env)
+    assert "shipped" in listing.stdout and "stays up" not in listing.stderr

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -113,9 +113,10 @@ def test_six_fields_put_seconds_first_and_lists_fire_on_the_union() -> None:
 def test_ticks_between_keeps_the_newest_of_a_long_outage() -> None:
     after = datetime(2026, 1, 1, tzinfo=UTC)
     until = datetime(2026, 1, 2, tzinfo=UTC)
-    newest, more = ticks_between(["* * * * * *"], zone("UTC"), after, until, 10)
+    newest, more, following = ticks_between(["* * * * * *"], zone("UTC"), after, until, 10)
     assert newest[-1] == until and len(newest) == 10 and more
-    monthly, _ = ticks_between(["0 4 1 * *"], zone("UTC"), after, until.replace(month=3), 10)
+    assert following == until + timedelta(seconds=1)
+    monthly, _, _ = ticks_between(["0 4 1 * *"], zone("UTC"), after, until.replace(month=3), 10)
     assert monthly[-1] == datetime(2026, 3, 1, 4, tzinfo=UTC)  # the newest is what counts
 
 
