@@ -91,7 +91,10 @@ def with_job_flags(*, leave_out: frozenset[str] = frozenset()) -> Callable[[C], 
 
         @functools.wraps(command)
         def wrapper(**values: Any) -> Any:
-            flags = {name: values.pop(name, default) for name, _, default in _JOB_FLAGS}
+            flags = {
+                name: default if name in leave_out else values.pop(name, default)
+                for name, _, default in _JOB_FLAGS
+            }
             argv = values.pop("argv", None)
             return command(**values, job_flags=submit_flags(argv, **flags))
 
