@@ -13,8 +13,8 @@ from gpulayer.schedules.decisions import budget_period, from_epoch
 from gpulayer.schedules.ticks import zone
 
 
-def _local(ts: float, tz_name: str) -> str:
-    return from_epoch(ts).astimezone(zone(tz_name)).isoformat(timespec="seconds")
+def _local(ts: float, tz_name: str, timespec: str = "seconds") -> str:
+    return from_epoch(ts).astimezone(zone(tz_name)).isoformat(timespec=timespec)
 
 
 def run_view(
@@ -25,7 +25,7 @@ def run_view(
         prices = [i.cost(now) for i in schedules.store.list_instances(job_id=run.job_id)]
         cost = round(sum(p for p in prices if p is not None), 6)
     return {
-        "tick": _local(run.tick, tz_name),
+        "tick": _local(run.tick, tz_name, "milliseconds" if run.manual else "seconds"),
         "manual": run.manual,
         "outcome": run.outcome,
         "skipped": None if run.outcome == "created" else run.outcome,
