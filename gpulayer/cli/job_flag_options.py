@@ -23,6 +23,10 @@ AcceleratorFlag = Annotated[
     Optional[str], typer.Option("--accelerator", help="cpu, cuda, mps or rocm.")
 ]
 GpusFlag = Annotated[Optional[int], typer.Option("--gpus", help="GPUs per node.")]
+GpuModelFlag = Annotated[
+    list[str],
+    typer.Option("--gpu", help="GPU model, e.g. H100 or A100-80GB (repeatable: any of them fits)."),
+]
 EnvFlag = Annotated[list[str], typer.Option("--env", help="K=V environment entry (repeatable).")]
 SecretFlag = Annotated[
     list[str], typer.Option("--secret", help="NAME[=KEY] read from the worker's environment.")
@@ -56,6 +60,7 @@ _JOB_FLAGS: tuple[tuple[str, Any, Any], ...] = (
     ("fallback", FallbackFlag, []),
     ("accelerator", AcceleratorFlag, None),
     ("gpus", GpusFlag, None),
+    ("gpu", GpuModelFlag, []),
     ("env", EnvFlag, []),
     ("secret", SecretFlag, []),
     ("input_", InputFlag, []),
@@ -115,6 +120,7 @@ def submit_flags(
     fallback: list[str],
     accelerator: Optional[str],
     gpus: Optional[int],
+    gpu: list[str],
     env: list[str],
     secret: list[str],
     input_: list[str],
@@ -133,6 +139,7 @@ def submit_flags(
         fallback=list(fallback),
         accelerator=accelerator,
         gpus=gpus,
+        gpu_models=list(gpu),
         env=list(env),
         secrets=list(secret),
         inputs=list(input_),
