@@ -113,6 +113,8 @@ class ScheduleService:
             except IntegrityError:  # applied at the same moment elsewhere: update that one
                 existing = self.store.find_schedule(schedule.name)
         if not created:
+            if existing.suspend and not schedule.suspend:
+                fields["watermark"] = max(existing.watermark, time.time())  # resumed: no catch-up
             self.store.update_schedule(existing.id, **fields)
         self.store.put_schedule_source(existing.id, source)
         self._changed()

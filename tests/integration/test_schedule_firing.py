@@ -124,3 +124,20 @@ def test_budget_counts_the_ledger_and_skips_with_budget_exhausted(tmp_path: Path
         schedules.trigger("b")
     runs = schedules.store.schedule_runs(record.id)
     assert [r.outcome for r in runs] == ["budget_exhausted", "created"]
+
+
+def test_resuming_by_apply_or_resume_does_not_catch_up(tmp_path: Path) -> None:
+    schedules = plane(tmp_path / "state.db")
+    document = {"name": "p", "cron": "*/10 * * * * *", "job": JOB, "suspend": True}
+    record, _ = schedules.apply(document)
+    for resume in (
+        lambda: schedules.apply({**document, "suspend": False}),
+        lambda: schedules.resume("p"),
+    ):
+        schedules.store.update_schedule(record.id, watermark=ten_seconds_ago_tick(), suspend=True)
+        resume()
+        firing = ScheduleFiring(schedules)
+        firing.started_at = time.time()
+        firing.run_pass(time.time())
+        assert [o for _, o in outcomes(schedules, "p") if o == "created"] == []
+    assert schedules.store.get_schedule(record.id).watermark >= time.time() - 5
