@@ -141,3 +141,17 @@ def test_resuming_by_apply_or_resume_does_not_catch_up(tmp_path: Path) -> None:
         firing.run_pass(time.time())
         assert [o for _, o in outcomes(schedules, "p") if o == "created"] == []
     assert schedules.store.get_schedule(record.id).watermark >= time.time() - 5
+
+
+def test_a_catch_up_later_than_its_starting_deadline_is_skipped(tmp_path: Path) -> None:
+    schedules = plane(tmp_path / "state.db")
+    document = {"name": "d", "cron": "*/10 * * * * *", "job": JOB, "starting_deadline_seconds": 0.5}
+    record, _ = schedules.apply(document)
+    if time.time() % 10 < 1:
+        time.sleep(1)  # the newest missed tick is over the deadline by at least half a second
+    schedules.store.update_schedule(record.id, watermark=ten_seconds_ago_tick())
+    firing = ScheduleFiring(schedules)
+    firing.started_at = time.time()
+    firing.run_pass(time.time())
+    found = [o for _, o in outcomes(schedules, "d")]
+    assert found[-1] == "deadline" and set(found[:-1]) == {"catch_up"}
