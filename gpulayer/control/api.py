@@ -2,23 +2,71 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import logging
 import tempfile
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Path as PathParam
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpulayer import __version__
 from gpulayer.control.protocol import AttemptReport, LogBatch, Registration
 from gpulayer.control.service import ControlService
+from gpulayer.control.text_checks import repaired, unsafe_text
 from gpulayer.control.views import cost_view, job_view, log_view, worker_view
 from gpulayer.errors import GpulayerError, NotFoundError, SpecError, UsageError
 
+log = logging.getLogger("gpulayer.api")
+
 _MAX_WAIT_SECONDS = 30.0
+_INT64_MAX = 2**63 - 1
+
+# Every number a route takes fits the store's 64-bit integers: a bigger one is the caller's
+# mistake (422), not the database driver's overflow (500).
+RowId = Annotated[int, PathParam(ge=0, le=_INT64_MAX)]
+Cursor = Annotated[int, Query(ge=0, le=_INT64_MAX)]
+Limit = Annotated[int, Query(ge=1, le=10_000)]
+WaitSeconds = Annotated[float, Query(ge=0, allow_inf_nan=False)]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class SubmitBody(_Body):
+    spec: dict[str, Any]
+    working_dir: str | None = None
+    bundle_id: str | None = None
+    source_dir: str | None = None
+    client_env: dict[str, str] | None = None
+
+
+class HeartbeatBody(_Body):
+    running: list[Annotated[int, Field(ge=0, le=_INT64_MAX)]] = Field(default_factory=list)
+
+
+class TokenBody(_Body):
+    kind: Literal["worker", "admin"] = "worker"
+    name: str = Field("", max_length=128)
+
+
+class SafeJSONResponse(JSONResponse):
+    """A JSON answer that renders whatever a row holds: text a client cannot decode or a NaN
+    stored before input was checked is repaired rather than failing the whole listing."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except (UnicodeEncodeError, ValueError):
+            return super().render(repaired(content))
 
 
 Authenticator = Callable[[str], "str | None"]
@@ -34,7 +82,11 @@ def create_app(
     service: ControlService, authenticate: Authenticator, *, embedded: bool = False
 ) -> FastAPI:
     app = FastAPI(
-        title="gpulayer control plane", version=__version__, docs_url=None, redoc_url=None
+        title="gpulayer control plane",
+        version=__version__,
+        docs_url=None,
+        redoc_url=None,
+        default_response_class=SafeJSONResponse,
     )
 
     def token_kind(request: Request) -> str:
@@ -56,17 +108,25 @@ def create_app(
     async def _unauthorized(_request: Request, exc: _Unauthorized) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=401)
 
-    @app.exception_handler(GpulayerError)
-    async def _typed_error(_request: Request, exc: GpulayerError) -> JSONResponse:
-        if isinstance(exc, SpecError):
-            return JSONResponse({"error": str(exc), "errors": exc.lines}, status_code=422)
-        status = (
-            404 if isinstance(exc, NotFoundError) else 400 if isinstance(exc, UsageError) else 500
-        )
-        return JSONResponse({"error": str(exc), "kind": type(exc).__name__}, status_code=status)
+    _install_error_handlers(app)
 
-    auth = [Depends(admin_only)]
-    worker_auth = [Depends(worker_or_admin)]
+    async def storable_text(request: Request) -> None:
+        """Refuse, naming the field, strings that no store can hold (see text_checks)."""
+        problems = unsafe_text(dict(request.path_params)) + unsafe_text(
+            dict(request.query_params)
+        )
+        if request.headers.get("content-type", "").startswith("application/json"):
+            try:
+                body = await request.json()
+            except Exception:
+                body = None  # the route's own parsing answers for a body that is not JSON
+            problems += unsafe_text(body)
+        if problems:
+            raise SpecError(problems)
+
+    checked = Depends(storable_text)
+    auth = [Depends(admin_only), checked]
+    worker_auth = [Depends(worker_or_admin), checked]
 
     @app.get("/v1/health")
     def health() -> dict[str, Any]:
@@ -76,29 +136,28 @@ def create_app(
 
     # --- jobs ---------------------------------------------------------------------------------
 
-    @app.post("/v1/jobs", dependencies=auth, status_code=201)
-    def submit(body: dict[str, Any]) -> dict[str, Any]:
-        spec = body.get("spec")
-        if not isinstance(spec, dict):
-            raise UsageError("spec: a JobSpec object is required")
-        bundle = _incoming_bundle(service, body.get("bundle_id"))
-        source_dir = body.get("source_dir")
-        if source_dir is not None and not embedded:
+    # Checked inside (service.submit for the spec): a refused job must not leave its bundle.
+    @app.post("/v1/jobs", dependencies=[Depends(admin_only)], status_code=201)
+    def submit(body: SubmitBody) -> dict[str, Any]:
+        bundle = _incoming_bundle(service, body.bundle_id)
+        problems = unsafe_text(body.model_dump(exclude={"spec"}))
+        if problems:
+            if bundle is not None:
+                bundle.unlink(missing_ok=True)
+            raise SpecError(problems)
+        if body.source_dir is not None and not embedded:
             raise UsageError("source_dir: only the local control plane reads local directories")
-        client_env = body.get("client_env")
-        if not embedded or not isinstance(client_env, dict):
-            client_env = None
         job = service.submit(
-            spec,
-            working_dir=body.get("working_dir"),
+            body.spec,
+            working_dir=body.working_dir,
             bundle=bundle,
-            source_dir=Path(source_dir) if source_dir else None,
-            client_env=client_env,
+            source_dir=Path(body.source_dir) if body.source_dir else None,
+            client_env=body.client_env if embedded else None,
         )
         return _job(service, job.id)
 
     @app.get("/v1/jobs", dependencies=auth)
-    def list_jobs(limit: int = 50, state: str | None = None) -> list[dict[str, Any]]:
+    def list_jobs(limit: Limit = 50, state: str | None = None) -> list[dict[str, Any]]:
         states = state.split(",") if state else None
         return [job_view(j) for j in service.list_jobs(states=states, limit=limit)]
 
@@ -112,7 +171,7 @@ def create_app(
         return _job(service, job.id)
 
     @app.get("/v1/jobs/{job_ref}/logs", dependencies=auth)
-    def logs(job_ref: str, after: int = 0, wait: float = 0) -> dict[str, Any]:
+    def logs(job_ref: str, after: Cursor = 0, wait: WaitSeconds = 0) -> dict[str, Any]:
         lines, job = service.read_logs(job_ref, after=after, wait=min(wait, _MAX_WAIT_SECONDS))
         return {
             "lines": [log_view(line) for line in lines],
@@ -140,12 +199,12 @@ def create_app(
         return {"worker_id": worker.id, "epoch": worker.epoch}
 
     @app.post("/v1/workers/{worker_id}/heartbeat", dependencies=worker_auth)
-    def heartbeat(worker_id: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        running = [int(a) for a in (body or {}).get("running", [])]
+    def heartbeat(worker_id: str, body: HeartbeatBody | None = None) -> dict[str, Any]:
+        running = body.running if body is not None else []
         return service.heartbeat(worker_id, running=running).model_dump()
 
     @app.post("/v1/workers/{worker_id}/claim", dependencies=worker_auth)
-    def claim(worker_id: str, wait: float = 0) -> list[dict[str, Any]]:
+    def claim(worker_id: str, wait: WaitSeconds = 0) -> list[dict[str, Any]]:
         since = service.version
         found = service.claim(worker_id)
         if not found and wait > 0:
@@ -153,13 +212,14 @@ def create_app(
             found = service.claim(worker_id)
         return [a.model_dump() for a in found]
 
-    @app.post("/v1/attempts/{attempt_id}/logs", dependencies=worker_auth)
-    def attempt_logs(attempt_id: int, batch: LogBatch) -> dict[str, Any]:
+    # Not `checked`: a job's output is repaired rather than refused (service.append_logs).
+    @app.post("/v1/attempts/{attempt_id}/logs", dependencies=[Depends(worker_or_admin)])
+    def attempt_logs(attempt_id: RowId, batch: LogBatch) -> dict[str, Any]:
         service.append_logs(attempt_id, batch.lines)
         return {"ok": True}
 
     @app.post("/v1/attempts/{attempt_id}/finish", dependencies=worker_auth)
-    def finish(attempt_id: int, report: AttemptReport) -> dict[str, Any]:
+    def finish(attempt_id: RowId, report: AttemptReport) -> dict[str, Any]:
         service.finish_attempt(attempt_id, report)
         return {"ok": True}
 
@@ -172,25 +232,16 @@ def create_app(
 
     @app.put("/v1/jobs/{job_id}/outputs", dependencies=worker_auth)
     async def upload_outputs(job_id: str, request: Request) -> dict[str, Any]:
-        import asyncio
-
-        incoming = service.layout.root / "incoming"
-        incoming.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=incoming, suffix=".tar.gz", delete=False) as out:
-            async for chunk in request.stream():
-                out.write(chunk)
+        out = await _receive_file(service, request)
         try:
             await asyncio.to_thread(service.record_output_archive, job_id, Path(out.name))
         finally:
-            Path(out.name).unlink(missing_ok=True)
+            out.unlink(missing_ok=True)
         return {"ok": True}
 
     @app.post("/v1/tokens", dependencies=auth)
-    def create_token(body: dict[str, Any]) -> dict[str, Any]:
-        kind = body.get("kind", "worker")
-        if kind not in ("worker", "admin"):
-            raise UsageError("kind: worker or admin")
-        return {"token": service.create_token(kind, str(body.get("name", ""))), "kind": kind}
+    def create_token(body: TokenBody) -> dict[str, Any]:
+        return {"token": service.create_token(body.kind, body.name), "kind": body.kind}
 
     @app.get("/v1/cost", dependencies=auth)
     def cost(job: str | None = None) -> dict[str, Any]:
@@ -205,14 +256,83 @@ def create_app(
 
     @app.put("/v1/bundles", dependencies=auth)
     async def upload_bundle(request: Request) -> dict[str, Any]:
-        incoming = service.layout.root / "incoming"
-        incoming.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=incoming, suffix=".tar.gz", delete=False) as out:
-            async for chunk in request.stream():
-                out.write(chunk)
-        return {"bundle_id": Path(out.name).name}
+        from gpulayer.worker.bundle import check_archive
+
+        out = await _receive_file(service, request)
+        try:
+            await asyncio.to_thread(check_archive, out)
+        except Exception:
+            out.unlink(missing_ok=True)  # refused whole: nothing is kept of it
+            raise
+        return {"bundle_id": out.name}
 
     return app
+
+
+async def _receive_file(service: ControlService, request: Request) -> Path:
+    incoming = service.layout.root / "incoming"
+    incoming.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=incoming, suffix=".tar.gz", delete=False) as out:
+        async for chunk in request.stream():
+            out.write(chunk)
+    return Path(out.name)
+
+
+def _field_line(error: Any) -> str:
+    where = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
+    return f"{where or 'request'}: {error.get('msg', 'invalid')}"
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    """One strategy for every route: the caller's mistakes are 4xx naming the field; only a
+    fault of the control plane itself is a 500, logged here and answered in one line."""
+
+    def refused(errors: list[Any], status: int = 422) -> JSONResponse:
+        lines = [_field_line(e) for e in errors] or ["request: invalid"]
+        detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in errors]
+        return SafeJSONResponse(
+            {"error": "; ".join(lines), "detail": repaired(detail)}, status_code=status
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def _request_invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return refused(list(exc.errors()))
+
+    @app.exception_handler(ValidationError)
+    async def _model_invalid(_request: Request, exc: ValidationError) -> JSONResponse:
+        return refused(list(exc.errors()))
+
+    @app.exception_handler(GpulayerError)
+    async def _typed_error(_request: Request, exc: GpulayerError) -> JSONResponse:
+        if isinstance(exc, SpecError):
+            return SafeJSONResponse({"error": str(exc), "errors": exc.lines}, status_code=422)
+        status = (
+            404 if isinstance(exc, NotFoundError) else 400 if isinstance(exc, UsageError) else 500
+        )
+        return SafeJSONResponse(
+            {"error": str(exc), "kind": type(exc).__name__}, status_code=status
+        )
+
+    @app.exception_handler(OverflowError)
+    async def _overflow(_request: Request, exc: OverflowError) -> JSONResponse:
+        return SafeJSONResponse({"error": f"a number is out of range: {exc}"}, status_code=400)
+
+    @app.exception_handler(RecursionError)
+    async def _too_deep(_request: Request, _exc: RecursionError) -> JSONResponse:
+        return SafeJSONResponse({"error": "request: nested too deeply"}, status_code=400)
+
+    @app.exception_handler(Exception)
+    async def _fault(request: Request, exc: Exception) -> JSONResponse:
+        from sqlalchemy.exc import DataError
+
+        if isinstance(exc, DataError):  # a value the database's column types refuse
+            return SafeJSONResponse(
+                {"error": f"a value is out of range for the store: {exc.orig}"}, status_code=400
+            )
+        log.exception("%s %s failed", request.method, request.url.path)
+        return SafeJSONResponse(
+            {"error": f"internal error: {type(exc).__name__}"}, status_code=500
+        )
 
 
 class _Unauthorized(Exception):

@@ -27,7 +27,8 @@ from gpulayer.control.store import (
     WorkerRecord,
 )
 from gpulayer.control.targets import choose_target
-from gpulayer.errors import NotFoundError, UsageError
+from gpulayer.control.text_checks import repair_text, unsafe_text
+from gpulayer.errors import NotFoundError, SpecError, UsageError
 from gpulayer.spec import JobSpec
 from gpulayer.spec.capabilities import WorkerCapabilities
 from gpulayer.spec.validate import validate_spec
@@ -97,6 +98,9 @@ class ControlService:
         directory to snapshot into one. Nothing is kept when the spec does not validate.
         """
         try:
+            problems = unsafe_text(spec_data)
+            if problems:
+                raise SpecError(problems)
             spec = validate_spec(spec_data)
         except Exception:
             if bundle is not None:
@@ -286,7 +290,9 @@ class ControlService:
         attempt = self.store.get_attempt(attempt_id)
         if attempt.state not in ("assigned", "running"):
             return  # a fenced attempt's late output is not the job's
-        self.store.append_logs(attempt.job_id, attempt.number, lines)
+        # A job may print a NUL; no line is refused for it, it is stored repaired.
+        storable = [(stream, repair_text(text)) for stream, text in lines]
+        self.store.append_logs(attempt.job_id, attempt.number, storable)
         self.notify()
 
     def finish_attempt(self, attempt_id: int, report: AttemptReport) -> None:
@@ -396,8 +402,13 @@ class ControlService:
         from gpulayer.control.targets import TARGET_WORKER_KIND
         from gpulayer.scheduler import reasons_now
 
-        spec = JobSpec.model_validate(job.spec)
-        views = [v for v in self.worker_views() if v.kind == TARGET_WORKER_KIND[job.target]]
+        try:
+            spec = JobSpec.model_validate(job.spec)
+        except ValueError:
+            return ["its stored spec does not validate; delete the job and submit it again"]
+        views = [
+            v for v in self.worker_views() if v.kind == TARGET_WORKER_KIND.get(job.target)
+        ]
         if not views:
             return [f"no {job.target} worker is registered"]
         reasons: list[str] = []

@@ -140,17 +140,31 @@ class LogLine:
     at: float
 
 
+def _stored_json(text: str | None, default: Any) -> Any:
+    """A JSON column's value; ``default`` for one that does not parse or has the wrong type
+    (written by hand or by an older bug), so one bad row cannot fail every listing."""
+    if text is None:
+        return default
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return default
+    if default is not None and not isinstance(value, type(default)):
+        return default
+    return value
+
+
 def _job(row: Any) -> JobRecord:
     m = row._mapping
     return JobRecord(
         id=m["id"],
         name=m["name"],
-        spec=json.loads(m["spec"]),
+        spec=_stored_json(m["spec"], {}),
         state=m["state"],
         reason=m["reason"],
         message=m["message"],
         exit_code=m["exit_code"],
-        result=json.loads(m["result"]) if m["result"] is not None else None,
+        result=_stored_json(m["result"], None),
         target=m["target"],
         working_dir=m["working_dir"],
         has_bundle=bool(m["has_bundle"]),
@@ -159,7 +173,7 @@ def _job(row: Any) -> JobRecord:
         created_at=m["created_at"],
         started_at=m["started_at"],
         finished_at=m["finished_at"],
-        labels=json.loads(m["labels"]),
+        labels=_stored_json(m["labels"], {}),
     )
 
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from gpulayer.errors import GpulayerError, UsageError
+from gpulayer.errors import UsageError
 
 IGNORE_FILE = ".gpulayerignore"
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
@@ -40,11 +40,11 @@ DEFAULT_EXCLUDES: tuple[str, ...] = (
 )
 
 
-class BundleError(GpulayerError):
-    """A source bundle could not be made or unpacked."""
+class BundleError(UsageError):
+    """A source bundle could not be made or unpacked: the caller's directory or archive."""
 
 
-class BundleTooLargeError(BundleError, UsageError):
+class BundleTooLargeError(BundleError):
     """The source directory holds more than the bundle limit."""
 
     def __init__(self, size: int, limit: int, biggest: list[tuple[str, int]]) -> None:
@@ -316,6 +316,18 @@ def check_members(members: list[tarfile.TarInfo]) -> None:
         _check_member(member, links, files)
 
 
+def check_archive(path: Path) -> int:
+    """Raise BundleError unless ``path`` is a tar archive every member of which would land
+    inside its destination; returns the number of members. Writes nothing."""
+    try:
+        with tarfile.open(path, mode="r:*") as tar:
+            members = tar.getmembers()
+    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+        raise BundleError(f"bundle: {path.name} is not a readable tar archive: {exc}") from exc
+    check_members(members)
+    return len(members)
+
+
 def extract_bundle(path: Path, dest: Path) -> int:
     """Unpack the bundle at ``path`` into ``dest``; returns the number of members. Every
     member is checked before anything is written, and tarfile's data filter guards the
@@ -332,6 +344,6 @@ def extract_bundle(path: Path, dest: Path) -> int:
                 tar.extractall(dest)
     except filter_error as exc:
         raise UnsafeBundleError(f"bundle: {exc}") from exc
-    except (tarfile.TarError, EOFError, OSError) as exc:
+    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
         raise BundleError(f"bundle: cannot unpack {path.name}: {exc}") from exc
     return len(members)

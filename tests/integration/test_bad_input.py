@@ -85,12 +85,15 @@ def test_lone_surrogates_and_nul_are_refused_at_submit(
     still_answers(http)
 
 
-def test_cli_refuses_undecodable_arguments_with_exit_2(server: ServerProcess) -> None:
+def test_cli_refuses_undecodable_arguments_with_exit_2(
+    server: ServerProcess, tmp_path: Path
+) -> None:
     # Bytes that are not UTF-8 reach Python's argv as lone surrogates.
     bad = b"team=\xff\xfe".decode("utf-8", "surrogateescape")
     result = run_cli(
         ["submit", "--server", server.url, "--target", "remote", "-d", "--label", bad, "--", "true"],
         env={"GPULAYER_TOKEN": ADMIN_TOKEN},
+        cwd=tmp_path,
     )
     assert result.returncode == 2, result.stderr
     assert "labels.team" in result.stderr
