@@ -28,6 +28,13 @@ log = logging.getLogger("gpulayer.api")
 
 _MAX_WAIT_SECONDS = 30.0
 _INT64_MAX = 2**63 - 1
+# Routes that take a file rather than JSON say so in the OpenAPI document.
+_ARCHIVE_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
 
 # Every number a route takes fits the store's 64-bit integers: a bigger one is the caller's
 # mistake (422), not the database driver's overflow (500).
@@ -230,7 +237,7 @@ def create_app(
             raise NotFoundError(f"job {job_id} has no source bundle")
         return FileResponse(path)
 
-    @app.put("/v1/jobs/{job_id}/outputs", dependencies=worker_auth)
+    @app.put("/v1/jobs/{job_id}/outputs", dependencies=worker_auth, openapi_extra=_ARCHIVE_BODY)
     async def upload_outputs(job_id: str, request: Request) -> dict[str, Any]:
         out = await _receive_file(service, request)
         try:
@@ -254,7 +261,7 @@ def create_app(
             return []
         return list(service.provisioner.reap(dry_run=dry_run))
 
-    @app.put("/v1/bundles", dependencies=auth)
+    @app.put("/v1/bundles", dependencies=auth, openapi_extra=_ARCHIVE_BODY)
     async def upload_bundle(request: Request) -> dict[str, Any]:
         from gpulayer.worker.bundle import check_archive
 
