@@ -65,6 +65,16 @@ class TokenBody(_Body):
     name: str = Field("", max_length=128)
 
 
+class DeleteBody(_Body):
+    jobs: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(min_length=1)
+    dry_run: bool = False
+
+
+class PruneBody(_Body):
+    older_than_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    dry_run: bool = False
+
+
 class SafeJSONResponse(JSONResponse):
     """A JSON answer that renders whatever a row holds: text a client cannot decode or a NaN
     stored before input was checked is repaired rather than failing the whole listing."""
@@ -119,9 +129,7 @@ def create_app(
 
     async def storable_text(request: Request) -> None:
         """Refuse, naming the field, strings that no store can hold (see text_checks)."""
-        problems = unsafe_text(dict(request.path_params)) + unsafe_text(
-            dict(request.query_params)
-        )
+        problems = unsafe_text(dict(request.path_params)) + unsafe_text(dict(request.query_params))
         if request.headers.get("content-type", "").startswith("application/json"):
             try:
                 body = await request.json()
@@ -167,6 +175,15 @@ def create_app(
     def list_jobs(limit: Limit = 50, state: str | None = None) -> list[dict[str, Any]]:
         states = state.split(",") if state else None
         return [job_view(j) for j in service.list_jobs(states=states, limit=limit)]
+
+    @app.post("/v1/jobs/delete", dependencies=auth)
+    def delete_jobs(body: DeleteBody) -> list[dict[str, Any]]:
+        return [job_view(j) for j in service.delete_jobs(body.jobs, dry_run=body.dry_run)]
+
+    @app.post("/v1/jobs/prune", dependencies=auth)
+    def prune_jobs(body: PruneBody) -> list[dict[str, Any]]:
+        pruned = service.prune(older_than_seconds=body.older_than_seconds, dry_run=body.dry_run)
+        return [job_view(j) for j in pruned]
 
     @app.get("/v1/jobs/{job_ref}", dependencies=auth)
     def get_job(job_ref: str) -> dict[str, Any]:
@@ -316,9 +333,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         status = (
             404 if isinstance(exc, NotFoundError) else 400 if isinstance(exc, UsageError) else 500
         )
-        return SafeJSONResponse(
-            {"error": str(exc), "kind": type(exc).__name__}, status_code=status
-        )
+        return SafeJSONResponse({"error": str(exc), "kind": type(exc).__name__}, status_code=status)
 
     @app.exception_handler(OverflowError)
     async def _overflow(_request: Request, exc: OverflowError) -> JSONResponse:
@@ -337,9 +352,7 @@ def _install_error_handlers(app: FastAPI) -> None:
                 {"error": f"a value is out of range for the store: {exc.orig}"}, status_code=400
             )
         log.exception("%s %s failed", request.method, request.url.path)
-        return SafeJSONResponse(
-            {"error": f"internal error: {type(exc).__name__}"}, status_code=500
-        )
+        return SafeJSONResponse({"error": f"internal error: {type(exc).__name__}"}, status_code=500)
 
 
 class _Unauthorized(Exception):

@@ -214,6 +214,37 @@ class ControlService:
             raise NotFoundError(f"job {job_id} has no output {path!r}")
         return target
 
+    # --- deleting finished jobs ---------------------------------------------------------------
+
+    def delete_jobs(self, job_refs: Sequence[str], *, dry_run: bool = False) -> list[JobRecord]:
+        """Remove finished jobs: their rows (logs, attempts, artifacts, ledger) and files
+        (outputs, bundle, attempt folders). All or nothing: a live job among them refuses
+        the whole call before anything is removed."""
+        jobs = [self.get_job(ref) for ref in dict.fromkeys(job_refs)]
+        live = [j for j in jobs if not j.terminal]
+        if live:
+            listed = ", ".join(f"{j.id} is {j.state}" for j in live)
+            raise UsageError(f"JOB: {listed}; cancel it first (nothing was deleted)")
+        if dry_run:
+            return jobs
+        return [job for job in jobs if self._delete_finished(job)]
+
+    def prune(self, *, older_than_seconds: float, dry_run: bool = False) -> list[JobRecord]:
+        """Remove finished jobs that ended more than ``older_than_seconds`` ago."""
+        ids = self.store.finished_job_ids(ended_before=time.time() - older_than_seconds)
+        jobs = [self.store.get_job(job_id) for job_id in ids]
+        if dry_run:
+            return jobs
+        return [job for job in jobs if self._delete_finished(job)]
+
+    def _delete_finished(self, job: JobRecord) -> bool:
+        if not self.store.delete_finished_job(job.id):
+            return False  # a live cloud instance still bills to it: the reaper comes first
+        # Rows first: a crash between the two leaves stray files, never rows without them.
+        shutil.rmtree(self.layout.job_dir(job.id), ignore_errors=True)
+        self._forget_environment(job.id)
+        return True
+
     # --- workers ----------------------------------------------------------------------------
 
     def register_worker(self, registration: Registration) -> WorkerRecord:
@@ -406,9 +437,7 @@ class ControlService:
             spec = JobSpec.model_validate(job.spec)
         except ValueError:
             return ["its stored spec does not validate; delete the job and submit it again"]
-        views = [
-            v for v in self.worker_views() if v.kind == TARGET_WORKER_KIND.get(job.target)
-        ]
+        views = [v for v in self.worker_views() if v.kind == TARGET_WORKER_KIND.get(job.target)]
         if not views:
             return [f"no {job.target} worker is registered"]
         reasons: list[str] = []

@@ -440,6 +440,47 @@ class Store:
         with self.engine.connect() as conn:
             return [LogLine(r.id, r.attempt, r.stream, r.text, r.at) for r in conn.execute(query)]
 
+    # --- deleting finished jobs ---------------------------------------------------------------
+
+    def finished_job_ids(self, *, ended_before: float) -> list[str]:
+        """Finished jobs that ended (or, lacking an end, were made) before the given time."""
+        ended = func.coalesce(t.jobs.c.finished_at, t.jobs.c.created_at)
+        query = (
+            select(t.jobs.c.id)
+            .where(and_(t.jobs.c.state.in_(list(TERMINAL_STATES)), ended < ended_before))
+            .order_by(ended, t.jobs.c.id)
+        )
+        with self.engine.connect() as conn:
+            return [r[0] for r in conn.execute(query)]
+
+    def delete_finished_job(self, job_id: str) -> bool:
+        """Remove a finished job and every row of it in one transaction. False, with nothing
+        removed, when the job is live or still has a cloud instance that is not gone."""
+        with self.engine.begin() as conn:
+            state = conn.execute(select(t.jobs.c.state).where(t.jobs.c.id == job_id)).scalar()
+            if state not in TERMINAL_STATES:
+                return False
+            live_instances = conn.execute(
+                select(func.count())
+                .select_from(t.instances)
+                .where(
+                    and_(
+                        t.instances.c.job_id == job_id,
+                        t.instances.c.state.not_in(list(INSTANCE_GONE_STATES)),
+                    )
+                )
+            ).scalar_one()
+            if live_instances:
+                return False
+            for table in (t.logs, t.artifacts, t.attempts, t.instances):
+                conn.execute(table.delete().where(table.c.job_id == job_id))
+            removed = conn.execute(
+                t.jobs.delete().where(
+                    and_(t.jobs.c.id == job_id, t.jobs.c.state.in_(list(TERMINAL_STATES)))
+                )
+            ).rowcount
+            return bool(removed == 1)
+
     # --- workers ----------------------------------------------------------------------------
 
     def upsert_worker(

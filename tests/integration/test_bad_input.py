@@ -91,7 +91,18 @@ def test_cli_refuses_undecodable_arguments_with_exit_2(
     # Bytes that are not UTF-8 reach Python's argv as lone surrogates.
     bad = b"team=\xff\xfe".decode("utf-8", "surrogateescape")
     result = run_cli(
-        ["submit", "--server", server.url, "--target", "remote", "-d", "--label", bad, "--", "true"],
+        [
+            "submit",
+            "--server",
+            server.url,
+            "--target",
+            "remote",
+            "-d",
+            "--label",
+            bad,
+            "--",
+            "true",
+        ],
         env={"GPULAYER_TOKEN": ADMIN_TOKEN},
         cwd=tmp_path,
     )
