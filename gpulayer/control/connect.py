@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpulayer.control.client import ControlClient
@@ -15,6 +16,34 @@ from gpulayer.control.tokens import read_token
 from gpulayer.errors import ControlPlaneError, UsageError
 
 START_TIMEOUT_SECONDS = 20.0
+
+# What the local control plane keeps of the environment of the `submit` that starts it: what
+# a process needs to run at all, gpulayer's own settings, and the cloud SDKs' credential chains
+# that its provisioning reads. Everything else (another shell's secrets, unrelated keys) stays
+# out of its /proc environ; each local job gets its own submitter's environment, in memory.
+_DAEMON_NAMES = frozenset(
+    {
+        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ",
+        "TMPDIR", "TEMP", "TMP", "LD_LIBRARY_PATH",
+        "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "CONDA_PREFIX",
+        "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR",
+        "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
+        "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+    }
+)  # fmt: skip
+_DAEMON_PREFIXES = ("LC_", "GPULAYER_", "AWS_", "GOOGLE_", "CLOUDSDK_")
+_CLIENT_ONLY = frozenset({"GPULAYER_TOKEN", "GPULAYER_SERVER"})
+
+
+def daemon_environment(environ: Mapping[str, str], home_root: str) -> dict[str, str]:
+    """The scrubbed environment the local control plane starts with."""
+    kept = {
+        name: value
+        for name, value in environ.items()
+        if (name in _DAEMON_NAMES or name.startswith(_DAEMON_PREFIXES)) and name not in _CLIENT_ONLY
+    }
+    kept["GPULAYER_HOME"] = home_root
+    return kept
 
 
 @dataclass
@@ -67,7 +96,7 @@ def local_control_plane() -> ControlClient:
         stderr=log,
         start_new_session=True,  # a Ctrl-C in the terminal must not reach the daemon
         close_fds=True,
-        env={**os.environ, "GPULAYER_HOME": str(layout.root)},
+        env=daemon_environment(os.environ, str(layout.root)),
     )
     log.close()
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
