@@ -226,9 +226,32 @@ def create_store_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
 
 
+def _private_sqlite_files(url: str) -> None:
+    """Make a SQLite store's file owner-only before the first connection, and its -wal and
+    -shm too: SQLite gives those the database file's own mode when it creates them."""
+    import os
+
+    from sqlalchemy.engine import make_url
+
+    database = make_url(url).database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    try:
+        os.close(os.open(database, os.O_WRONLY | os.O_CREAT, 0o600))
+    except FileNotFoundError:
+        return  # its folder is missing: the connection reports that better
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        try:
+            os.chmod(database + suffix, 0o600)
+        except FileNotFoundError:
+            pass
+
+
 class Store:
     def __init__(self, url: str) -> None:
         self.url = url
+        if url.startswith("sqlite"):
+            _private_sqlite_files(url)
         self.engine = create_store_engine(url)
         self._migrate()
 
