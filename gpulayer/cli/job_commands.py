@@ -100,6 +100,8 @@ def submit(
     data = absolutize_paths(apply_flags(base, flags), os.getcwd())
     connection = _connect(server)
     job = send_job(connection, data)
+    for warning in job.get("warnings", []):
+        sys.stderr.write(f"warning: {warning}\n")
     if detach:
         typer.echo(job["id"])
         if job["state"] == "failed":

@@ -162,14 +162,19 @@ def create_app(
             raise SpecError(problems)
         if body.source_dir is not None and not embedded:
             raise UsageError("source_dir: only the local control plane reads local directories")
+        warnings: list[str] = []
         job = service.submit(
             body.spec,
             working_dir=body.working_dir,
             bundle=bundle,
             source_dir=Path(body.source_dir) if body.source_dir else None,
             client_env=body.client_env if embedded else None,
+            warnings=warnings,
         )
-        return _job(service, job.id)
+        view = _job(service, job.id)
+        if warnings:
+            view["warnings"] = warnings
+        return view
 
     @app.get("/v1/jobs", dependencies=auth)
     def list_jobs(limit: Limit = 50, state: str | None = None) -> list[dict[str, Any]]:

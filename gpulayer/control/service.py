@@ -91,11 +91,13 @@ class ControlService:
         bundle: Path | None = None,
         source_dir: Path | None = None,
         client_env: dict[str, str] | None = None,
+        warnings: list[str] | None = None,
     ) -> JobRecord:
         """Validate, choose a target, persist.
 
         `bundle` is an uploaded source tarball to keep for the job; `source_dir` a local
-        directory to snapshot into one. Nothing is kept when the spec does not validate.
+        directory to snapshot into one (what changed meanwhile is added to `warnings`).
+        Nothing is kept when the spec does not validate.
         """
         try:
             problems = unsafe_text(spec_data)
@@ -110,14 +112,17 @@ class ControlService:
         job_id = new_id("j")
         destination = self.layout.bundle_file(job_id)
         if source_dir is not None:
-            from gpulayer.worker.bundle import create_bundle
+            from gpulayer.worker.bundle import bundle_warning, create_bundle
 
             destination.parent.mkdir(parents=True, exist_ok=True)
             try:
-                create_bundle(source_dir, destination)
+                info = create_bundle(source_dir, destination, exclude=[self.layout.root])
             except Exception:
                 shutil.rmtree(destination.parent, ignore_errors=True)
                 raise
+            warning = bundle_warning(info)
+            if warning and warnings is not None:
+                warnings.append(warning)
         elif bundle is not None:
             destination.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(bundle), destination)

@@ -229,6 +229,7 @@ def create_store_engine(url: str) -> Engine:
 def _private_sqlite_files(url: str) -> None:
     """Make a SQLite store's file owner-only before the first connection, and its -wal and
     -shm too: SQLite gives those the database file's own mode when it creates them."""
+    import contextlib
     import os
 
     from sqlalchemy.engine import make_url
@@ -241,10 +242,8 @@ def _private_sqlite_files(url: str) -> None:
     except FileNotFoundError:
         return  # its folder is missing: the connection reports that better
     for suffix in ("", "-wal", "-shm", "-journal"):
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.chmod(database + suffix, 0o600)
-        except FileNotFoundError:
-            pass
 
 
 class Store:

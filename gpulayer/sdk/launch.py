@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -71,6 +72,8 @@ def launch(
     _absolutize(data)
     connection = connect(server)
     job = send_job(connection, data)
+    for warning in job.get("warnings", []):
+        warnings.warn(warning, stacklevel=2)
     return Job(connection.client, job["id"])
 
 

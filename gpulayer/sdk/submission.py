@@ -25,10 +25,19 @@ def send_job(connection: Connection, data: dict[str, Any]) -> dict[str, Any]:
             source_dir=source if isinstance(source, str) else None,
             client_env=dict(os.environ),
         )
-    from gpulayer.worker.bundle import create_bundle
+    from gpulayer.control.paths import home
+    from gpulayer.worker.bundle import bundle_warning, create_bundle
 
     with tempfile.TemporaryDirectory(prefix="gpulayer-bundle-") as scratch:
         bundle = Path(scratch) / "source.tar.gz"
-        create_bundle(Path(source) if isinstance(source, str) else Path.cwd(), bundle)
+        info = create_bundle(
+            Path(source) if isinstance(source, str) else Path.cwd(),
+            bundle,
+            exclude=[home().root],
+        )
         bundle_id = client.upload_bundle(bundle)
-    return client.submit(data, bundle_id=bundle_id)
+    job = client.submit(data, bundle_id=bundle_id)
+    warning = bundle_warning(info)
+    if warning:
+        job.setdefault("warnings", []).append(warning)
+    return job
