@@ -17,10 +17,11 @@ def worker_snapshots(store: Store, *, only_ready: bool = False) -> list[WorkerVi
     busy_cores: dict[str, float] = defaultdict(float)
     busy_memory: dict[str, float] = defaultdict(float)
     running: dict[str, int] = defaultdict(int)
-    for attempt in store.active_attempts():
-        if attempt.worker_id is None:
-            continue
-        resources = store.get_job(attempt.job_id).spec["resources"]
+    active = [a for a in store.active_attempts() if a.worker_id is not None]
+    specs = store.job_specs([a.job_id for a in active])  # one query, not one per attempt
+    for attempt in active:
+        assert attempt.worker_id is not None
+        resources = specs.get(attempt.job_id, {}).get("resources") or {}
         busy_gpus[attempt.worker_id].update(attempt.gpu_indices)
         busy_cores[attempt.worker_id] += float(resources.get("cpu_cores") or 0)
         busy_memory[attempt.worker_id] += float(resources.get("memory_gb") or 0)

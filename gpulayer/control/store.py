@@ -338,6 +338,14 @@ class Store:
             raise NotFoundError(f"job {job_id!r} not found")
         return _job(row)
 
+    def job_specs(self, job_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The stored specs of these jobs, by id."""
+        if not job_ids:
+            return {}
+        query = select(t.jobs.c.id, t.jobs.c.spec).where(t.jobs.c.id.in_(list(set(job_ids))))
+        with self.engine.connect() as conn:
+            return {r.id: _stored_json(r.spec, {}) for r in conn.execute(query)}
+
     def find_job_ids(self, prefix: str) -> list[str]:
         with self.engine.connect() as conn:
             rows = conn.execute(
