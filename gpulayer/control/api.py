@@ -263,7 +263,7 @@ def create_app(
     async def upload_outputs(job_id: str, request: Request) -> dict[str, Any]:
         out = await _receive_file(service, request)
         try:
-            await asyncio.to_thread(service.record_output_archive, job_id, Path(out.name))
+            await asyncio.to_thread(service.record_output_archive, job_id, out)
         finally:
             out.unlink(missing_ok=True)
         return {"ok": True}
