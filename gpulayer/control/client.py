@@ -208,6 +208,15 @@ class ControlClient:
         )
         return result
 
+    def iter_logs(self, job_ref: str, *, after: int = 0) -> Iterator[dict[str, Any]]:
+        """Every log line there is now, fetched a page at a time as the caller reads."""
+        while True:
+            page = self.logs(job_ref, after=after)
+            if not page["lines"]:
+                return
+            yield from page["lines"]
+            after = page["lines"][-1]["id"]
+
     def follow_logs(self, job_ref: str, *, after: int = 0) -> Iterator[dict[str, Any]]:
         """Yield log lines as they come, then a final {"job": ...} item once the job ended."""
         while True:

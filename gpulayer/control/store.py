@@ -247,8 +247,11 @@ def _private_sqlite_files(url: str) -> None:
 
 
 class Store:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, max_log_bytes: int | None = None) -> None:
+        from gpulayer.control.log_cap import DEFAULT_MAX_LOG_BYTES
+
         self.url = url
+        self.max_log_bytes = max_log_bytes or DEFAULT_MAX_LOG_BYTES
         if url.startswith("sqlite"):
             _private_sqlite_files(url)
         self.engine = create_store_engine(url)
@@ -329,6 +332,7 @@ class Store:
                     labels=json.dumps(labels),
                 )
             )
+            conn.execute(insert(t.log_usage).values(job_id=job_id, bytes=0, cut_bytes=0))
         return self.get_job(job_id)
 
     def get_job(self, job_id: str) -> JobRecord:
@@ -450,6 +454,7 @@ class Store:
     # --- logs -------------------------------------------------------------------------------
 
     def append_logs(self, job_id: str, attempt: int, lines: Sequence[tuple[str, str]]) -> None:
+        """Add lines to a job's log; past the log cap its oldest lines go (see log_cap)."""
         if not lines:
             return
         now = time.time()
@@ -457,18 +462,108 @@ class Store:
             {"job_id": job_id, "attempt": attempt, "stream": s, "text": text, "at": now}
             for s, text in lines
         ]
+        added = sum(len(text.encode("utf-8", "replace")) for _, text in lines)
         with self.engine.begin() as conn:
             conn.execute(insert(t.logs), rows)
+            held = self._count_log_bytes(conn, job_id, added)
+            if held > self.max_log_bytes:
+                self._cut_log(conn, job_id, attempt, held)
 
-    def read_logs(self, job_id: str, *, after: int = 0, limit: int = 5000) -> list[LogLine]:
+    def read_logs(
+        self, job_id: str, *, after: int = 0, limit: int = 2000, max_bytes: int = 4 << 20
+    ) -> list[LogLine]:
+        """Lines after the given id: at most ``limit`` of them and, past the first, about
+        ``max_bytes`` of text, so that a page of long lines stays a page."""
         query = (
             select(t.logs)
             .where(and_(t.logs.c.job_id == job_id, t.logs.c.id > after))
             .order_by(t.logs.c.id)
             .limit(limit)
         )
+        page: list[LogLine] = []
+        size = 0
         with self.engine.connect() as conn:
-            return [LogLine(r.id, r.attempt, r.stream, r.text, r.at) for r in conn.execute(query)]
+            for r in conn.execute(query):
+                if page and size + len(r.text) > max_bytes:
+                    break
+                page.append(LogLine(r.id, r.attempt, r.stream, r.text, r.at))
+                size += len(r.text)
+        return page
+
+    def _count_log_bytes(self, conn: Any, job_id: str, added: int) -> int:
+        """Add to the job's byte count (its log_usage row, made with the job); the new count."""
+        usage = t.log_usage
+        raised = conn.execute(
+            update(usage).where(usage.c.job_id == job_id).values(bytes=usage.c.bytes + added)
+        ).rowcount
+        if not raised:  # a job stored before log_usage existed
+            conn.execute(insert(usage).values(job_id=job_id, bytes=added, cut_bytes=0))
+        return int(conn.execute(select(usage.c.bytes).where(usage.c.job_id == job_id)).scalar_one())
+
+    def _cut_log(self, conn: Any, job_id: str, attempt: int, held: int) -> None:
+        """Drop the oldest lines until the log is back under the cap, and put one marker where
+        they were (under the last dropped line's id, so it reads first)."""
+        from sqlalchemy import LargeBinary, cast
+
+        from gpulayer.control.log_cap import cut_marker, cut_target
+
+        if self.engine.dialect.name == "postgresql":
+            size = func.octet_length(t.logs.c.text)
+        else:
+            size = func.length(cast(t.logs.c.text, LargeBinary))
+        excess = held - cut_target(self.max_log_bytes)
+        removed = 0
+        last_id = None
+        after = 0
+        while removed < excess:
+            chunk = conn.execute(
+                select(t.logs.c.id, size)
+                .where(and_(t.logs.c.job_id == job_id, t.logs.c.id > after))
+                .order_by(t.logs.c.id)
+                .limit(2000)
+            ).all()
+            if not chunk:
+                break
+            for row_id, row_bytes in chunk:
+                after = row_id
+                if removed >= excess:
+                    break
+                removed += int(row_bytes or 0)
+                last_id = row_id
+        if last_id is None:
+            return
+        usage = t.log_usage
+        cut_before = conn.execute(
+            select(usage.c.cut_bytes).where(usage.c.job_id == job_id)
+        ).scalar_one()
+        # An earlier marker is among the dropped lines: its bytes were never counted.
+        marker_bytes = conn.execute(
+            select(func.coalesce(func.sum(size), 0)).where(
+                and_(
+                    t.logs.c.job_id == job_id,
+                    t.logs.c.id <= last_id,
+                    t.logs.c.stream == "system",
+                    t.logs.c.text.startswith("[gpulayer] log cut:"),
+                )
+            )
+        ).scalar_one()
+        conn.execute(t.logs.delete().where(and_(t.logs.c.job_id == job_id, t.logs.c.id <= last_id)))
+        cut_total = int(cut_before) + removed - int(marker_bytes)
+        conn.execute(
+            insert(t.logs).values(
+                id=last_id,
+                job_id=job_id,
+                attempt=attempt,
+                stream="system",
+                text=cut_marker(cut_total, self.max_log_bytes),
+                at=time.time(),
+            )
+        )
+        conn.execute(
+            update(usage)
+            .where(usage.c.job_id == job_id)
+            .values(bytes=usage.c.bytes - removed + int(marker_bytes), cut_bytes=cut_total)
+        )
 
     # --- deleting finished jobs ---------------------------------------------------------------
 
@@ -502,7 +597,7 @@ class Store:
             ).scalar_one()
             if live_instances:
                 return False
-            for table in (t.logs, t.artifacts, t.attempts, t.instances):
+            for table in (t.logs, t.log_usage, t.artifacts, t.attempts, t.instances):
                 conn.execute(table.delete().where(table.c.job_id == job_id))
             removed = conn.execute(
                 t.jobs.delete().where(

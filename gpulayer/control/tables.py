@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Column,
     Float,
@@ -141,3 +142,12 @@ instances = Table(
 )
 Index("ix_instances_state", instances.c.state)
 Index("ix_instances_job", instances.c.job_id)
+
+# Bytes of output the store holds per job, and how many were cut to stay under the log cap.
+log_usage = Table(
+    "log_usage",
+    metadata,
+    Column("job_id", String(32), ForeignKey("jobs.id"), primary_key=True),
+    Column("bytes", BigInteger, nullable=False, default=0),
+    Column("cut_bytes", BigInteger, nullable=False, default=0),
+)

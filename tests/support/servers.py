@@ -38,8 +38,10 @@ class ServerProcess:
         database_url: str | None = None,
         port: int | None = None,
         heartbeat_timeout: float = 3.0,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         self.home = home
+        self.extra_args = extra_args
         self.database_url = database_url
         self.port = port or free_port()
         self.heartbeat_timeout = heartbeat_timeout
@@ -56,6 +58,7 @@ class ServerProcess:
         ]
         if self.database_url:
             args += ["--database-url", self.database_url]
+        args += self.extra_args
         self.home.mkdir(parents=True, exist_ok=True)
         log = (self.home / "server.log").open("ab")
         env = {**os.environ, "GPULAYER_HOME": str(self.home), "GPULAYER_TOKEN": ADMIN_TOKEN}
