@@ -79,9 +79,7 @@ class LogShipper:
         with self._send_lock:
             while True:
                 with self._room:
-                    batch = [
-                        self._pending[i] for i in range(min(self._max_batch, len(self._pending)))
-                    ]
+                    batch = list(itertools.islice(self._pending, self._max_batch))
                 if not batch:
                     return True
                 try:
