@@ -4,8 +4,11 @@ grow with the log), and a per-job cap keeps the newest bytes and marks the cut."
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,7 +66,7 @@ def peak_rss_of_logs(server: ServerProcess, job_id: str, out: Path, *extra: str)
         capture_output=True,
         text=True,
         timeout=600,
-        env={**__import__("os").environ, "GPULAYER_TOKEN": ADMIN_TOKEN},
+        env={**os.environ, "GPULAYER_TOKEN": ADMIN_TOKEN},
     )
     code, peak = result.stdout.split()
     assert code == "0", result.stderr
@@ -135,3 +138,82 @@ def test_log_cap_flag_is_checked(tmp_path: Path) -> None:
     assert result.stderr.strip() == (
         "error: --max-log-bytes: 'lots' is not a size such as 1GiB, 500MB or 1048576"
     )
+
+
+CHATTY = """
+import sys
+import time
+total, progress = int(sys.argv[1]), sys.argv[2]
+line = "p" * 99 + "\\n"
+for i in range(total):
+    sys.stdout.write(line)
+    if i % 5000 == 0:
+        with open(progress, "w") as out:
+            out.write(str(i))
+with open(progress, "w") as out:
+    out.write(str(total))
+print("last line")
+"""
+
+
+def rss_kib(pid: int) -> int:
+    for row in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if row.startswith("VmRSS:"):
+            return int(row.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def read_progress(path: Path) -> int:
+    try:
+        return int(path.read_text() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+@pytest.mark.slow
+def test_a_job_outprinting_a_stalled_control_plane_is_held_back(tmp_path: Path) -> None:
+
+    server = ServerProcess(
+        tmp_path / "server", heartbeat_timeout=300, extra_args=("--max-log-bytes", "1MiB")
+    ).start()
+    worker = None
+    try:
+        client = server.client()
+        token = client.request("POST", "/v1/tokens", {"kind": "worker"})["token"]
+        worker = WorkerProcess(server.url, token, tmp_path / "worker", "held").start()
+        wait_for_workers(client, 1)
+        total = 600_000  # 60 MB of output
+        progress = tmp_path / "progress"
+        job_id = client.submit(remote_job(["python", "-c", CHATTY, str(total), str(progress)]))[
+            "id"
+        ]
+        deadline = time.monotonic() + 60
+        while read_progress(progress) < 5000:
+            assert time.monotonic() < deadline, "the job never started printing"
+            time.sleep(0.05)
+        assert worker.process is not None
+        baseline = rss_kib(worker.process.pid)
+        os.killpg(server.process.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+        try:
+            # Wait for the job to stall: its progress stays put for a while.
+            seen, since = read_progress(progress), time.monotonic()
+            deadline = time.monotonic() + 60
+            while time.monotonic() - since < 3.0:
+                assert time.monotonic() < deadline, "the job was never held back"
+                time.sleep(0.1)
+                now = read_progress(progress)
+                if now != seen:
+                    seen, since = now, time.monotonic()
+            assert seen < total // 3, seen  # held back long before it printed everything
+            grown = rss_kib(worker.process.pid) - baseline
+            assert grown < 40 * 1024, grown  # the queue is bounded: about 8 MiB of lines
+        finally:
+            os.killpg(server.process.pid, signal.SIGCONT)  # type: ignore[union-attr]
+        job = wait_for_job(client, job_id, {"succeeded", "failed"}, timeout=300)
+        assert job["state"] == "succeeded", (job["reason"], job["message"])
+        printed = [line for line in client.iter_logs(job_id) if line["stream"] == "stdout"]
+        assert printed[-1]["text"] == "last line\n"  # nothing lost at the end
+    finally:
+        if worker is not None:
+            worker.stop()
+        server.stop()
