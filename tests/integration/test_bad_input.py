@@ -7,6 +7,7 @@ import io
 import json
 import sqlite3
 import tarfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -209,12 +210,26 @@ UNSAFE_ARCHIVES = {
 }
 
 
+def an_attempt(http: httpx.Client) -> int:
+    """A job running on a worker registered for the purpose: its attempt takes outputs."""
+    name = f"archive-{time.monotonic_ns()}"
+    registration = {"name": name, "capabilities": {"cpu_cores": 1, "memory_gb": 1}}
+    reply = http.post("/v1/workers", json=registration)
+    assert reply.status_code == 200, reply.text
+    worker_id = reply.json()["worker_id"]
+    pinned = spec(placement={"target": "remote", "worker_ids": [worker_id]})
+    assert http.post("/v1/jobs", json={"spec": pinned}).status_code == 201
+    claimed = http.post(f"/v1/workers/{worker_id}/claim", params={"wait": 10})
+    assert claimed.status_code == 200 and claimed.json(), claimed.text
+    return int(claimed.json()[0]["attempt_id"])
+
+
 @pytest.mark.parametrize("kind", sorted(UNSAFE_ARCHIVES))
 def test_unsafe_output_archives_are_400(
     server: ServerProcess, http: httpx.Client, kind: str
 ) -> None:
-    job_id = a_job(http)
-    reply = http.put(f"/v1/jobs/{job_id}/outputs", content=UNSAFE_ARCHIVES[kind])
+    attempt_id = an_attempt(http)
+    reply = http.put(f"/v1/attempts/{attempt_id}/outputs", content=UNSAFE_ARCHIVES[kind])
     assert reply.status_code == 400, reply.text
     assert "bundle" in reply.json()["error"] or "archive" in reply.json()["error"]
     assert not (server.home / "escaped.txt").exists()
