@@ -48,7 +48,8 @@ _STATUS: dict[type[GpulayerError], int] = {
     UsageError: 400,
 }
 
-_INT64_MAX = 2**63 - 1
+# The store's id columns are INTEGER: 32 bits in PostgreSQL, so that is the largest id.
+_ID_MAX = 2**31 - 1
 # Routes that take a file rather than JSON say so in the OpenAPI document.
 _ARCHIVE_BODY = {
     "requestBody": {
@@ -57,10 +58,10 @@ _ARCHIVE_BODY = {
     }
 }
 
-# Every number a route takes fits the store's 64-bit integers: a bigger one is the caller's
-# mistake (422), not the database driver's overflow (500).
-RowId = Annotated[int, PathParam(ge=0, le=_INT64_MAX)]
-Cursor = Annotated[int, Query(ge=0, le=_INT64_MAX)]
+# Every number a route takes fits the store's columns: a bigger one is the caller's mistake
+# (422), not the database driver's overflow (500).
+RowId = Annotated[int, PathParam(ge=0, le=_ID_MAX)]
+Cursor = Annotated[int, Query(ge=0, le=_ID_MAX)]
 Limit = Annotated[int, Query(ge=1, le=10_000)]
 WaitSeconds = Annotated[float, Query(ge=0, allow_inf_nan=False)]
 
@@ -399,14 +400,18 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def _too_deep(_request: Request, _exc: RecursionError) -> JSONResponse:
         return SafeJSONResponse({"error": "request: nested too deeply"}, status_code=400)
 
+    from sqlalchemy.exc import DataError
+
+    @app.exception_handler(DataError)
+    async def _out_of_range(_request: Request, exc: DataError) -> JSONResponse:
+        # A value the database's column types refuse: the caller's, as the store says.
+        first = str(exc.orig).strip().splitlines()[0] if exc.orig else "invalid value"
+        return SafeJSONResponse(
+            {"error": f"a value is out of range for the store: {first}"}, status_code=400
+        )
+
     @app.exception_handler(Exception)
     async def _fault(request: Request, exc: Exception) -> JSONResponse:
-        from sqlalchemy.exc import DataError
-
-        if isinstance(exc, DataError):  # a value the database's column types refuse
-            return SafeJSONResponse(
-                {"error": f"a value is out of range for the store: {exc.orig}"}, status_code=400
-            )
         log.exception("%s %s failed", request.method, request.url.path)
         return SafeJSONResponse({"error": f"internal error: {type(exc).__name__}"}, status_code=500)
 
