@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.servers import ADMIN_TOKEN, ServerProcess, postgres_bin, postgres_cluster
+from tests.support.servers import ADMIN_TOKEN, ServerProcess, server_on
 
 pytestmark = pytest.mark.slow
 
@@ -81,18 +81,8 @@ def nasty_archive() -> st.SearchStrategy[bytes]:
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
-    home = tmp_path_factory.mktemp("fuzz") / "server"
-    if request.param == "sqlite":
-        process = ServerProcess(home).start()
+    with server_on(request.param, tmp_path_factory.mktemp("fuzz") / "server") as process:
         yield process
-        process.stop()
-        return
-    if postgres_bin() is None:
-        pytest.fail("PostgreSQL is not installed: .ci/run installs it (apt-get install postgresql)")
-    with postgres_cluster() as url:
-        process = ServerProcess(home, database_url=url).start()
-        yield process
-        process.stop()
 
 
 def operations(document: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:

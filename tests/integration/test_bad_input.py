@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.support.cli import run_cli
-from tests.support.servers import ADMIN_TOKEN, ServerProcess, postgres_bin, postgres_cluster
+from tests.support.servers import ADMIN_TOKEN, ServerProcess, server_on
 
 INT64_OVER = 2**63  # past any store integer
 INT32_OVER = 2**31  # past a PostgreSQL INTEGER id
@@ -28,18 +28,8 @@ def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
     """The same input against both stores: PostgreSQL is stricter about NUL, lengths, int64."""
-    home = tmp_path_factory.mktemp("bad-input") / "server"
-    if request.param == "sqlite":
-        process = ServerProcess(home).start()
+    with server_on(request.param, tmp_path_factory.mktemp("bad-input") / "server") as process:
         yield process
-        process.stop()
-        return
-    if postgres_bin() is None:
-        pytest.fail("PostgreSQL is not installed: .ci/run installs it (apt-get install postgresql)")
-    with postgres_cluster() as url:
-        process = ServerProcess(home, database_url=url).start()
-        yield process
-        process.stop()
 
 
 @pytest.fixture

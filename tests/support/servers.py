@@ -296,3 +296,19 @@ def postgres_cluster() -> Iterator[str]:
             capture_output=True,
         )
         shutil.rmtree(base, ignore_errors=True)
+
+
+@contextmanager
+def server_on(database: str, home: Path, **options: object) -> Iterator[ServerProcess]:
+    """A started server over "sqlite" (its own file) or "postgresql" (a throwaway cluster)."""
+    if database == "postgresql" and postgres_bin() is None:
+        raise RuntimeError(
+            "PostgreSQL is not installed: .ci/run installs it (apt-get install postgresql)"
+        )
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(postgres_cluster()) if database == "postgresql" else None
+        process = ServerProcess(home, database_url=url, **options).start()  # type: ignore[arg-type]
+        try:
+            yield process
+        finally:
+            process.stop()
