@@ -88,6 +88,7 @@ def local_control_plane() -> ControlClient:
     client = _running_client(layout)
     if client is not None:
         return client
+    _check_daemon_settings()
     log = layout.daemon_log.open("ab")
     daemon = subprocess.Popen(
         [sys.executable, "-m", "gpulayer.control.daemon"],
@@ -111,6 +112,15 @@ def local_control_plane() -> ControlClient:
             break  # it failed; exit 0 means another daemon won the lock and is starting
     tail = _tail(layout.daemon_log.read_bytes().decode(errors="replace"))
     raise ControlPlaneError(f"the local control plane did not start; {layout.daemon_log}: {tail}")
+
+
+def _check_daemon_settings() -> None:
+    """Refuse a bad setting here, naming it, rather than as a daemon that failed to start."""
+    from gpulayer.control.log_cap import MAX_LOG_BYTES_ENV, parse_byte_size
+
+    configured = os.environ.get(MAX_LOG_BYTES_ENV)
+    if configured:
+        parse_byte_size(configured, MAX_LOG_BYTES_ENV)
 
 
 def _tail(text: str) -> str:

@@ -100,3 +100,18 @@ def test_scrubbed_environment_keeps_what_the_control_plane_needs() -> None:
         "AWS_PROFILE": "lab",
         "GPULAYER_HOME": "/home/g",
     }
+
+
+def test_a_bad_log_cap_setting_is_refused_before_the_daemon_starts(
+    tmp_path: Path, shared_home: Path
+) -> None:
+    from tests.support.daemon import stop_local_control_plane as stop
+
+    stop(shared_home)
+    (shared_home / "server.json").unlink(missing_ok=True)  # left by a daemon killed in the stop
+    result = run_cli(["ls"], env={"GPULAYER_MAX_LOG_BYTES": "huge"}, cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "error: GPULAYER_MAX_LOG_BYTES: 'huge' is not a size such as 1GiB, 500MB or 1048576"
+    )
+    assert not (shared_home / "server.json").exists()
