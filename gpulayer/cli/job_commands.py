@@ -147,6 +147,9 @@ def status(
 def logs(
     job: str = typer.Argument(..., help="Job id (or a unique prefix)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the job ends."),
+    timestamps: bool = typer.Option(
+        False, "--timestamps", "-t", help="Prefix each line with when it arrived (UTC, ISO 8601)."
+    ),
     as_json: bool = JsonOption,
     server: Optional[str] = ServerOption,
 ) -> None:
@@ -163,7 +166,7 @@ def logs(
         print_json(list(lines))
         return
     for line in lines:
-        print_line(line)
+        print_line(line, timestamps=timestamps)
 
 
 def _all_lines(client: ControlClient, job: str) -> list[dict[str, Any]]:
