@@ -31,11 +31,9 @@ def validate(
 
 def schema() -> None:
     """Print the JobSpec JSON Schema, for editors that check job files."""
-    from gpulayer.spec import JobSpec
+    from gpulayer.spec.schema import jobspec_schema
 
-    document = JobSpec.model_json_schema()
-    document["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    typer.echo(json.dumps(document, indent=2))
+    typer.echo(json.dumps(jobspec_schema(), indent=2))
 
 
 def register(app: typer.Typer) -> None:
