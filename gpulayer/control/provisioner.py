@@ -125,7 +125,7 @@ class Provisioner:
         self.service.log_system(job_id, 0, [text])
 
     def _provision(self, job_id: str) -> None:
-        from gpulayer.cloud.errors import ProviderError, ScopedProviderError
+        from gpulayer.cloud.errors import ProviderError, ProviderSettingsError, ScopedProviderError
         from gpulayer.cloud.offer import OfferQuery
         from gpulayer.cloud.ranking import (
             BlockList,
@@ -186,6 +186,7 @@ class Provisioner:
             return self._next_target_or_fail(job_id, spec, why)
         tried: set[tuple[str, str, str | None, str]] = set()
         failures: list[str] = []
+        config_errors: dict[str, int] = {}
         while True:
             self._ensure_live(job_id)
             candidates = fitting().offers
@@ -207,6 +208,16 @@ class Provisioner:
                 blocked.record(exc)
                 failures.append(str(exc))
                 self._note(job_id, f"{offer.label}: {exc}; blocking that {exc.scope} and moving on")
+            except ProviderSettingsError as exc:
+                # A configuration error repeats on every offer of that provider: one more try
+                # (it may be one region's, such as an image missing there), then none.
+                failures.append(str(exc))
+                config_errors[offer.provider] = config_errors.get(offer.provider, 0) + 1
+                if config_errors[offer.provider] >= 2:
+                    blocked.block("provider", offer.provider, kind="configuration error")
+                    self._note(job_id, f"{offer.label}: {exc}; not trying {offer.provider} again")
+                else:
+                    self._note(job_id, f"{offer.label}: {exc}; trying the next offer")
             except (ProviderError, ProvisionFailed, GpulayerError) as exc:
                 # SSH, bootstrap (e.g. a host without a usable python) or launch failed here.
                 failures.append(str(exc))
@@ -620,7 +631,7 @@ REAP_EVERY_SECONDS = 60.0
 def attach_provisioner(service: ControlService, control_port: int) -> Provisioner:
     """Give a control plane its cloud side: providers from providers.yaml, a reaper pass now and
     every minute."""
-    from gpulayer.cloud.config import enabled_providers, orchestrator_settings, provider_settings
+    from gpulayer.cloud.config import check_config, enabled_providers, orchestrator_settings
 
     root = service.layout.root
     provisioner = Provisioner(
@@ -630,7 +641,7 @@ def attach_provisioner(service: ControlService, control_port: int) -> Provisione
         load_providers=lambda only: enabled_providers(root, only),
         settings=lambda: orchestrator_settings(root),
     )
-    service.cloud_available = lambda: bool(provider_settings(root))
+    service.cloud_available = lambda: bool(check_config(root).providers)
     service.provisioner = provisioner
     provisioner.start()
 

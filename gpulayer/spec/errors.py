@@ -39,6 +39,15 @@ def _described(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
+def type_message(item: Any) -> str:
+    """``'2' (a string) is not an integer`` for a pydantic type error item."""
+    return f"{_described(item['input'])} is not {_STRICT_TYPES[item['type']]}"
+
+
+def is_type_error(item: Any) -> bool:
+    return item["type"] in _STRICT_TYPES
+
+
 def _path(loc: tuple[Any, ...]) -> list[str]:
     parts = [str(p) for p in loc]
     # A discriminated union puts the chosen tag in the location: workload.command.command.
@@ -59,7 +68,7 @@ def error_lines(error: ValidationError) -> list[str]:
                 parts.append(match.group(1))
                 message = match.group(2)
         elif item["type"] in _STRICT_TYPES:
-            message = f"{_described(item['input'])} is not {_STRICT_TYPES[item['type']]}"
+            message = type_message(item)
         elif item["type"] == "literal_error":
             message = f"{item['input']!r} is not allowed; {message[0].lower()}{message[1:]}"
         lines.append(f"{'.'.join(parts) or '(spec)'}: {message}")

@@ -43,6 +43,9 @@ _STOP_GRACE_SECONDS = 10.0
 class SshHostsProvider:
     """Existing hosts over SSH. Settings: see :class:`gpulayer_ssh.settings.SshProviderSettings`."""
 
+    settings_model = SshProviderSettings
+    """What providers.yaml's section for this provider is validated into."""
+
     name = PROVIDER
 
     def __init__(self, settings: SshProviderSettings | Mapping[str, Any] | None = None) -> None:
