@@ -26,17 +26,12 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
-    from gpulayer.sdk import (
-        Job,
-        JobBuilder,
-        JobFailed,
-        JobTimeout,
-        command,
-        distributed,
-        function,
-        launch,
-        remote,
-    )
+    # From the defining modules: gpulayer.sdk.launch and .remote are also module names, and
+    # mypy, depending on the order it reads modules in, took the name for the module.
+    from gpulayer.sdk.builders import JobBuilder, command, distributed, function
+    from gpulayer.sdk.job import Job, JobFailed, JobTimeout
+    from gpulayer.sdk.launch import launch
+    from gpulayer.sdk.remote import remote
     from gpulayer.spec import API_VERSION, PROFILES, JobSpec
 
 

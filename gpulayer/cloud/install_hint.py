@@ -11,18 +11,18 @@ from pathlib import Path
 SHIPPED_PLUGINS: tuple[str, ...] = ("aws", "gcp", "ssh")
 
 
+# providers/ beside the gpulayer package: there in a source checkout.
+_SOURCE_PROVIDERS = Path(__file__).resolve().parents[2] / "providers"
+
+
 def _checkout_dir(name: str) -> Path | None:
     """providers/<name> beside the gpulayer package, when running from a source checkout."""
-    import gpulayer
-
-    candidate = Path(gpulayer.__file__).resolve().parent.parent / "providers" / name
+    candidate = _SOURCE_PROVIDERS / name
     return candidate if (candidate / "pyproject.toml").is_file() else None
 
 
 def known_plugins() -> list[str]:
-    import gpulayer
-
-    root = Path(gpulayer.__file__).resolve().parent.parent / "providers"
+    root = _SOURCE_PROVIDERS
     found = {p.parent.name for p in root.glob("*/pyproject.toml")} if root.is_dir() else set()
     return sorted(found | set(SHIPPED_PLUGINS))
 

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
 
 class OrchestratorSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     ssh_cidr: str | None = None
     """Who may reach SSH on rented instances (a CIDR such as 203.0.113.7/32); None: this
