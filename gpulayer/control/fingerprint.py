@@ -65,7 +65,7 @@ def _path_stamp() -> str:
     digest = hashlib.sha256()
     # sys.path[0] is the script's folder or the working directory: the daemon's and a
     # command's differ, and neither holds installed plugins.
-    entries = sys.path if sys.flags.safe_path else sys.path[1:]
+    entries = sys.path if getattr(sys.flags, "safe_path", False) else sys.path[1:]
     for entry in entries:
         try:
             stamp = os.stat(entry or ".").st_mtime_ns
