@@ -48,7 +48,8 @@ def render_page() -> str:
     parts.append(_section("gpulayer", OrchestratorSettings, "The orchestrator's own settings."))
     for name in documented_plugins():
         model = settings_model(name)
-        summary = (model.__doc__ or "").strip().split("\n\n")[0]
+        text = model.__doc__ or sys.modules[model.__module__].__doc__ or ""
+        summary = text.strip().split("\n\n")[0]
         parts.append(_section(name, model, " ".join(summary.split())))
     from gpulayer.control.environment import environment_section
 

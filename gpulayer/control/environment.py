@@ -106,7 +106,8 @@ def environment_section() -> str:
     when = {
         "command": "each command",
         "next_job": "the next job (sent to the running local control plane)",
-        "restart": "a restart of the control plane (done by itself when no job is live)",
+        "restart": "a restart of the control plane (the local one restarts by itself once no "
+        "job is live)",
     }
     lines = [
         "## Environment variables",

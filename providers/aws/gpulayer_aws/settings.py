@@ -44,7 +44,9 @@ class AwsSettings(BaseModel):
     spot_price_ttl_seconds: Annotated[float, Field(ge=0)] = 900
     """How long spot prices are reused (they move faster than on-demand ones)."""
     image: dict[str, Any] = Field(default_factory=dict)
-    """Image selector used when a launch request brings none (see images.py)."""
+    """The image instances boot: {ami_id: ...}, {ami_ids: {region: ami}}, or {owners: [...],
+    name: pattern} for the newest match; may add ssh_user. Set, it wins over the newest image
+    release's AMI (a release the job names wins over it); empty: that release's."""
     ssh_user: str = "ubuntu"
     """Login user when the image selector names none."""
     python: str | None = None
