@@ -54,6 +54,9 @@ class LaunchRequest(BaseModel):
     """The job accepts a spot instance; launching a spot offer without it is refused."""
     private_ip: str | None = None
     """Ask for this private address (it must lie in the instance's subnet)."""
+    progress: Callable[[str], None] | None = Field(default=None, exclude=True)
+    """Where a launch that waits (for a host's SSH, say) reports how it is going, a line at a
+    time; None: nowhere. Not part of the request's identity."""
 
     @field_validator("request_id")
     @classmethod

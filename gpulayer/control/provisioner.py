@@ -276,6 +276,7 @@ class Provisioner:
                 image=image,
                 disk_gb=int(spec.resources.disk_gb) if spec.resources.disk_gb else None,
                 spot=offer.spot,
+                progress=lambda text: self._note(job_id, text),
             )
             self.store.update_instance(request_id, state="launching")
             instance = provider.launch(offer, request)
@@ -344,7 +345,12 @@ class Provisioner:
         self._note(job_id, f"waiting for SSH on {target}")
         # Host keys are pinned for this instance's life; its address may later be another's.
         host_keys = JsonHostKeyStore(self.keys_dir / f"{request_id}.hosts")
-        session = wait_for_ssh(target, _remaining(deadline), host_keys=host_keys)
+        session = wait_for_ssh(
+            target,
+            _remaining(deadline),
+            host_keys=host_keys,
+            on_progress=lambda text: self._note(job_id, text),
+        )
         token = self.service.create_token("worker", f"cloud worker {request_id}")
         install_root = instance.tags.get("gpulayer:install-root", INSTALL_ROOT)
         plan = BootstrapPlan(
