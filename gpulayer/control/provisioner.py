@@ -20,7 +20,7 @@ from typing import Any
 from gpulayer.control.ids import new_id
 from gpulayer.control.service import ControlService
 from gpulayer.control.store import InstanceRecord
-from gpulayer.errors import GpulayerError
+from gpulayer.errors import GpulayerError, UsageError
 from gpulayer.spec import JobSpec
 
 log = logging.getLogger("gpulayer.provisioner")
@@ -125,7 +125,7 @@ class Provisioner:
         self.service.log_system(job_id, 0, [text])
 
     def _provision(self, job_id: str) -> None:
-        from gpulayer.cloud.errors import ProviderError, ProviderSettingsError, ScopedProviderError
+        from gpulayer.cloud.errors import ProviderError, ScopedProviderError
         from gpulayer.cloud.offer import OfferQuery
         from gpulayer.cloud.ranking import (
             BlockList,
@@ -208,7 +208,7 @@ class Provisioner:
                 blocked.record(exc)
                 failures.append(str(exc))
                 self._note(job_id, f"{offer.label}: {exc}; blocking that {exc.scope} and moving on")
-            except ProviderSettingsError as exc:
+            except UsageError as exc:  # ProviderSettingsError, an image release missing, ...
                 # A configuration error repeats on every offer of that provider: one more try
                 # (it may be one region's, such as an image missing there), then none.
                 failures.append(str(exc))
