@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
@@ -25,12 +24,9 @@ class OrchestratorSettings(BaseModel):
     @field_validator("ssh_cidr")
     @classmethod
     def _cidr(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        try:
-            return str(ipaddress.ip_network(value, strict=False))
-        except ValueError:
-            raise ValueError(f"{value!r} is not a CIDR such as 203.0.113.7/32") from None
+        from gpulayer.cloud.network import normalized_cidr
+
+        return None if value is None else normalized_cidr(value)
 
     @field_validator("deadman_action")
     @classmethod

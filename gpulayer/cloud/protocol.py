@@ -68,10 +68,9 @@ class LaunchRequest(BaseModel):
     @field_validator("allowed_ssh_cidr")
     @classmethod
     def _cidr(cls, value: str) -> str:
-        try:
-            return str(ipaddress.ip_network(value, strict=False))
-        except ValueError:
-            raise ValueError(f"{value!r} is not an IP network such as 203.0.113.7/32") from None
+        from gpulayer.cloud.network import normalized_cidr
+
+        return normalized_cidr(value)
 
     @field_validator("private_ip")
     @classmethod

@@ -158,19 +158,9 @@ def _signal(pid: int) -> None:
 
 
 def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
+    from gpulayer.worker.process import is_alive
+
+    return pid > 0 and is_alive(pid)
 
 
 def _tail(text: str) -> str:
