@@ -29,10 +29,20 @@ def _describe(layout: Any) -> dict[str, Any]:
         "version": code.get("version"),
         "plugins": [line.split("=", 1)[0] for line in code.get("plugins") or []],
         "live_jobs": running.live_jobs(),
+        "in_flight": _in_flight(running),
         "idle_seconds": info.get("idle_seconds"),
         "env": {k: v for k, v in (info.get("env") or {}).items() if v is not None},
         "restart_wanted": found.restart + [f"{name} changed" for name in found.refused],
     }
+
+
+def _in_flight(running: Any) -> list[str]:
+    from gpulayer.errors import NotFoundError
+
+    try:
+        return list(running.client.request("GET", "/v1/local").get("in_flight") or [])
+    except NotFoundError:
+        return []
 
 
 def status(as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts.")) -> None:
@@ -57,6 +67,7 @@ def status(as_json: bool = typer.Option(False, "--json", help="Print JSON for sc
         f"  started: {started.strftime('%Y-%m-%d %H:%M:%S')} UTC ({_duration(up)} ago), "
         f"gpulayer {described['version']}, plugins: {', '.join(described['plugins']) or 'none'}",
         f"  live jobs: {len(live)}" + (f" ({', '.join(live)})" if live else ""),
+        *(f"  in flight: {work}" for work in described["in_flight"]),
         f"  exits after {described['idle_seconds']:g} s idle with no live job",
     ]
     for name, value in described["env"].items():
@@ -102,7 +113,7 @@ def _stop(layout: Any, force: bool) -> bool:
         def waiting(live: list[str]) -> None:
             shown = ", ".join(live[:3]) + (", ..." if len(live) > 3 else "")
             spinner.update(
-                f"waiting for {len(live)} live job{'s' if len(live) != 1 else ''} to end "
+                f"waiting for {len(live)} job{'s' if len(live) != 1 else ''} to end "
                 f"({shown}; {time.monotonic() - begun:.0f} s; --force cancels them)"
             )
 

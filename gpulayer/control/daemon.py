@@ -152,6 +152,10 @@ def _run(
         idle_seconds=idle_seconds,
         request_exit=exit_requested.set,
         write_info=lambda data: _write_server_file(layout, data),
+        in_flight=lambda: (
+            [f"cloud work of job {j}" for j in sorted(provisioner.active_jobs())]
+            + ([f"{agent.running} local attempt(s)"] if agent.running else [])
+        ),
     )
     app = create_app(
         service,

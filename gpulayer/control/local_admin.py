@@ -33,8 +33,12 @@ class LocalAdmin:
         idle_seconds: float,
         request_exit: Callable[[], None],
         write_info: Callable[[dict[str, Any]], None],
+        in_flight: Callable[[], list[str]] = list,
     ) -> None:
         self.service = service
+        self._in_flight = in_flight
+        """Work that outlives a job's end (a cloud teardown, a local attempt winding down): a
+        stop without force waits for it too, or it would leave a bill or a key behind."""
         self.info = info
         self.idle_seconds = idle_seconds
         self._request_exit = request_exit
@@ -49,6 +53,7 @@ class LocalAdmin:
         return {
             **self.info,
             "live_jobs": self.live_job_ids(),
+            "in_flight": self._in_flight(),
             "idle_seconds": self.idle_seconds,
             "idle_for": round(time.monotonic() - self.service.last_call, 1),
             "closing": self.closing,
@@ -60,10 +65,11 @@ class LocalAdmin:
         with self._lock:
             self.closing = True  # refuse new jobs while deciding, so none slips in
             live = self.live_job_ids()
-            if live and not force:
+            busy = self._in_flight()
+            if (live or busy) and not force:
                 self.closing = False
-                return {"stopping": False, "live_jobs": live}
-        if live:
+                return {"stopping": False, "live_jobs": live, "in_flight": busy}
+        if live or busy:
             threading.Thread(
                 target=self._cancel_then_exit, args=(live,), name="gpulayer-stop", daemon=True
             ).start()
@@ -79,7 +85,7 @@ class LocalAdmin:
             except Exception:
                 log.exception("cancelling %s for a forced stop failed", job_id)
         deadline = time.monotonic() + FORCE_CANCEL_WAIT_SECONDS
-        while self.service.live_jobs() and time.monotonic() < deadline:
+        while (self.service.live_jobs() or self._in_flight()) and time.monotonic() < deadline:
             self.service.wait_for_change(self.service.version, 0.5)
         log.info("stopping on request after cancelling %d job(s)", len(live))
         self._request_exit()

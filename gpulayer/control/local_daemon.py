@@ -133,7 +133,7 @@ def stop(
         if not wait_for_jobs:
             return False
         if on_wait is not None:
-            on_wait(list(answer.get("live_jobs") or []))
+            on_wait(list(answer.get("live_jobs") or []) + list(answer.get("in_flight") or []))
         time.sleep(1.0)
     timeout = STOP_TIMEOUT_SECONDS + (120.0 if force else 0.0)
     if not wait_for_exit(running.pid, timeout):
@@ -190,14 +190,18 @@ def current(layout: HomeLayout) -> ControlClient:
         return start(layout)
     found = staleness(running.info)
     if found.restart or found.refused:
-        live = running.live_jobs()
-        if not live and stop(running, force=False, wait_for_jobs=False):
+        # The daemon refuses while a job is live or work outlives one (a teardown).
+        if stop(running, force=False, wait_for_jobs=False):
             why = "; ".join(found.restart + [f"{name} changed" for name in found.refused])
             print(f"gpulayer: restarted the local control plane ({why})", file=sys.stderr)
             return start(layout)
-        live = live or running.live_jobs()
-        jobs = f"{len(live)} live job{'s' if len(live) != 1 else ''}"
-        if found.restart:
+        live = running.live_jobs()
+        jobs = (
+            f"{len(live)} live job{'s' if len(live) != 1 else ''}"
+            if live
+            else "work in flight (a teardown)"
+        )
+        if found.restart and live:
             notice_once(
                 layout,
                 running,

@@ -85,7 +85,7 @@ def test_status_stop_and_restart() -> None:
     assert ran.returncode == 0, ran.stderr
     first = _status()
     assert first["running"] is True and pid_alive(first["pid"])
-    assert first["live_jobs"] == [] and first["version"]
+    assert first["live_jobs"] == [] and first["in_flight"] == [] and first["version"]
     text = run_cli(["server", "status"]).stdout
     assert f"pid {first['pid']}" in text and "live jobs: 0" in text
 
