@@ -1,4 +1,8 @@
-"""Prices and costs as people read them: never rounded to zero, never a wall of digits."""
+"""Accrued costs as people read them: never rounded to zero, never a wall of digits.
+
+Prices are facts and keep every digit they were published with (gpulayer.cloud.ranking's
+format_price); a cost is price times elapsed time, whose float tail means nothing.
+"""
 
 from __future__ import annotations
 

@@ -127,13 +127,8 @@ class Provisioner:
     def _provision(self, job_id: str) -> None:
         from gpulayer.cloud.errors import ProviderError, ScopedProviderError
         from gpulayer.cloud.offer import OfferQuery
-        from gpulayer.cloud.ranking import (
-            BlockList,
-            cheapest_over_cap,
-            describe_rejections,
-            filter_offers,
-            rank,
-        )
+        from gpulayer.cloud.ranking import BlockList
+        from gpulayer.cloud.search import gather, select, why_nothing_fits
 
         job = self.store.get_job(job_id)
         spec = JobSpec.model_validate(job.spec)
@@ -144,45 +139,15 @@ class Provisioner:
                 job_id, spec, "no cloud provider is installed or enabled"
             )
         query = OfferQuery.from_spec(spec)
-        offers = []
-        for name, provider in providers.items():
-            try:
-                offers.extend(provider.offers(query))
-            except ProviderError as exc:
-                self._note(job_id, f"{name}: no offers ({exc})")
-        ranked = rank(offers)
+        ranked = gather(providers, query, note=lambda text: self._note(job_id, text)).ranked
         blocked = BlockList()
 
         def fitting() -> Any:
-            return filter_offers(
-                ranked,
-                query,
-                providers=placement.providers,
-                regions=placement.regions,
-                max_hourly_cost=placement.max_hourly_cost,
-                currency=placement.currency,
-                blocked=blocked,
-            )
+            return select(ranked, query, placement, blocked=blocked)
 
         first = fitting()
         if not first.offers:
-            if placement.max_hourly_cost is not None:
-                over = cheapest_over_cap(
-                    ranked,
-                    query,
-                    max_hourly_cost=placement.max_hourly_cost,
-                    providers=placement.providers,
-                    regions=placement.regions,
-                    currency=placement.currency,
-                )
-                if over is not None:
-                    cap = f"{placement.max_hourly_cost} {placement.currency}"
-                    why = (
-                        f"max_hourly_cost {cap} is below every offer that fits; the cheapest is "
-                        f"{over.label} at {over.hourly_price} {over.currency}/h"
-                    )
-                    return self._next_target_or_fail(job_id, spec, why)
-            why = "no offer fits: " + (describe_rejections(first.rejected) or "no offers at all")
+            why = why_nothing_fits(ranked, query, placement, first)
             return self._next_target_or_fail(job_id, spec, why)
         tried: set[tuple[str, str, str | None, str]] = set()
         failures: list[str] = []

@@ -15,7 +15,7 @@ from sqlalchemy import (
     Text,
 )
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 metadata = MetaData()
 
@@ -78,6 +78,8 @@ attempts = Table(
     Column("created_at", Float, nullable=False),
     Column("started_at", Float),
     Column("finished_at", Float),
+    # Added in schema 4: the worker's epoch when the attempt was assigned (fencing).
+    Column("worker_epoch", Integer),
 )
 Index("ix_attempts_job", attempts.c.job_id, attempts.c.number, unique=True)
 Index("ix_attempts_worker_state", attempts.c.worker_id, attempts.c.state)
@@ -103,7 +105,10 @@ artifacts = Table(
     Column("sha256", String(64), nullable=False),
 )
 
-# Added in schema 2: API tokens, kept as SHA-256 hashes (never the token itself).
+# Added in schema 2: API tokens, kept as hashes (never the token itself). Schema 4 gives each a
+# public id, a kind of admin, join (registers workers) or worker (one worker's own credential),
+# scrypt digests for chosen tokens (hash is then "scrypt:<id>"), expiry, a cap on the workers a
+# join token may register, and revocation.
 tokens = Table(
     "tokens",
     metadata,
@@ -111,7 +116,19 @@ tokens = Table(
     Column("kind", String(16), nullable=False),
     Column("name", String(128), nullable=False, default=""),
     Column("created_at", Float, nullable=False),
+    Column("id", String(16)),
+    Column("scheme", String(8), nullable=False, default="sha256"),
+    Column("salt", String(64)),
+    Column("digest", String(128)),
+    Column("worker_id", String(32)),
+    Column("parent_id", String(16)),
+    Column("expires_at", Float),
+    Column("max_workers", Integer),
+    Column("registered", Integer, nullable=False, default=0),
+    Column("revoked_at", Float),
 )
+Index("ix_tokens_id", tokens.c.id, unique=True)
+Index("ix_tokens_worker", tokens.c.worker_id)
 
 # Added in schema 3: every cloud instance a job rents, written before the call that creates it,
 # and its cost ledger (launch, ready and end times with the hourly price).

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
 from gpulayer.cli import render
@@ -34,23 +32,6 @@ def test_an_amount_under_a_cent_is_never_zero() -> None:
         assert float(amount_text(value)) == pytest.approx(value, rel=0.05)
 
 
-def _offer(instance_type: str, price: float, zone: str) -> SimpleNamespace:
-    return SimpleNamespace(
-        provider="aws",
-        region="ap-southeast-2",
-        zone=zone,
-        instance_type=instance_type,
-        gpu_count=8,
-        gpu_name="A100-SXM4-80GB",
-        gpu_memory_gb=80,
-        cpu_cores=96,
-        memory_gb=1152,
-        hourly_price=price,
-        currency="USD",
-        spot=True,
-    )
-
-
 @pytest.fixture
 def narrow(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "80")
@@ -64,13 +45,35 @@ def _lines(captured: str) -> list[str]:
 
 @pytest.mark.usefixtures("narrow")
 def test_offers_keep_types_and_prices_whole(capsys: pytest.CaptureFixture[str]) -> None:
-    offers = [
-        _offer("p4d.24xlarge", 21.96, "ap-southeast-2a"),
-        _offer("p5e.48xlarge", 1e-05, "ap-southeast-2b"),
-    ]
-    render.offers_table(offers, total=2)
+    from gpulayer.cli.offers_view import offers_table
+
+    def row(instance_type: str, price: float, zone: str) -> dict[str, object]:
+        return {
+            "provider": "aws",
+            "enabled": True,
+            "region": "ap-southeast-2",
+            "zone": zone,
+            "instance_type": instance_type,
+            "gpu_count": 8,
+            "gpu_name": "A100",
+            "gpu_memory_gb": 80,
+            "cpu_cores": 96,
+            "memory_gb": 1152,
+            "hourly_price": price,
+            "currency": "USD",
+            "spot": True,
+        }
+
+    listing = {
+        "offers": [
+            row("p4d.24xlarge", 21.957642, "ap-southeast-2a"),
+            row("p5e.48xlarge", 1e-05, "ap-southeast-2b"),
+        ],
+        "total": 2,
+    }
+    offers_table(listing)
     out = "\n".join(_lines(capsys.readouterr().out))
-    for expected in ("p4d.24xlarge", "p5e.48xlarge", "21.96 USD", "0.00001 USD"):
+    for expected in ("p4d.24xlarge", "p5e.48xlarge", "21.957642", "0.00001"):
         assert expected in out
     assert "…" not in out and "0.0000 " not in out
 
