@@ -112,15 +112,15 @@ def serve(layout: HomeLayout, *, idle_seconds: float) -> int:
 def _run(layout: HomeLayout, listener: socket.socket, token: str, idle_seconds: float) -> int:
     import uvicorn
 
+    from gpulayer.cloud.lifecycle import attach_lifecycle
     from gpulayer.control.api import create_app
-    from gpulayer.control.provisioner import attach_provisioner
     from gpulayer.control.service import ControlService
     from gpulayer.control.store import Store
 
     store = Store(f"sqlite:///{layout.database}")
     service = ControlService(store, layout)
     agent = start_local_worker(service, layout)
-    provisioner = attach_provisioner(service, control_port=listener.getsockname()[1])
+    lifecycle = attach_lifecycle(service, control_port=listener.getsockname()[1])
     app = create_app(service, local_tokens(token, store), embedded=True)
     # Long polls (logs -f, idle workers) would hold a graceful shutdown for their full wait.
     config = uvicorn.Config(
@@ -135,7 +135,12 @@ def _run(layout: HomeLayout, listener: socket.socket, token: str, idle_seconds: 
                 service.sweep_lost_workers()  # cloud workers reach this one through SSH tunnels
                 service.dispatch()
                 idle_for = time.monotonic() - service.last_call
-                if idle_for > idle_seconds and service.live_jobs() == 0 and agent.running == 0:
+                if (
+                    idle_for > idle_seconds
+                    and service.live_jobs() == 0
+                    and agent.running == 0
+                    and not lifecycle.has_live_instances()  # teardown still to finish
+                ):
                     log.info("idle for %.0f s with no live job; exiting", idle_for)
                     server.should_exit = True
             except Exception:
@@ -145,7 +150,7 @@ def _run(layout: HomeLayout, listener: socket.socket, token: str, idle_seconds: 
     try:
         server.run(sockets=[listener])
     finally:
-        provisioner.stop()
+        lifecycle.stop()
         agent.stop(cancel_running=True)
         store.close()
     return 0

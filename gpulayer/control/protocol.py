@@ -60,6 +60,9 @@ class Registration(Message):
     capabilities: dict[str, Any]
     worker_id: str | None = None
     """Set when a worker re-registers under the id it had (it gets a new epoch)."""
+    instance_request_id: str | None = None
+    """A cloud worker names the launch request of the instance it runs on, so the control
+    plane binds it to that instance's reservation (and its job) by id."""
 
 
 class HeartbeatReply(Message):

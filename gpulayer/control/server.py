@@ -61,8 +61,8 @@ def run_server(
 ) -> None:
     import uvicorn
 
+    from gpulayer.cloud.lifecycle import attach_lifecycle
     from gpulayer.control.api import create_app
-    from gpulayer.control.provisioner import attach_provisioner
     from gpulayer.control.service import ControlService
     from gpulayer.control.store import Store
 
@@ -92,7 +92,7 @@ def run_server(
         return kind
 
     service = ControlService(store, layout, heartbeat_timeout=heartbeat_timeout)
-    provisioner = attach_provisioner(service, control_port=port)
+    lifecycle = attach_lifecycle(service, control_port=port)
     app = create_app(service, authenticate, embedded=False)
     stop = threading.Event()
 
@@ -120,7 +120,7 @@ def run_server(
         )
     finally:
         stop.set()
-        provisioner.stop()
+        lifecycle.stop()
         store.close()
         log.info("server stopped after %.0f s", time.monotonic() - started)
 

@@ -52,6 +52,8 @@ class ControlService:
         self._started = time.time()
         self.cloud_available: Callable[[], bool] = lambda: False
         self.provisioner: Any = None
+        # Workers whose silence is the control plane's own (their tunnel is being reopened).
+        self.sweep_exempt: Callable[[], set[str]] = set
         # The submitting shell's environment for local jobs: memory only, never the store.
         self._client_env: dict[str, dict[str, str]] = {}
 
@@ -222,6 +224,9 @@ class ControlService:
             labels=registration.labels,
             capabilities=capabilities.model_dump(mode="json"),
         )
+        if registration.instance_request_id:
+            # A cloud worker: it runs its instance's job, found by the reservation, not by name.
+            self.store.bind_reservation(registration.instance_request_id, worker.id)
         if worker.epoch > 1:
             # Whatever it ran before it came back is gone with its old process.
             for attempt in self.store.active_attempts(worker.id):
@@ -347,11 +352,13 @@ class ControlService:
 
     def sweep_lost_workers(self) -> None:
         deadline = time.time() - self.heartbeat_timeout
+        exempt = self.sweep_exempt()
         for worker in self.store.list_workers():
             if (
                 worker.kind != "local"
                 and worker.state == "ready"
                 and worker.last_heartbeat < deadline
+                and worker.id not in exempt
             ):
                 self.store.set_worker_state(worker.id, "lost")
                 for attempt in self.store.active_attempts(worker.id):
@@ -384,6 +391,81 @@ class ControlService:
                 finished_at=time.time(),
             )
 
+    # --- cloud jobs: the moves the lifecycle reconciler makes --------------------------------
+
+    def begin_provisioning(self, job_id: str, message: str) -> bool:
+        """A machine is being prepared for the job."""
+        moved = self.store.update_job(
+            job_id, expect_states=["queued", "provisioning"], state="provisioning", message=message
+        )
+        self.notify()
+        return moved
+
+    def requeue_for_provisioning(self, job_id: str, why: str) -> None:
+        if self.store.update_job(job_id, expect_states=["provisioning"], state="queued"):
+            self.log_system(job_id, 0, [f"provisioning starts over: {why}"])
+
+    def wait_for_capacity(self, job_id: str, why: str) -> None:
+        """The job stays queued until capacity frees; says why once per change of reason."""
+        job = self.store.get_job(job_id)
+        if (
+            self.store.update_job(
+                job_id, expect_states=["queued", "provisioning"], state="queued", message=why
+            )
+            and job.message != why
+        ):
+            self.log_system(job_id, 0, [why])
+
+    def hand_to_reserved_worker(self, job_id: str) -> None:
+        """The job's machine is ready: queue it for dispatch to its reserved worker."""
+        self.store.update_job(job_id, expect_states=["provisioning"], state="queued")
+        self.dispatch()
+
+    def move_to_target(self, job_id: str, target: str) -> None:
+        """The cloud cannot run it: the next fallback target in its chain may."""
+        self.store.update_job(
+            job_id, expect_states=["queued", "provisioning"], state="queued", target=target
+        )
+        self.dispatch()
+
+    def fail_unplaced(self, job_id: str, reason: str, message: str) -> None:
+        """A job that never ran ends: nothing can place it."""
+        self.store.update_job(
+            job_id,
+            expect_states=["queued", "provisioning"],
+            state="failed",
+            reason=reason,
+            message=message,
+            finished_at=time.time(),
+        )
+        self.notify()
+
+    def end_worker_attempts(self, worker_id: str, reason: str, why: str) -> None:
+        """The worker's machine is gone (reclaimed, unreachable): its attempts end with
+        ``reason``, and their jobs retry if their retry_on says so."""
+        for attempt in self.store.active_attempts(worker_id):
+            if self.store.update_attempt(
+                attempt.id,
+                expect_states=["assigned", "running"],
+                state="failed",
+                reason=reason,
+                finished_at=time.time(),
+            ):
+                self._retry_or_fail(attempt, reason, why)
+        self.store.set_worker_state(worker_id, "gone")
+        self.dispatch()
+
+    def retire_worker(self, worker_id: str) -> None:
+        """Its machine is being handed back."""
+        self.store.set_worker_state(worker_id, "gone")
+        self.notify()
+
+    def credit_worker_silence(self, worker_id: str) -> None:
+        """The worker could not reach us because we were down: its silence starts now."""
+        worker = self.store.get_worker(worker_id)
+        if worker.state in ("ready", "lost"):
+            self.store.set_worker_state(worker_id, worker.state, heartbeat=True)
+
     # --- scheduling -------------------------------------------------------------------------
 
     def worker_views(self, *, only_ready: bool = False) -> list[Any]:
@@ -397,6 +479,8 @@ class ControlService:
         from gpulayer.scheduler import reasons_now
 
         spec = JobSpec.model_validate(job.spec)
+        if job.target == "cloud":
+            return [job.message or "waiting for a machine to be provisioned"]
         views = [v for v in self.worker_views() if v.kind == TARGET_WORKER_KIND[job.target]]
         if not views:
             return [f"no {job.target} worker is registered"]
