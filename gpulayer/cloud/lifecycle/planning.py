@@ -94,14 +94,18 @@ def choose(
     now: float,
     capacity_freed_at: float = 0.0,
     held_offers: Mapping[OfferKey, str] | None = None,
+    busy: Sequence[str] = (),
     queue: bool = True,
     wait_limit: float | None = None,
+    wait_started: float | None = None,
 ) -> Decision:
     """The next offer to launch for a job, or why it waits, or why it gives up.
 
     ``held_offers`` are offers blocked for every job for a while (a spot offer just
-    reclaimed), with why; ``capacity_freed_at`` is when an instance last ended, which ends
-    every capacity block from before it; ``wait_limit`` bounds the whole wait for capacity."""
+    reclaimed), with why; ``busy`` says which machines that would fit are in use by other
+    jobs (an ssh pool does not offer them); ``capacity_freed_at`` is when an instance last
+    ended, which ends every capacity block from before it; ``wait_limit`` bounds the whole
+    wait for capacity, counted from ``wait_started`` (or the first capacity refusal)."""
     tries = list(tries)
     held = dict(held_offers or {})
     capacity = [t for t in tries if t.outcome == "capacity"]
@@ -125,13 +129,14 @@ def choose(
             continue
         return Decision(offer=offer)
     waiting += [f"{key_label(k)}: {why}" for k, why in held.items() if _fits(k, fitting)]
+    waiting += list(busy)
     if waiting:
         waiting = list(dict.fromkeys(waiting))
         shown = "; ".join(waiting[:3]) + ("; ..." if len(waiting) > 3 else "")
         why = f"waiting for capacity: {len(waiting)} offer(s) busy or out of capacity ({shown})"
         if not queue:
             return Decision(give_up=why.replace("waiting for capacity", "no capacity", 1))
-        started = min((t.created_at for t in capacity), default=now)
+        started = min([t.created_at for t in capacity] + [wait_started or now])
         if wait_limit is not None and now - started > wait_limit:
             return Decision(
                 give_up=f"no capacity within provisioning_timeout_seconds ({wait_limit:g} s): "

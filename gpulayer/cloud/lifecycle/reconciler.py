@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -298,7 +299,11 @@ class Reconciler:
         if r.key_path:
             private = Path(r.key_path)
             remove_keypair(KeyPair(private, private.with_suffix(".pub"), ""))
-        host_keys_path(self.keys_dir, r.request_id).unlink(missing_ok=True)
+        pinned = host_keys_path(self.keys_dir, r.request_id)
+        if pinned.is_dir():
+            shutil.rmtree(pinned, ignore_errors=True)
+        else:
+            pinned.unlink(missing_ok=True)
         for table in (self._retry_at, self._failures, self._checked_at, self._unreachable_since):
             table.pop(r.request_id, None)
 
@@ -335,7 +340,8 @@ class Reconciler:
             "currency": placement.currency,
         }
         fitting = filter_offers(ranked, query, max_hourly_cost=placement.max_hourly_cost, **limits)
-        if not fitting.offers:
+        busy = self._busy_machines(job_id, query, placement.max_hourly_cost, limits)
+        if not fitting.offers and not busy:
             if placement.max_hourly_cost is not None:
                 over = cheapest_over_cap(
                     ranked, query, max_hourly_cost=placement.max_hourly_cost, **limits
@@ -366,8 +372,10 @@ class Reconciler:
             now=now,
             capacity_freed_at=self._capacity_freed_at,
             held_offers=held,
+            busy=busy,
             queue=placement.on_unschedulable == "queue",
             wait_limit=provisioning.provisioning_timeout_seconds if provisioning else None,
+            wait_started=job.created_at,
         )
         if decision.offer is not None:
             self._job_retry_at.pop(job_id, None)
@@ -377,6 +385,24 @@ class Reconciler:
             self.service.wait_for_capacity(job_id, decision.wait)
         else:
             self._next_target_or_fail(job, spec, decision.give_up or "no offer left")
+
+    def _busy_machines(
+        self, job_id: str, query: Any, max_hourly_cost: float | None, limits: dict[str, Any]
+    ) -> list[str]:
+        """Machines of other jobs' live instances that would fit this job: a pool of fixed
+        hosts (the ssh provider) does not offer a host while it is in use."""
+        from gpulayer.cloud.offer import Offer
+        from gpulayer.cloud.ranking import filter_offers
+
+        held: dict[planning.OfferKey, str] = {}
+        offers = []
+        for r in self.store.list_instances(live_only=True):
+            if r.job_id != job_id and r.offer:
+                offer = Offer.model_validate(r.offer)
+                offers.append(offer)
+                held[planning.offer_key(offer)] = r.job_id
+        fit = filter_offers(offers, query, max_hourly_cost=max_hourly_cost, **limits).offers
+        return [f"{o.label}: in use by job {held[planning.offer_key(o)]}" for o in fit]
 
     def _record(self, job: JobRecord, spec: JobSpec, offer: Offer) -> None:
         """Write the instance down (with its reservation) before anything is created."""
