@@ -82,16 +82,16 @@ def state_of(job_id: str) -> str | None:
 
 
 def assert_nothing_left(
-    home: Path, job_id: str, root: Path, lab: SshdLab, *hosts: SshdHost
+    home: Path, job_ids: str | list[str], root: Path, lab: SshdLab, *hosts: SshdHost
 ) -> None:
-    wait_until(
-        lambda: (
-            {i["state"] for i in ledger(job_id)["instances"]} <= {"terminated", "never_launched"}
-        ),
-        what="teardown",
-    )
+    gone = {"terminated", "never_launched"}
+    for job_id in [job_ids] if isinstance(job_ids, str) else job_ids:
+        wait_until(
+            lambda j=job_id: {i["state"] for i in ledger(j)["instances"]} <= gone,
+            what="teardown",
+        )
+        assert not (root / job_id).exists()
     wait_until(lambda: not job_processes(root), what="the job's processes to end")
-    assert not (root / job_id).exists()
     assert not list((home / "keys").glob("r-*"))  # key pairs and pinned host keys
     for host in hosts:
         # Only the listening sshd is left on the host: every session of ours was closed.
@@ -228,9 +228,13 @@ def test_three_jobs_on_two_hosts_all_succeed(
     gates[jobs.index(waiting)].touch()
     for job_id in jobs:
         wait_until(lambda j=job_id: status(j)["state"] == "succeeded", timeout=240, what=job_id)
+    assert_nothing_left(cloud_home, jobs, root, sshd_lab, first, second)
     for job_id in jobs:
-        assert_nothing_left(cloud_home, job_id, root, sshd_lab, first, second)
-        assert len(ledger(job_id)["instances"]) == 1  # the waiting job rented only when free
+        # One machine each. Two jobs planned at once may both reach for the same free host:
+        # the loser's launch is refused (a never_launched row, nothing created) and it moves on.
+        rows = ledger(job_id)["instances"]
+        assert [i["state"] for i in rows].count("terminated") == 1
+        assert all(i["instance_id"] is None for i in rows if i["state"] == "never_launched")
 
     # Their workers are gone with their machines: hidden unless asked for.
     shown = json.loads(run_cli(["workers", "--json"]).stdout)
