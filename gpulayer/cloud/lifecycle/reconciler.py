@@ -42,6 +42,7 @@ REAP_EVERY_SECONDS = 60.0
 CHECK_EVERY_SECONDS = 5.0
 HOLD_RECLAIMED_SECONDS = 600.0
 REQUEST_TAG = "gpulayer:request"
+_RECLAIMED = "reclaimed by the provider"
 
 
 class Reconciler:
@@ -617,6 +618,8 @@ class Reconciler:
         reservation = self.store.reservation(request_id)
         if r.state not in HOLDS_WORKER or not r.machine or not r.key_path or not r.tunnel_port:
             return
+        if self._ended_outside(r):
+            return
         try:
             link = reopen(
                 r.machine,
@@ -642,21 +645,25 @@ class Reconciler:
         self._note(r.job_id, f"instance {request_id}: SSH tunnel reopened on port {r.tunnel_port}")
 
     def _check(self, request_id: str) -> None:
-        """Does the provider still have it? A reclaimed instance ends its attempt as preempted."""
         r = self._fresh(request_id)
-        if r.state not in HOLDS_WORKER or not r.instance_id:
-            return
-        provider = self._provider(r)
+        if r.state in HOLDS_WORKER:
+            self._ended_outside(r)
+
+    def _ended_outside(self, r: InstanceRecord) -> bool:
+        """Does the provider still have it? A reclaimed instance ends its attempt as
+        preempted. True when the instance is gone and that was dealt with."""
+        request_id = r.request_id
+        provider = self._provider(r) if r.instance_id else None
         if provider is None:
-            return
+            return False
         try:
             found = [i for i in provider.describe([r.instance_id]) if i.id == r.instance_id]
         except Exception as exc:
             log.info("instance %s: describe failed (%s); checking again later", request_id, exc)
-            return
+            return False
         instance = found[0] if found else None
         if instance is not None and instance.live:
-            return
+            return False
         reservation = self.store.reservation(request_id)
         worker_id = reservation.worker_id if reservation is not None else None
         where = f"{r.provider} {r.instance_id}"
@@ -666,9 +673,12 @@ class Reconciler:
                     self.settings.get("hold_reclaimed_seconds", HOLD_RECLAIMED_SECONDS)
                 )
                 self._held[planning.offer_key(r.offer)] = (until, f"reclaimed from job {r.job_id}")
+            self.store.update_instance(request_id, note=_RECLAIMED)
+            r.note = _RECLAIMED
             self._lose(r, worker_id, "preempted", f"{where} was reclaimed by the provider")
         else:
             self._lose(r, worker_id, "worker_lost", f"{where} is {instance.state}")
+        return True
 
     def _drain(self, request_id: str) -> None:
         """Take the worker off: stop it, close the tunnel, revoke its token."""
@@ -679,7 +689,7 @@ class Reconciler:
             return
         link = self.links.pop(request_id)
         if link is not None:
-            if link.alive and link.install_dir:
+            if link.alive and link.install_dir and r.note != _RECLAIMED:
                 for command in (
                     stop_command(link.install_dir, 10),
                     remove_command(link.install_dir),
