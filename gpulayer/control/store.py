@@ -21,6 +21,7 @@ from sqlalchemy import (
     event,
     func,
     insert,
+    inspect,
     select,
     update,
 )
@@ -33,14 +34,21 @@ LIVE_STATES = frozenset({"queued", "provisioning", "running"})
 
 
 # SQL run when moving up to a version, for changes create_all cannot make.
-_STEPS: dict[int, tuple[str, ...]] = {
-    4: (
-        "ALTER TABLE instances ADD COLUMN offer TEXT",
-        "ALTER TABLE instances ADD COLUMN state_since FLOAT",
-        "ALTER TABLE instances ADD COLUMN tunnel_port INTEGER",
-        "ALTER TABLE instances ADD COLUMN token_hash VARCHAR(64)",
-        "ALTER TABLE instances ADD COLUMN install_dir TEXT",
-        "ALTER TABLE instances ADD COLUMN machine TEXT",
+_STEPS: dict[int, tuple[str, ...]] = {}
+
+# Columns added to an existing table, by version: added where missing (a table that
+# create_all made just now already has them).
+_ADDED_COLUMNS: dict[int, tuple[tuple[str, str, str], ...]] = {
+    4: tuple(
+        ("instances", column, kind)
+        for column, kind in (
+            ("offer", "TEXT"),
+            ("state_since", "FLOAT"),
+            ("tunnel_port", "INTEGER"),
+            ("token_hash", "VARCHAR(64)"),
+            ("install_dir", "TEXT"),
+            ("machine", "TEXT"),
+        )
     ),
 }
 
@@ -278,6 +286,10 @@ class Store:
             for step in range(version + 1, t.SCHEMA_VERSION + 1):
                 for statement in _STEPS.get(step, ()):
                     conn.exec_driver_sql(statement)
+                for table, column, kind in _ADDED_COLUMNS.get(step, ()):
+                    present = {c["name"] for c in inspect(conn).get_columns(table)}
+                    if column not in present:
+                        conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
             if version != t.SCHEMA_VERSION:
                 conn.execute(
                     update(t.meta)
