@@ -283,7 +283,8 @@ def measure_moto(base: Path, lab: SshdLab, repeat: int) -> dict[str, list[float]
         emulator.start()
         controller = Controller(home, env)
         try:
-            controller.run("offers", "--provider", "aws")  # the offer cache and control plane
+            controller.run("offers", "--provider", "aws")  # fills the offer cache
+            controller.run("ls")  # the control plane is up before timing starts
             for _ in range(repeat):
                 before = cpu_seconds(controller.pid)
                 seconds, job_id = controller.first_line_seconds(
