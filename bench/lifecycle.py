@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import yaml
 
 from gpulayer.cloud.wheelhouse import build_wheelhouse
+from tests.support.cli import run_cli
 from tests.support.moto_lab import CloudInit, ec2_client, lab_vpc, moto_server, write_image_catalog
 from tests.support.sshd_hosts import SshdHost, SshdLab
 
@@ -45,20 +46,8 @@ FIRST_LINE = "print('first line', flush=True)"
 UBUNTU = {"owners": ["099720109477"], "name": "ubuntu/images/hvm-ssd/ubuntu-*-amd64-server-*"}
 
 
-def cli(
-    args: list[str], env: dict[str, str], timeout: float = 300
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpulayer", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        check=False,
-    )
-
-
 def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    # Polls faster than the tests' wait_until: the waits here are what is measured.
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = check()
@@ -89,7 +78,7 @@ class Controller:
         }
 
     def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return cli(list(args), self.env, timeout)
+        return run_cli(list(args), env=self.env, timeout=timeout)
 
     def json(self, *args: str) -> Any:
         return json.loads(self.run(*args, "--json").stdout)

@@ -100,6 +100,19 @@ def assert_nothing_left(
         )
 
 
+def running_on_one_host(
+    ssh_hosts: Any, home: Path, tmp_path: Path, name: str, marker: str
+) -> tuple[SshdHost, Path, Path, str]:
+    """One host in providers.yaml and a gated job running on it: (host, root, gate, job)."""
+    (host,) = ssh_hosts(1)
+    root = tmp_path / "installs"
+    write_providers(home, [host_entry(host, name, 0.5, root)])
+    gate = tmp_path / "gate"
+    job_id = submit_gated(gate, marker)
+    wait_until(lambda: status(job_id)["state"] == "running", timeout=180, what="the job to run")
+    return host, root, gate, job_id
+
+
 def test_controller_killed_while_the_job_runs_resumes_it(
     ssh_hosts: Any, sshd_lab: SshdLab, cloud_home: Path, tmp_path: Path
 ) -> None:
@@ -180,12 +193,9 @@ def test_controller_killed_mid_launch_launches_the_same_request_again(
 def test_controller_killed_during_teardown_finishes_it(
     ssh_hosts: Any, sshd_lab: SshdLab, cloud_home: Path, tmp_path: Path
 ) -> None:
-    (host,) = ssh_hosts(1)
-    root = tmp_path / "installs"
-    write_providers(cloud_home, [host_entry(host, "box", 0.5, root)])
-    gate = tmp_path / "gate"
-    job_id = submit_gated(gate, "torn-down")
-    wait_until(lambda: status(job_id)["state"] == "running", timeout=180, what="the job to run")
+    host, root, gate, job_id = running_on_one_host(
+        ssh_hosts, cloud_home, tmp_path, "box", "torn-down"
+    )
     host.stop_listening()  # the job goes on; the provider's terminate cannot connect
     gate.touch()
     wait_until(lambda: status(job_id)["state"] == "succeeded", timeout=120, what="the job")
@@ -246,12 +256,9 @@ def test_three_jobs_on_two_hosts_all_succeed(
 def test_a_busy_pool_fails_at_once_when_the_job_says_so(
     ssh_hosts: Any, sshd_lab: SshdLab, cloud_home: Path, tmp_path: Path
 ) -> None:
-    (host,) = ssh_hosts(1)
-    root = tmp_path / "installs"
-    write_providers(cloud_home, [host_entry(host, "only", 0.5, root)])
-    gate = tmp_path / "gate"
-    holder = submit_gated(gate, "holder")
-    wait_until(lambda: status(holder)["state"] == "running", timeout=180, what="the first job")
+    host, root, gate, holder = running_on_one_host(
+        ssh_hosts, cloud_home, tmp_path, "only", "holder"
+    )
     spec = {
         "workload": {"kind": "command", "command": ["true"]},
         "placement": {"target": "cloud", "on_unschedulable": "fail"},
