@@ -22,6 +22,7 @@ from sqlalchemy import (
     func,
     insert,
     inspect,
+    or_,
     select,
     update,
 )
@@ -653,9 +654,14 @@ class Store:
             return [ReservationRecord(**r._mapping) for r in conn.execute(query)]
 
     def bind_reservation(self, request_id: str, worker_id: str) -> bool:
-        """The instance's worker joined: the job now runs on that worker and no other."""
+        """The instance's worker joined: the job now runs on that worker and no other. The
+        first worker to register for the instance holds it (it may re-register)."""
         condition = and_(
-            t.reservations.c.request_id == request_id, t.reservations.c.state != "released"
+            t.reservations.c.request_id == request_id,
+            or_(
+                t.reservations.c.state == "pending",
+                and_(t.reservations.c.state == "bound", t.reservations.c.worker_id == worker_id),
+            ),
         )
         with self.engine.begin() as conn:
             return (

@@ -104,6 +104,8 @@ def test_upgrade_from_3_adds_the_lifecycle_columns_and_tables(tmp_path: Path) ->
     reservation = store.reservation("r-new")
     assert reservation is not None and reservation.state == "pending"
     assert store.bind_reservation("r-new", "w-1")
+    assert store.bind_reservation("r-new", "w-1")  # the same worker registering again
+    assert not store.bind_reservation("r-new", "w-other")  # no one else takes the instance
     store.release_reservation("r-new")
     assert store.live_reservations(job_id="j-old") == []
     store.close()

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpulayer.cloud.lifecycle import planning
 from gpulayer.cloud.lifecycle.links import Link, Links, connect, host_keys_path, reopen
+from gpulayer.cloud.lifecycle.placement import candidates, fallback_target
 from gpulayer.cloud.lifecycle.states import GONE, HOLDS_WORKER, check_transition, timed_out
 
 if TYPE_CHECKING:
@@ -311,10 +312,6 @@ class Reconciler:
     # --- steps (each runs in the pool and ends in a state change) --------------------------------
 
     def _plan_job(self, job_id: str) -> None:
-        from gpulayer.cloud.errors import ProviderError
-        from gpulayer.cloud.offer import OfferQuery
-        from gpulayer.cloud.ranking import cheapest_over_cap, describe_rejections, filter_offers
-        from gpulayer.cloud.ranking import rank as rank_offers
         from gpulayer.spec import JobSpec
 
         job = self.store.get_job(job_id)
@@ -324,38 +321,15 @@ class Reconciler:
             return
         spec = JobSpec.model_validate(job.spec)
         placement = spec.placement
-        providers = self.load_providers(tuple(placement.providers))
-        if not providers:
-            return self._next_target_or_fail(job, spec, "no cloud provider is installed or enabled")
-        query = OfferQuery.from_spec(spec)
-        found = []
-        for name, provider in providers.items():
-            try:
-                found.extend(provider.offers(query))
-            except ProviderError as exc:
-                self._note(job_id, f"{name}: no offers ({exc})")
-        ranked = rank_offers(found)
-        limits: dict[str, Any] = {
-            "providers": placement.providers,
-            "regions": placement.regions,
-            "currency": placement.currency,
-        }
-        fitting = filter_offers(ranked, query, max_hourly_cost=placement.max_hourly_cost, **limits)
-        busy = self._busy_machines(job_id, query, placement.max_hourly_cost, limits)
-        if not fitting.offers and not busy:
-            if placement.max_hourly_cost is not None:
-                over = cheapest_over_cap(
-                    ranked, query, max_hourly_cost=placement.max_hourly_cost, **limits
-                )
-                if over is not None:
-                    cap = f"{placement.max_hourly_cost} {placement.currency}"
-                    why = (
-                        f"max_hourly_cost {cap} is below every offer that fits; the cheapest is "
-                        f"{over.label} at {over.hourly_price} {over.currency}/h"
-                    )
-                    return self._next_target_or_fail(job, spec, why)
-            rejected = describe_rejections(fitting.rejected) or "no offers at all"
-            return self._next_target_or_fail(job, spec, "no offer fits: " + rejected)
+        found = candidates(
+            spec,
+            self.load_providers(tuple(placement.providers)),
+            self.store.list_instances(live_only=True),
+            job_id,
+            lambda text: self._note(job_id, text),
+        )
+        if found.never is not None:
+            return self._next_target_or_fail(job, spec, found.never)
         now = time.time()
         tries = [
             t
@@ -368,12 +342,12 @@ class Reconciler:
         held = {key: why for key, (until, why) in self._held.items() if until > now}
         provisioning = placement.provisioning
         decision = planning.choose(
-            fitting.offers,
+            found.fitting,
             tries,
             now=now,
             capacity_freed_at=self._capacity_freed_at,
             held_offers=held,
-            busy=busy,
+            busy=found.busy,
             queue=placement.on_unschedulable == "queue",
             wait_limit=provisioning.provisioning_timeout_seconds if provisioning else None,
             wait_started=job.created_at,
@@ -386,24 +360,6 @@ class Reconciler:
             self.service.wait_for_capacity(job_id, decision.wait)
         else:
             self._next_target_or_fail(job, spec, decision.give_up or "no offer left")
-
-    def _busy_machines(
-        self, job_id: str, query: Any, max_hourly_cost: float | None, limits: dict[str, Any]
-    ) -> list[str]:
-        """Machines of other jobs' live instances that would fit this job: a pool of fixed
-        hosts (the ssh provider) does not offer a host while it is in use."""
-        from gpulayer.cloud.offer import Offer
-        from gpulayer.cloud.ranking import filter_offers
-
-        held: dict[planning.OfferKey, str] = {}
-        offers = []
-        for r in self.store.list_instances(live_only=True):
-            if r.job_id != job_id and r.offer:
-                offer = Offer.model_validate(r.offer)
-                offers.append(offer)
-                held[planning.offer_key(offer)] = r.job_id
-        fit = filter_offers(offers, query, max_hourly_cost=max_hourly_cost, **limits).offers
-        return [f"{o.label}: in use by job {held[planning.offer_key(o)]}" for o in fit]
 
     def _record(self, job: JobRecord, spec: JobSpec, offer: Offer) -> None:
         """Write the instance down (with its reservation) before anything is created."""
@@ -805,23 +761,11 @@ class Reconciler:
         self.service.log_system(job_id, 0, [text])
 
     def _next_target_or_fail(self, job: JobRecord, spec: JobSpec, why: str) -> None:
-        from gpulayer.control.targets import choose_target
-
-        chain = spec.placement.targets
-        position = chain.index("cloud") if "cloud" in chain else len(chain) - 1
-        refused: list[str] = []
-        for target in chain[position + 1 :]:
-            remaining = spec.model_copy(deep=True)
-            remaining.placement.target = target  # type: ignore[assignment]
-            remaining.placement.fallback_targets = list(chain[chain.index(target) + 1 :])  # type: ignore[arg-type]
-            decision = choose_target(remaining, self.service.worker_views())
-            if decision.target:
-                self._note(job.id, f"cloud: {why}; trying target {decision.target}")
-                self.service.move_to_target(job.id, decision.target)
-                return
-            # The first decision walked the whole rest of the chain: its notes say, per
-            # fallback target, why that one cannot run the job either.
-            refused = refused or decision.notes
+        target, refused = fallback_target(spec, self.service.worker_views())
+        if target is not None:
+            self._note(job.id, f"cloud: {why}; trying target {target}")
+            self.service.move_to_target(job.id, target)
+            return
         if refused:
             why = f"{why}; fallback: {'; '.join(refused)}"
         self._note(job.id, f"unschedulable: {why}")
