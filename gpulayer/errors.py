@@ -31,3 +31,16 @@ class NotFoundError(GpulayerError):
 
 class ControlPlaneError(GpulayerError):
     """The control plane could not be reached or answered with an error."""
+
+
+class ForbiddenError(GpulayerError):
+    """A known caller asked for something its credential does not reach (HTTP 403)."""
+
+    exit_code = 2
+
+
+class StaleAttemptError(GpulayerError):
+    """A write from an attempt that is no longer its job's current one (HTTP 409).
+
+    The worker that gets it ends that attempt's processes: the job is already elsewhere.
+    """

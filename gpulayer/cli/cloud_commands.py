@@ -15,8 +15,12 @@ catalog_app = typer.Typer(
 
 
 def offers(
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU model, e.g. A100, H100, L4."),
-    gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs per machine."),
+    gpu: list[str] = typer.Option(
+        [], "--gpu", help="GPU model, e.g. A100, H100-80GB, L4 (repeatable: any of them)."
+    ),
+    gpus: Optional[int] = typer.Option(
+        None, "--gpus", help="Exactly this many GPUs per machine (default: any number)."
+    ),
     accelerator: Optional[str] = typer.Option(
         None, "--accelerator", help="cpu, cuda, mps or rocm."
     ),
@@ -28,55 +32,48 @@ def offers(
     file: Optional[Path] = typer.Option(
         None, "--file", "-f", help="Take the needs from a job file."
     ),
-    limit: int = typer.Option(30, "--limit", "-n", help="How many offers to show."),
+    enabled_only: bool = typer.Option(
+        False, "--enabled-only", help="Only providers enabled in providers.yaml."
+    ),
+    limit: int = typer.Option(30, "--limit", "-n", min=0, help="How many offers to show."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+    server: Optional[str] = typer.Option(None, "--server", help="Control plane URL."),
 ) -> None:
-    """Priced offers from the enabled providers that fit, cheapest first."""
+    """Offers that fit, cheapest first, ranked by the control plane as submit ranks them.
+
+    Every installed provider's catalog is listed, enabled or not, without credentials; rows
+    of providers that are not enabled are marked, with the line that enables them."""
     from gpulayer.cli.spec_flags import SubmitFlags, apply_flags
-    from gpulayer.cloud.config import enabled_providers
-    from gpulayer.cloud.errors import ProviderError
-    from gpulayer.cloud.offer import OfferQuery
-    from gpulayer.cloud.ranking import describe_rejections, filter_offers, rank
-    from gpulayer.control.paths import home
+    from gpulayer.control.connect import connect
     from gpulayer.spec.loader import load_spec_data
     from gpulayer.spec.validate import validate_spec
 
     base = load_spec_data(file) if file else {"workload": {"kind": "command", "command": ["true"]}}
     flags = SubmitFlags(
-        accelerator=accelerator or ("cuda" if (gpu or gpus) and not file else None),
+        accelerator=accelerator or ("cuda" if gpus and not file else None),
         gpus=gpus,
+        gpu_models=gpu,
         max_hourly_cost=max_hourly_cost,
         providers=provider,
         regions=region,
     )
     spec = validate_spec(apply_flags(base, flags))
-    query = OfferQuery.from_spec(spec, gpu_name=gpu)
-    found = []
-    problems = []
-    for name, plugin in enabled_providers(home().root, tuple(spec.placement.providers)).items():
-        try:
-            found.extend(plugin.offers(query))
-        except ProviderError as exc:
-            problems.append(f"{name}: {exc}")
-    result = filter_offers(
-        rank(found),
-        query,
-        providers=spec.placement.providers,
-        regions=spec.placement.regions,
-        max_hourly_cost=spec.placement.max_hourly_cost,
-        currency=spec.placement.currency,
+    listing = connect(server).client.offers(
+        spec.model_dump(mode="json"),
+        # A file's gpu_count is what submit would rent; without one, list every count.
+        gpu_count_exact=gpus is not None or bool(file),
+        include_disabled=not enabled_only,
+        limit=limit,
     )
-    shown = result.offers[:limit]
     if as_json:
-        print_json([o.model_dump(mode="json") for o in shown])
+        # The offers alone, each with "enabled" and "source"; why and what else go to stderr.
+        print_json(listing["offers"])
     else:
-        from gpulayer.cli.render import offers_table
+        from gpulayer.cli.offers_view import offers_table
 
-        offers_table(shown, total=len(result.offers))
-        if not result.offers and result.rejected:
-            typer.echo(f"nothing fits: {describe_rejections(result.rejected)}", err=True)
-    for problem in problems:
-        typer.echo(f"warning: {problem}", err=True)
+        offers_table(listing)
+    for note in listing["notes"]:
+        typer.echo(f"note: {note}", err=True)
 
 
 def cost(
@@ -121,18 +118,37 @@ def reap(
 @catalog_app.command("refresh")
 def catalog_refresh(
     provider: str = typer.Argument(..., help="Provider whose price catalog to rebuild, e.g. aws."),
+    region: list[str] = typer.Option(
+        [], "--region", help="Region to refresh (repeatable; default: the configured ones)."
+    ),
+    source: str = typer.Option(
+        "bulk",
+        "--source",
+        help="bulk: the public bulk price list (no credentials); api: the Pricing API.",
+    ),
 ) -> None:
-    """Rebuild a provider's price catalog from its APIs (needs credentials)."""
+    """Rebuild a provider's catalog from its public price data."""
     from gpulayer.cloud.config import provider_settings
     from gpulayer.cloud.registry import get_provider
     from gpulayer.control.paths import home
     from gpulayer.errors import UsageError
 
+    if source not in ("bulk", "api"):
+        raise UsageError(f"--source: bulk or api, not {source!r}")
     plugin = get_provider(provider, provider_settings(home().root).get(provider, {}))
     refresh = getattr(plugin, "refresh_catalog", None)
     if refresh is None:
         raise UsageError(f"PROVIDER: {provider} has no price catalog to refresh")
-    typer.echo(f"catalog written to {refresh()}")
+    from rich.console import Console
+
+    console = Console(stderr=True, highlight=False)
+    with console.status(f"reading {provider} prices") as status:
+        path = refresh(
+            region or None,
+            source=source,
+            on_region=lambda name: status.update(f"reading {provider} prices for {name}"),
+        )
+    typer.echo(f"catalog written to {path}")
 
 
 def register(app: typer.Typer) -> None:

@@ -41,6 +41,9 @@ def submit(
         None, "--accelerator", help="cpu, cuda, mps or rocm."
     ),
     gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs per node."),
+    gpu: list[str] = typer.Option(
+        [], "--gpu", help="GPU model, e.g. H100 or A100-80GB (repeatable: any of them fits)."
+    ),
     env: list[str] = typer.Option([], "--env", help="K=V environment entry (repeatable)."),
     secret: list[str] = typer.Option(
         [], "--secret", help="NAME[=KEY] read from the worker's environment."
@@ -87,6 +90,7 @@ def submit(
         fallback=fallback,
         accelerator=accelerator,
         gpus=gpus,
+        gpu_models=gpu,
         env=env,
         secrets=secret,
         inputs=input_,

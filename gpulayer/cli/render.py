@@ -213,45 +213,6 @@ def workers_table(workers: list[dict[str, Any]]) -> None:
     _console().print(table)
 
 
-def offers_table(offers: list[Any], *, total: int) -> None:
-    table = Table(box=None, header_style="bold")
-    for column in (
-        "PROVIDER",
-        "REGION/ZONE",
-        "TYPE",
-        "GPUS",
-        "GPU MEM",
-        "VCPUS",
-        "RAM GB",
-        "PRICE/H",
-        "SPOT",
-    ):
-        table.add_column(column)
-    for offer in offers:
-        gpus = f"{offer.gpu_count}x {offer.gpu_name}" if offer.gpu_count else "-"
-        memory = f"{offer.gpu_memory_gb:.0f} GB" if offer.gpu_memory_gb else "-"
-        price = (
-            "unknown"
-            if offer.hourly_price is None
-            else f"{offer.hourly_price:.4f} {offer.currency}"
-        )
-        table.add_row(
-            offer.provider,
-            f"{offer.region}/{offer.zone}" if offer.zone else offer.region,
-            offer.instance_type,
-            gpus,
-            memory,
-            f"{offer.cpu_cores:g}",
-            "-" if offer.memory_gb is None else f"{offer.memory_gb:g}",
-            price,
-            "yes" if offer.spot else "",
-        )
-    console = _console()
-    console.print(table)
-    if total > len(offers):
-        console.print(f"({total - len(offers)} more; --limit to see them)")
-
-
 def cost_table(ledger: dict[str, Any]) -> None:
     table = Table(box=None, header_style="bold")
     for column in ("JOB", "PROVIDER", "INSTANCE", "STATE", "PRICE/H", "LAUNCHED", "ENDED", "COST"):
@@ -273,3 +234,31 @@ def cost_table(ledger: dict[str, Any]) -> None:
     console.print(table)
     totals = ", ".join(f"{amount:.4f} {currency}" for currency, amount in ledger["total"].items())
     console.print(f"total: {totals or '0'}")
+
+
+def token_table(tokens: list[dict[str, Any]]) -> None:
+    table = Table(box=None, header_style="bold")
+    for column, fold in (
+        ("ID", False),
+        ("KIND", False),
+        ("NAME", True),
+        ("STATE", False),
+        ("WORKERS", False),
+        ("EXPIRES", False),
+        ("CREATED", False),
+    ):
+        table.add_column(column, no_wrap=not fold, overflow="fold")
+    for token in tokens:
+        registered = token.get("registered") or 0
+        cap = token.get("max_workers")
+        workers = "" if token["kind"] != "join" else f"{registered}/{cap or '-'}"
+        table.add_row(
+            token["id"],
+            token["kind"],
+            token.get("name") or "",
+            token["state"],
+            workers,
+            _short_time(token.get("expires_at")),
+            _short_time(token.get("created_at")),
+        )
+    _console().print(table)

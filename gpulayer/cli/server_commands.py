@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import threading
 
     from gpulayer.worker.agent import WorkerAgent
+    from gpulayer.worker.process import RunAs
 
 worker_app = typer.Typer(
     help="Run a worker that takes jobs from a control plane.", no_args_is_help=True
@@ -54,7 +55,19 @@ def worker_start(
     server_url: Optional[str] = typer.Option(
         None, "--server", help="Control plane URL ($GPULAYER_SERVER)."
     ),
-    token: Optional[str] = typer.Option(None, "--token", help="Join token ($GPULAYER_TOKEN)."),
+    token_file: Optional[Path] = typer.Option(
+        None,
+        "--token-file",
+        help="File holding the join token (else $GPULAYER_TOKEN); no token goes in argv.",
+    ),
+    run_as: Optional[str] = typer.Option(
+        None, "--run-as", help="Run jobs as this unprivileged user (the worker runs as root)."
+    ),
+    max_output_file_bytes: int = typer.Option(
+        10 * 1024**3,
+        "--max-output-file-bytes",
+        help="Output files larger than this are not uploaded (a line in the job's log says so).",
+    ),
     name: Optional[str] = typer.Option(None, "--name", help="Worker name (default: host name)."),
     label: list[str] = typer.Option([], "--label", help="K=V label jobs can pin to (repeatable)."),
     work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Where attempts run."),
@@ -100,11 +113,12 @@ def worker_start(
     from gpulayer.worker.probe import probe_capabilities
 
     server_url = server_url or os.environ.get("GPULAYER_SERVER")
-    token = token or os.environ.get("GPULAYER_TOKEN")
     if not server_url:
         raise UsageError("--server: the control plane URL is required (or set GPULAYER_SERVER)")
-    if not token:
-        raise UsageError("--token: a join token is required (or set GPULAYER_TOKEN)")
+    token = _join_token(token_file)
+    runner = _run_as_user(run_as)
+    if max_output_file_bytes < 0:
+        raise UsageError("--max-output-file-bytes: must be >= 0")
     labels = parse_pairs(label, "--label")
     if kind not in ("remote", "cloud"):
         raise UsageError(f"--kind: remote or cloud, not {kind!r}")
@@ -138,12 +152,22 @@ def worker_start(
         if deadman is not None:
             deadman.contact()
 
+    if runner is not None:
+        _check_reachable(root, runner)
+    elif os.geteuid() == 0:
+        typer.echo(
+            "warning: this worker runs as root without --run-as: its jobs can read its "
+            "credential and act as this worker",
+            err=True,
+        )
     agent = WorkerAgent(
         HttpLink(ControlClient(server_url, token, timeout=30)),
         registration,
         work_root=root,
         heartbeat_seconds=heartbeat_seconds,
         on_contact=contact,
+        run_as=runner,
+        max_output_file_bytes=max_output_file_bytes,
     )
     if deadman_seconds is not None:
         deadman = DeadmanSwitch(
@@ -167,6 +191,55 @@ def worker_start(
         raise typer.Exit(3)
 
 
+def _join_token(token_file: Path | None) -> str:
+    from gpulayer.errors import UsageError
+
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            raise UsageError(f"--token-file: cannot read {token_file}: {exc.strerror}") from None
+        if not token:
+            raise UsageError(f"--token-file: {token_file} holds no token")
+        return token
+    from_env = os.environ.get("GPULAYER_TOKEN")
+    if not from_env:
+        raise UsageError("--token-file: a join token is required (or set GPULAYER_TOKEN)")
+    return from_env
+
+
+def _run_as_user(name: str | None) -> RunAs | None:
+    from gpulayer.errors import UsageError
+    from gpulayer.worker.process import RunAs
+
+    if name is None:
+        return None
+    if os.geteuid() != 0:
+        raise UsageError("--run-as: only a worker running as root can run jobs as another user")
+    try:
+        return RunAs.lookup(name)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _check_reachable(root: Path, runner: RunAs) -> None:
+    """The job's user must be able to walk down to the work dir the worker makes for it."""
+    import stat
+
+    from gpulayer.errors import UsageError
+
+    for folder in [*reversed(root.resolve().parents)]:
+        mode = folder.stat()
+        others = mode.st_mode & stat.S_IXOTH
+        owned = mode.st_uid == runner.uid and mode.st_mode & stat.S_IXUSR
+        grouped = mode.st_gid == runner.gid and mode.st_mode & stat.S_IXGRP
+        if not (others or owned or grouped):
+            raise UsageError(
+                f"--run-as: {runner.name} cannot reach --work-dir {root} ({folder} is closed "
+                "to it); choose a --work-dir it can reach"
+            )
+
+
 def _join(agent: WorkerAgent, stopped: threading.Event) -> str | None:
     """Register, waiting out a control plane that is not up yet (until stopped)."""
     import logging
@@ -185,24 +258,85 @@ def _join(agent: WorkerAgent, stopped: threading.Event) -> str | None:
 @token_app.command("create")
 def token_create(
     worker: bool = typer.Option(
-        False, "--worker", help="A join token: register and work, nothing else."
+        False, "--worker", help="A join token: register workers, nothing else."
     ),
     name: str = typer.Option("", "--name", help="A note to remember the token by."),
+    max_workers: Optional[int] = typer.Option(
+        None, "--max-workers", help="How many workers this join token may register at most."
+    ),
+    expires: Optional[str] = typer.Option(
+        None, "--expires", help="Refuse the token after this long (e.g. 30m, 12h, 7d)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
     server_url: Optional[str] = typer.Option(
         None, "--server", help="Control plane URL ($GPULAYER_SERVER)."
     ),
 ) -> None:
     """Create a token on the server and print it (it is not shown again)."""
-    from gpulayer.control.connect import connect
+    import time
 
+    from gpulayer.cli.durations import parse_duration
+    from gpulayer.control.connect import connect
+    from gpulayer.errors import UsageError
+
+    if max_workers is not None and not worker:
+        raise UsageError("--max-workers: only a join token (--worker) registers workers")
+    if max_workers is not None and max_workers < 1:
+        raise UsageError("--max-workers: must be at least 1")
+    body: dict[str, object] = {"kind": "worker" if worker else "admin", "name": name}
+    if max_workers is not None:
+        body["max_workers"] = max_workers
+    if expires is not None:
+        body["expires_at"] = time.time() + parse_duration(expires, "--expires")
     connection = connect(server_url)
-    kind = "worker" if worker else "admin"
-    reply = connection.client.request("POST", "/v1/tokens", {"kind": kind, "name": name})
+    reply = connection.client.request("POST", "/v1/tokens", body)
     if as_json:
         print_json(reply)
     else:
         typer.echo(reply["token"])
+
+
+@token_app.command("ls")
+def token_ls(
+    all_kinds: bool = typer.Option(
+        False, "--all", help="Also each worker's own credential (made when it registered)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+    server_url: Optional[str] = typer.Option(
+        None, "--server", help="Control plane URL ($GPULAYER_SERVER)."
+    ),
+) -> None:
+    """List the server's tokens (never the tokens themselves)."""
+    from gpulayer.cli.render import token_table
+    from gpulayer.control.connect import connect
+
+    connection = connect(server_url)
+    tokens = connection.client.request("GET", "/v1/tokens", params={"all_kinds": all_kinds})
+    if as_json:
+        print_json(tokens)
+    else:
+        token_table(tokens)
+
+
+@token_app.command("revoke")
+def token_revoke(
+    token_id: str = typer.Argument(..., metavar="ID", help="The token's id (from token ls)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+    server_url: Optional[str] = typer.Option(
+        None, "--server", help="Control plane URL ($GPULAYER_SERVER)."
+    ),
+) -> None:
+    """Refuse a token from its next call on; a join token's workers lose their credentials too."""
+    from urllib.parse import quote
+
+    from gpulayer.control.connect import connect
+
+    connection = connect(server_url)
+    reply = connection.client.request("POST", f"/v1/tokens/{quote(token_id, safe='')}/revoke")
+    if as_json:
+        print_json(reply)
+    else:
+        typer.echo(f"revoked {token_id} ({reply['revoked']} token(s) refused from now on)")
 
 
 def register(app: typer.Typer) -> None:

@@ -19,6 +19,7 @@ class SubmitFlags:
     fallback: list[str] = field(default_factory=list)
     accelerator: str | None = None
     gpus: int | None = None
+    gpu_models: list[str] = field(default_factory=list)
     env: list[str] = field(default_factory=list)
     secrets: list[str] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)
@@ -73,6 +74,10 @@ def apply_flags(base: dict[str, Any] | None, flags: SubmitFlags) -> dict[str, An
         resources["accelerator"] = flags.accelerator
     if flags.gpus is not None:
         resources["gpu_count"] = flags.gpus
+    if flags.gpu_models:
+        resources["gpu_models"] = list(flags.gpu_models)
+        if "accelerator" not in resources and "profile" not in resources:
+            resources["accelerator"] = "cuda"  # a GPU model named is a CUDA GPU unless told
 
     placement = _section(data, "placement")
     if flags.target is not None:

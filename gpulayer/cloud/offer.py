@@ -53,6 +53,9 @@ class Offer(BaseModel):
     instance_type: Annotated[str, Field(min_length=1)]
     region: Annotated[str, Field(min_length=1)]
     zone: str | None = None
+    zones: tuple[str, ...] = ()
+    """When ``zone`` is None: the zones of the region known to have it (a catalog's offer,
+    made for the region as a whole); a launch asks the provider's API for a zone."""
     accelerator: Accelerator = "cpu"
     gpu_name: str | None = None
     gpu_count: Annotated[int, Field(ge=0)] = 0
@@ -136,8 +139,12 @@ class OfferQuery(BaseModel):
     disk_gb: Annotated[float, Field(gt=0)] | None = None
     os: tuple[str, ...] = ()
     cpu_arch: tuple[str, ...] = ()
-    gpu_name: str | None = None
-    """Only offers of this GPU model (compared after normalizing, so "a100" matches "A100")."""
+    gpu_count_exact: bool = True
+    """True: an offer needs exactly ``gpu_count`` GPUs (a rented machine's surplus GPUs are
+    paid for and idle); False: at least that many (listing what there is)."""
+    gpu_models: tuple[str, ...] = ()
+    """Only offers of one of these GPU models, read by :func:`gpulayer.cloud.gpus.parse_gpu_name`
+    ("a100" matches "A100"; "A100-80GB" also needs 80 GB); empty: any."""
     spot: bool | None = None
     """True: spot offers only; False: on-demand only; None: either."""
     regions: tuple[str, ...] = ()
@@ -160,6 +167,22 @@ class OfferQuery(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
+    def _one_model_name(cls, data: Any) -> Any:
+        # gpu_name: the single-model spelling of gpu_models, kept for callers that use it.
+        if isinstance(data, dict) and "gpu_name" in data:
+            data = dict(data)
+            name = data.pop("gpu_name")
+            if name:
+                data["gpu_models"] = (*data.get("gpu_models", ()), name)
+        return data
+
+    @field_validator("gpu_models")
+    @classmethod
+    def _distinct_models(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(n.strip() for n in names if n.strip()))
+
+    @model_validator(mode="before")
+    @classmethod
     def _default_gpu_count(cls, data: Any) -> Any:
         # As in a JobSpec: a GPU accelerator means one GPU unless told otherwise.
         if isinstance(data, dict) and data.get("gpu_count") is None:
@@ -177,11 +200,17 @@ class OfferQuery(BaseModel):
 
     @classmethod
     def from_spec(
-        cls, spec: JobSpec, *, gpu_name: str | None = None, spot: bool | None = None
+        cls,
+        spec: JobSpec,
+        *,
+        gpu_name: str | None = None,
+        spot: bool | None = None,
+        gpu_count_exact: bool = True,
     ) -> OfferQuery:
         """The needs of one node of ``spec``; placement limits (providers, regions, cost cap)
         are applied by :func:`gpulayer.cloud.ranking.filter_offers`."""
         res = spec.resources
+        models = (*res.gpu_models, *((gpu_name,) if gpu_name else ()))
         return cls(
             accelerator=res.accelerator,
             gpu_count=res.gpus,
@@ -193,7 +222,8 @@ class OfferQuery(BaseModel):
             disk_gb=res.disk_gb,
             os=tuple(res.os),
             cpu_arch=tuple(res.cpu_arch),
-            gpu_name=gpu_name,
+            gpu_models=models,
+            gpu_count_exact=gpu_count_exact,
             spot=spot,
             regions=tuple(spec.placement.regions),
         )

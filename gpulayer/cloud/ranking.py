@@ -18,13 +18,13 @@ from operator import attrgetter
 from typing import Any, NamedTuple, overload
 
 from gpulayer.cloud.errors import Scope, ScopedProviderError
-from gpulayer.cloud.gpus import normalize_gpu_name
+from gpulayer.cloud.gpus import any_gpu_matches, describe_models, nominal_memory_gb, parse_gpu_name
 from gpulayer.cloud.offer import Offer, OfferQuery, parse_capability
 
 # Row layout: one tuple per offer, positions below.
 _POSITION, _PROVIDER, _REGION, _ZONE, _ACCELERATOR, _GPU_NAME, _GPU_COUNT = range(7)
 _GPU_MEMORY, _MEMORY_KIND, _CAPABILITY, _CPU_CORES, _MEMORY, _DISK = range(7, 13)
-_OS, _ARCH, _PRICE, _CURRENCY, _SPOT = range(13, 18)
+_OS, _ARCH, _PRICE, _CURRENCY, _SPOT, _GPU_KIND = range(13, 19)
 
 Row = tuple[Any, ...]
 Step = Callable[[list[Row]], list[Row]]
@@ -45,6 +45,7 @@ class RankedOffers(Sequence[Offer]):
     def __init__(self, offers: Iterable[Offer]) -> None:
         self._ranked = sorted(offers, key=attrgetter("rank_key"))
         capabilities: dict[str | None, tuple[int, int] | None] = {None: None}
+        kinds: dict[tuple[str | None, float | None, str | None], tuple[str | None, Any]] = {}
         rows = []
         # Rows are made in rank order, so a filter's survivors come out ranked without a sort
         # and its scan walks memory in the order the rows were allocated.
@@ -52,6 +53,17 @@ class RankedOffers(Sequence[Offer]):
             cc = o.cuda_compute_capability
             if cc not in capabilities:
                 capabilities[cc] = parse_capability(cc)  # type: ignore[arg-type]
+            # Memory at the GPU's nominal size, as for workers (an A10G is 24 GB); few
+            # distinct GPUs among many offers, so each is worked out once.
+            gpu = (o.gpu_name, o.gpu_memory_gb, o.gpu_memory_kind)
+            kind = kinds.get(gpu)
+            if kind is None:
+                memory = (
+                    o.gpu_memory_gb
+                    if o.gpu_memory_kind == "unified"
+                    else nominal_memory_gb(o.gpu_name, o.gpu_memory_gb)
+                )
+                kind = kinds[gpu] = (o.gpu_name, memory)
             rows.append(
                 (
                     position,
@@ -61,7 +73,7 @@ class RankedOffers(Sequence[Offer]):
                     o.accelerator,
                     o.gpu_name,
                     o.gpu_count,
-                    o.gpu_memory_gb,
+                    kind[1],
                     o.gpu_memory_kind,
                     capabilities[cc],
                     o.cpu_cores,
@@ -72,6 +84,7 @@ class RankedOffers(Sequence[Offer]):
                     o.hourly_price,
                     o.currency,
                     o.spot,
+                    kind,
                 )
             )
         self._rows = rows
@@ -173,14 +186,14 @@ def _known(k: int) -> Step:
     return lambda rows: [r for r in rows if r[k] is not None]
 
 
-def _same_gpu(wanted_name: str) -> Step:
-    wanted = normalize_gpu_name(wanted_name)
+def _gpu_model(wanted_names: Sequence[str]) -> Step:
+    wanted = tuple(parse_gpu_name(name) for name in wanted_names)
 
     def step(rows: list[Row]) -> list[Row]:
-        # Few distinct names among many offers: normalize each once.
-        names = {r[_GPU_NAME] for r in rows}
-        hits = {n for n in names if n and normalize_gpu_name(n) == wanted}
-        return [r for r in rows if r[_GPU_NAME] in hits]
+        # Few distinct GPUs among many offers: judge each (name, memory) once.
+        kinds = {r[_GPU_KIND] for r in rows}
+        hits = {k for k in kinds if any_gpu_matches(wanted, *k)}
+        return [r for r in rows if r[_GPU_KIND] in hits]
 
     return step
 
@@ -199,12 +212,17 @@ def _hardware_steps(q: OfferQuery) -> list[tuple[str, Step]]:
     steps: list[tuple[str, Step]] = []
     if q.accelerator != "cpu":
         steps.append((f"accelerator: not {q.accelerator}", _equal(_ACCELERATOR, q.accelerator)))
-    if q.gpu_count:
+    if q.gpu_count and q.gpu_count_exact:
+        steps.append(
+            (f"gpu_count: not exactly {q.gpu_count} GPUs", _equal(_GPU_COUNT, q.gpu_count))
+        )
+    elif q.gpu_count:
         steps.append(
             (f"gpu_count: fewer than {q.gpu_count} GPUs", _at_least(_GPU_COUNT, q.gpu_count))
         )
-    if q.gpu_name:
-        steps.append((f"gpu_name: not {q.gpu_name}", _same_gpu(q.gpu_name)))
+    if q.gpu_models:
+        models = describe_models([parse_gpu_name(n) for n in q.gpu_models])
+        steps.append((f"gpu_models: not {models}", _gpu_model(q.gpu_models)))
     if q.gpu_memory_gb is not None:
         steps.append(
             (
@@ -334,6 +352,63 @@ def cheapest_over_cap(
         (o for o in fitting if o.hourly_price is not None and o.hourly_price > max_hourly_cost),
         None,
     )
+
+
+def nearest_gpu_count(
+    offers: Iterable[Offer],
+    query: OfferQuery,
+    *,
+    max_hourly_cost: float | None = None,
+    providers: Sequence[str] = (),
+    regions: Sequence[str] = (),
+    currency: str = "USD",
+    blocked: BlockList | None = None,
+) -> Offer | None:
+    """When no offer has exactly ``query.gpu_count`` GPUs: the offer that fits every other
+    need with the nearest count (more before fewer), on-demand before spot, cheapest among
+    those. None when the query asks for no exact count or nothing comes near."""
+    if not query.gpu_count or not query.gpu_count_exact:
+        return None
+    loose = query.model_copy(update={"gpu_count": 1, "gpu_count_exact": False})
+    near, _ = filter_offers(
+        offers,
+        loose,
+        providers=providers,
+        regions=regions,
+        max_hourly_cost=max_hourly_cost,
+        currency=currency,
+        blocked=blocked,
+    )
+    want = query.gpu_count
+    return min(
+        near,
+        key=lambda o: (abs(o.gpu_count - want), o.gpu_count < want, o.spot, *o.rank_key),
+        default=None,
+    )
+
+
+def describe_no_exact_fit(query: OfferQuery, nearest: Offer, providers: Sequence[str]) -> str:
+    """ "no aws offer has exactly 1 A100; p4d.24xlarge has 8 at 21.96 USD/h"."""
+    where = " or ".join(providers) if providers else nearest.provider
+    models = describe_models([parse_gpu_name(n) for n in query.gpu_models])
+    what = models or ("GPU" if query.gpu_count == 1 else "GPUs")
+    price = (
+        "an unknown price"
+        if nearest.hourly_price is None
+        else f"{format_price(nearest.hourly_price)} {nearest.currency}/h"
+    )
+    return (
+        f"no {where} offer has exactly {query.gpu_count} {what}; "
+        f"{nearest.instance_type} has {nearest.gpu_count} at {price}"
+    )
+
+
+def format_price(price: float) -> str:
+    """Every significant digit, never an exponent: 21.957642, 0.526, 1e-05 -> 0.00001."""
+    text = repr(float(price))
+    if "e" in text or "E" in text:
+        text = f"{price:.12f}".rstrip("0").rstrip(".")
+    return text.removesuffix(".0")
 
 
 def describe_rejections(rejected: dict[str, int]) -> str:

@@ -13,21 +13,48 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse
 
 from gpulayer import __version__
-from gpulayer.control.protocol import AttemptReport, LogBatch, Registration
+from gpulayer.control.auth import LOCAL_ADMIN, Principal
+from gpulayer.control.protocol import (
+    AttemptReport,
+    Heartbeat,
+    LogBatch,
+    Registration,
+    TokenRequest,
+)
 from gpulayer.control.service import ControlService
-from gpulayer.control.views import cost_view, job_view, lifecycle_view, log_view, worker_view
-from gpulayer.errors import GpulayerError, NotFoundError, SpecError, UsageError
+from gpulayer.control.views import (
+    cost_view,
+    job_view,
+    lifecycle_view,
+    log_view,
+    token_view,
+    worker_view,
+)
+from gpulayer.errors import (
+    ForbiddenError,
+    GpulayerError,
+    NotFoundError,
+    SpecError,
+    StaleAttemptError,
+    UsageError,
+)
 
 _MAX_WAIT_SECONDS = 30.0
+_STATUS: dict[type[GpulayerError], int] = {
+    NotFoundError: 404,
+    ForbiddenError: 403,
+    StaleAttemptError: 409,
+    UsageError: 400,
+}
 
 
-Authenticator = Callable[[str], "str | None"]
-"""Maps a bearer token to its kind ("admin" or "worker"), or None when unknown."""
+Authenticator = Callable[[str], "Principal | None"]
+"""Maps a bearer token to its principal, or None when unknown, revoked or expired."""
 
 
 def single_token(token: str) -> Authenticator:
     expected = token.encode()
-    return lambda given: "admin" if hmac.compare_digest(given.encode(), expected) else None
+    return lambda given: LOCAL_ADMIN if hmac.compare_digest(given.encode(), expected) else None
 
 
 def create_app(
@@ -37,20 +64,17 @@ def create_app(
         title="gpulayer control plane", version=__version__, docs_url=None, redoc_url=None
     )
 
-    def token_kind(request: Request) -> str:
+    def caller(request: Request) -> Principal:
         service.touch()
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        kind = authenticate(given) if scheme.lower() == "bearer" and given else None
-        if kind is None:
-            raise _Unauthorized("missing or wrong token")
-        return kind
+        principal = authenticate(given) if scheme.lower() == "bearer" and given else None
+        if principal is None:
+            raise _Unauthorized("missing, wrong, revoked or expired token")
+        return principal
 
     def admin_only(request: Request) -> None:
-        if token_kind(request) != "admin":
+        if caller(request).kind != "admin":
             raise _Unauthorized("this token may only run a worker")
-
-    def worker_or_admin(request: Request) -> None:
-        token_kind(request)
 
     @app.exception_handler(_Unauthorized)
     async def _unauthorized(_request: Request, exc: _Unauthorized) -> JSONResponse:
@@ -60,13 +84,10 @@ def create_app(
     async def _typed_error(_request: Request, exc: GpulayerError) -> JSONResponse:
         if isinstance(exc, SpecError):
             return JSONResponse({"error": str(exc), "errors": exc.lines}, status_code=422)
-        status = (
-            404 if isinstance(exc, NotFoundError) else 400 if isinstance(exc, UsageError) else 500
-        )
+        status = next((code for kind, code in _STATUS.items() if isinstance(exc, kind)), 500)
         return JSONResponse({"error": str(exc), "kind": type(exc).__name__}, status_code=status)
 
     auth = [Depends(admin_only)]
-    worker_auth = [Depends(worker_or_admin)]
 
     @app.get("/v1/health")
     def health() -> dict[str, Any]:
@@ -119,12 +140,14 @@ def create_app(
             "job": job_view(job),
         }
 
-    @app.get("/v1/jobs/{job_ref}/artifacts", dependencies=worker_auth)
-    def artifacts(job_ref: str) -> list[dict[str, Any]]:
+    @app.get("/v1/jobs/{job_ref}/artifacts")
+    def artifacts(job_ref: str, who: Principal = Depends(caller)) -> list[dict[str, Any]]:
+        service.check_artifact_access(service.resolve_job_id(job_ref), who)
         return service.artifacts(job_ref)
 
-    @app.get("/v1/jobs/{job_ref}/artifacts/{path:path}", dependencies=worker_auth)
-    def artifact(job_ref: str, path: str) -> FileResponse:
+    @app.get("/v1/jobs/{job_ref}/artifacts/{path:path}")
+    def artifact(job_ref: str, path: str, who: Principal = Depends(caller)) -> FileResponse:
+        service.check_artifact_access(service.resolve_job_id(job_ref), who)
         return FileResponse(service.artifact_path(job_ref, path))
 
     # --- workers ------------------------------------------------------------------------------
@@ -138,63 +161,86 @@ def create_app(
             if all or w.state != "gone"
         ]
 
-    @app.post("/v1/workers", dependencies=worker_auth)
-    def register(registration: Registration) -> dict[str, Any]:
-        worker = service.register_worker(registration)
-        return {"worker_id": worker.id, "epoch": worker.epoch}
+    @app.post("/v1/workers")
+    def register(registration: Registration, who: Principal = Depends(caller)) -> dict[str, Any]:
+        worker, credential = service.register_worker(registration, who)
+        return {"worker_id": worker.id, "epoch": worker.epoch, "token": credential}
 
-    @app.post("/v1/workers/{worker_id}/heartbeat", dependencies=worker_auth)
-    def heartbeat(worker_id: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        running = [int(a) for a in (body or {}).get("running", [])]
-        return service.heartbeat(worker_id, running=running).model_dump()
+    @app.post("/v1/workers/{worker_id}/heartbeat")
+    def heartbeat(
+        worker_id: str, body: Heartbeat | None = None, who: Principal = Depends(caller)
+    ) -> dict[str, Any]:
+        running = body.running if body is not None else []
+        return service.heartbeat(worker_id, running=running, caller=who).model_dump()
 
-    @app.post("/v1/workers/{worker_id}/claim", dependencies=worker_auth)
-    def claim(worker_id: str, wait: float = 0) -> list[dict[str, Any]]:
+    @app.post("/v1/workers/{worker_id}/claim")
+    def claim(
+        worker_id: str, wait: float = 0, who: Principal = Depends(caller)
+    ) -> list[dict[str, Any]]:
         since = service.version
-        found = service.claim(worker_id)
+        found = service.claim(worker_id, who)
         if not found and wait > 0:
             service.wait_for_change(since, min(wait, _MAX_WAIT_SECONDS))
-            found = service.claim(worker_id)
+            found = service.claim(worker_id, who)
         return [a.model_dump() for a in found]
 
-    @app.post("/v1/attempts/{attempt_id}/logs", dependencies=worker_auth)
-    def attempt_logs(attempt_id: int, batch: LogBatch) -> dict[str, Any]:
-        service.append_logs(attempt_id, batch.lines)
+    @app.post("/v1/attempts/{attempt_id}/logs")
+    def attempt_logs(
+        attempt_id: int, batch: LogBatch, who: Principal = Depends(caller)
+    ) -> dict[str, Any]:
+        service.append_logs(attempt_id, batch.lines, who)
         return {"ok": True}
 
-    @app.post("/v1/attempts/{attempt_id}/finish", dependencies=worker_auth)
-    def finish(attempt_id: int, report: AttemptReport) -> dict[str, Any]:
-        service.finish_attempt(attempt_id, report)
+    @app.post("/v1/attempts/{attempt_id}/finish")
+    def finish(
+        attempt_id: int, report: AttemptReport, who: Principal = Depends(caller)
+    ) -> dict[str, Any]:
+        service.finish_attempt(attempt_id, report, who)
         return {"ok": True}
 
-    @app.get("/v1/jobs/{job_id}/bundle", dependencies=worker_auth)
-    def bundle(job_id: str) -> FileResponse:
-        path = service.layout.bundle_file(service.resolve_job_id(job_id))
+    @app.get("/v1/jobs/{job_id}/bundle")
+    def bundle(job_id: str, who: Principal = Depends(caller)) -> FileResponse:
+        resolved = service.resolve_job_id(job_id)
+        service.check_job_access(resolved, who)
+        path = service.layout.bundle_file(resolved)
         if not path.exists():
             raise NotFoundError(f"job {job_id} has no source bundle")
         return FileResponse(path)
 
-    @app.put("/v1/jobs/{job_id}/outputs", dependencies=worker_auth)
-    async def upload_outputs(job_id: str, request: Request) -> dict[str, Any]:
+    @app.put("/v1/attempts/{attempt_id}/outputs")
+    async def upload_outputs(
+        attempt_id: int, request: Request, who: Principal = Depends(caller)
+    ) -> dict[str, Any]:
         import asyncio
 
+        await asyncio.to_thread(service.own_attempt, attempt_id, who)
         incoming = service.layout.root / "incoming"
         incoming.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=incoming, suffix=".tar.gz", delete=False) as out:
             async for chunk in request.stream():
                 out.write(chunk)
         try:
-            await asyncio.to_thread(service.record_output_archive, job_id, Path(out.name))
+            await asyncio.to_thread(service.record_output_archive, attempt_id, Path(out.name), who)
         finally:
             Path(out.name).unlink(missing_ok=True)
         return {"ok": True}
 
+    @app.get("/v1/tokens", dependencies=auth)
+    def list_tokens(all_kinds: bool = False) -> list[dict[str, Any]]:
+        kinds = None if all_kinds else ["admin", "join"]
+        return [token_view(record) for record in service.store.list_tokens(kinds=kinds)]
+
+    @app.post("/v1/tokens/{token_id}/revoke", dependencies=auth)
+    def revoke_token(token_id: str) -> dict[str, Any]:
+        service.store.get_token(token_id)
+        return {"id": token_id, "revoked": service.store.revoke_token(token_id)}
+
     @app.post("/v1/tokens", dependencies=auth)
-    def create_token(body: dict[str, Any]) -> dict[str, Any]:
-        kind = body.get("kind", "worker")
-        if kind not in ("worker", "admin"):
-            raise UsageError("kind: worker or admin")
-        return {"token": service.create_token(kind, str(body.get("name", ""))), "kind": kind}
+    def create_token(body: TokenRequest) -> dict[str, Any]:
+        token = service.create_token(
+            body.kind, body.name, expires_at=body.expires_at, max_workers=body.max_workers
+        )
+        return {"token": token, "kind": body.kind}
 
     @app.get("/v1/cost", dependencies=auth)
     def cost(job: str | None = None) -> dict[str, Any]:
@@ -205,6 +251,23 @@ def create_app(
     def instances(all: bool = False, job: str | None = None) -> list[dict[str, Any]]:
         job_id = service.resolve_job_id(job) if job else None
         return _instances(service, job_id=job_id, live_only=not all and job_id is None)
+
+    @app.post("/v1/offers", dependencies=auth)
+    def offers(body: dict[str, Any]) -> dict[str, Any]:
+        from gpulayer.cloud.search import list_offers
+        from gpulayer.spec.validate import validate_spec
+
+        limit = body.get("limit", 30)
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+            raise UsageError("limit: a whole number, 0 or more")
+        spec = validate_spec(body.get("spec") or {})
+        return list_offers(
+            service.layout.root,
+            spec,
+            gpu_count_exact=body.get("gpu_count_exact") is not False,
+            include_disabled=body.get("include_disabled") is not False,
+            limit=limit,
+        )
 
     @app.post("/v1/reap", dependencies=auth)
     def reap(dry_run: bool = False) -> list[dict[str, Any]]:

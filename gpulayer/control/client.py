@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import quote, urlencode, urlsplit
 
-from gpulayer.errors import ControlPlaneError, GpulayerError, NotFoundError, SpecError, UsageError
+from gpulayer.errors import (
+    ControlPlaneError,
+    ForbiddenError,
+    GpulayerError,
+    NotFoundError,
+    SpecError,
+    StaleAttemptError,
+    UsageError,
+)
 
 
 class Unauthorized(ControlPlaneError):
@@ -48,6 +56,10 @@ class ControlClient:
             conn = factory(self._host, self._port, timeout=self._timeout)
             self._local.conn = conn
         return conn
+
+    def use_token(self, token: str) -> None:
+        """Call with this token from now on (a worker's own credential, once registered)."""
+        self._token = token
 
     def reset(self) -> None:
         """Forget this thread's connection, e.g. after a call was interrupted."""
@@ -138,8 +150,12 @@ class ControlClient:
             raise UsageError(_detail_line(decoded["detail"]))
         if status == 401:
             raise Unauthorized("the control plane rejected the token (set GPULAYER_TOKEN)")
+        if status == 403:
+            raise ForbiddenError(str(message))
         if status == 404:
             raise NotFoundError(str(message))
+        if status == 409:
+            raise StaleAttemptError(str(message))
         if status == 400:
             raise UsageError(str(message))
         raise GpulayerError(f"control plane error {status}: {message}")
@@ -167,6 +183,24 @@ class ControlClient:
             "client_env": client_env,
         }
         result: dict[str, Any] = self.request("POST", "/v1/jobs", body)
+        return result
+
+    def offers(
+        self,
+        spec: dict[str, Any],
+        *,
+        gpu_count_exact: bool = True,
+        include_disabled: bool = True,
+        limit: int = 30,
+    ) -> dict[str, Any]:
+        """Offers ``spec`` fits, ranked as submit ranks them (see gpulayer.cloud.search)."""
+        body = {
+            "spec": spec,
+            "gpu_count_exact": gpu_count_exact,
+            "include_disabled": include_disabled,
+            "limit": limit,
+        }
+        result: dict[str, Any] = self.request("POST", "/v1/offers", body, timeout=300)
         return result
 
     def upload_bundle(self, path: Path) -> str:

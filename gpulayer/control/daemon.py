@@ -27,16 +27,11 @@ DEFAULT_IDLE_SECONDS = 300.0
 
 
 def local_tokens(admin_token: str, store: Any) -> Any:
-    """The local admin token (from the 0600 file), plus worker tokens made for cloud workers."""
-    from gpulayer.control.api import single_token
-    from gpulayer.control.tokens import hash_token
+    """The local admin token (from the 0600 file), plus join and worker tokens for the cloud
+    workers that reach this control plane through SSH tunnels."""
+    from gpulayer.control.auth import TokenAuthority
 
-    admin = single_token(admin_token)
-
-    def authenticate(given: str) -> str | None:
-        return admin(given) or store.token_kind(hash_token(given))
-
-    return authenticate
+    return TokenAuthority(store, local_admin_token=admin_token)
 
 
 def _acquire_lock(path: Path) -> Any:

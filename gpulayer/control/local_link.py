@@ -21,7 +21,7 @@ class LocalLink:
         self.service = service
 
     def register(self, registration: Registration) -> str:
-        return self.service.register_worker(registration).id
+        return self.service.register_worker(registration)[0].id
 
     def heartbeat(self, worker_id: str, running: list[int]) -> HeartbeatReply:
         return self.service.heartbeat(worker_id, running=running)
@@ -43,8 +43,8 @@ class LocalLink:
     def fetch_bundle(self, job_id: str, destination: Path) -> None:
         shutil.copyfile(self.service.layout.bundle_file(job_id), destination)
 
-    def store_outputs(self, job_id: str, output_dir: Path) -> None:
-        self.service.record_outputs(job_id, output_dir)
+    def store_outputs(self, attempt_id: int, files: list[tuple[str, Path]]) -> None:
+        self.service.record_outputs(attempt_id, files)
 
     def resolve_artifact(self, reference: str, scratch: Path) -> Path:
         return resolve_job_artifact(self.service, reference)

@@ -65,6 +65,21 @@ class Registration(Message):
     plane binds it to that instance's reservation (and its job) by id."""
 
 
+class Heartbeat(Message):
+    running: list[int] = Field(default_factory=list)
+    """Every attempt the worker holds: claimed, preparing or running."""
+
+
+class TokenRequest(Message):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["admin", "worker", "join"] = "worker"
+    """"worker" (or "join"): a join token that may only register workers."""
+    name: str = Field(default="", max_length=128)
+    expires_at: float | None = None
+    max_workers: int | None = Field(default=None, ge=1, le=1_000_000)
+
+
 class HeartbeatReply(Message):
     cancel_attempts: list[int] = Field(default_factory=list)
     """Attempts of this worker whose jobs were cancelled: end them."""

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import threading
 import time
-from functools import lru_cache
 from pathlib import Path
 
 from gpulayer.control.paths import HomeLayout
-from gpulayer.control.tokens import hash_token
 
 log = logging.getLogger("gpulayer.server")
 
@@ -25,23 +22,25 @@ def admin_token_file(layout: HomeLayout) -> Path:
 def ensure_admin_token(store: object, layout: HomeLayout) -> str | None:
     """Create the admin token on first start: GPULAYER_TOKEN if set, else a new one.
 
+    A chosen token is kept as a salted scrypt digest, a generated one as its SHA-256.
     Returns a newly generated token (to show once), or None when one existed or was preset.
     """
     from sqlalchemy.exc import IntegrityError
 
+    from gpulayer.control.auth import issue_token, keep_chosen_token
     from gpulayer.control.store import Store
 
     assert isinstance(store, Store)
     if store.has_admin_token():
         return None
     preset = os.environ.get("GPULAYER_TOKEN")
-    token = preset or secrets.token_urlsafe(32)
     try:
-        store.add_token(hash_token(token), "admin", "initial")
+        if preset:
+            keep_chosen_token(store, preset, "admin", "initial")
+            return None
+        token, _ = issue_token(store, "admin", "initial")
     except IntegrityError:
         return None  # another server process on this database made it at the same moment
-    if preset:
-        return None
     path = admin_token_file(layout)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -79,17 +78,9 @@ def run_server(
             f"admin token (shown once, also in {admin_token_file(layout)}): {generated}", flush=True
         )
 
-    @lru_cache(maxsize=1024)
-    def kind_of(token_hash: str) -> str | None:
-        return store.token_kind(token_hash)
+    from gpulayer.control.auth import TokenAuthority
 
-    def authenticate(token: str) -> str | None:
-        token_hash = hash_token(token)
-        kind = kind_of(token_hash)
-        if kind is None:
-            kind_of.cache_clear()  # a token made by another server process since
-            kind = kind_of(token_hash)
-        return kind
+    authenticate = TokenAuthority(store)
 
     service = ControlService(store, layout, heartbeat_timeout=heartbeat_timeout)
     lifecycle = attach_lifecycle(service, control_port=port)

@@ -15,7 +15,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from gpulayer.control.auth import Principal, issue_token
 from gpulayer.control.ids import new_id
+from gpulayer.control.job_states import ACTIVE_ATTEMPT_STATES, JobStates
 from gpulayer.control.paths import HomeLayout
 from gpulayer.control.protocol import Assignment, AttemptReport, HeartbeatReply, Registration
 from gpulayer.control.store import (
@@ -27,7 +29,7 @@ from gpulayer.control.store import (
     WorkerRecord,
 )
 from gpulayer.control.targets import choose_target
-from gpulayer.errors import NotFoundError, UsageError
+from gpulayer.errors import ForbiddenError, NotFoundError, StaleAttemptError, UsageError
 from gpulayer.spec import JobSpec
 from gpulayer.spec.capabilities import WorkerCapabilities
 from gpulayer.spec.validate import validate_spec
@@ -42,6 +44,7 @@ class ControlService:
         self, store: Store, layout: HomeLayout, *, heartbeat_timeout: float = 30.0
     ) -> None:
         self.store = store
+        self.states = JobStates(store)
         self.layout = layout
         self.heartbeat_timeout = heartbeat_timeout
         self._dispatch_lock = threading.Lock()
@@ -56,6 +59,7 @@ class ControlService:
         self.sweep_exempt: Callable[[], set[str]] = set
         # The submitting shell's environment for local jobs: memory only, never the store.
         self._client_env: dict[str, dict[str, str]] = {}
+        self._outputs_lock = threading.Lock()
 
     # --- change notification ----------------------------------------------------------------
 
@@ -171,13 +175,12 @@ class ControlService:
         job = self.get_job(job_ref)
         if job.terminal:
             return job
-        if self.store.update_job(
+        if self.states.move_job(
             job.id,
-            expect_states=["queued", "provisioning"],
-            state="cancelled",
+            "cancelled",
+            only_from=["queued", "provisioning"],
             reason="cancelled",
             message="cancelled before it started",
-            finished_at=time.time(),
         ):
             self.log_system(job.id, job.attempts, ["cancelled"])
             self._forget_environment(job.id)
@@ -214,9 +217,18 @@ class ControlService:
 
     # --- workers ----------------------------------------------------------------------------
 
-    def register_worker(self, registration: Registration) -> WorkerRecord:
+    def register_worker(
+        self, registration: Registration, caller: Principal | None = None
+    ) -> tuple[WorkerRecord, str | None]:
+        """Add a worker (or a new epoch of one); returns it and, for a caller over the API, the
+        credential bound to it. ``caller`` None is the control plane's own in-process worker."""
+        if caller is not None:
+            self._check_registration(registration, caller)
         capabilities = WorkerCapabilities.model_validate(registration.capabilities)
         worker_id = registration.worker_id or new_id("w")
+        join_token = caller.token_id if caller is not None and caller.kind == "join" else None
+        if join_token is not None and not self.store.count_registration(join_token):
+            raise ForbiddenError("this join token has registered all the workers it may")
         worker = self.store.upsert_worker(
             worker_id=worker_id,
             name=registration.name,
@@ -227,23 +239,56 @@ class ControlService:
         if registration.instance_request_id:
             # A cloud worker: it runs its instance's job, found by the reservation, not by name.
             self.store.bind_reservation(registration.instance_request_id, worker.id)
+        credential = None
+        if caller is not None and caller.kind != "worker":
+            parent = caller.token_id if caller.kind == "join" else None
+            credential, _ = issue_token(
+                self.store, "worker", f"worker {worker.name}", worker_id=worker.id, parent_id=parent
+            )
         if worker.epoch > 1:
             # Whatever it ran before it came back is gone with its old process.
             for attempt in self.store.active_attempts(worker.id):
                 self._lose_attempt(attempt, "the worker restarted")
         self.dispatch()
-        return worker
+        return worker, credential
+
+    @staticmethod
+    def _check_registration(registration: Registration, caller: Principal) -> None:
+        if registration.kind == "local":
+            raise ForbiddenError("kind: local is the control plane's own worker")
+        if caller.kind == "worker":
+            if registration.worker_id != caller.worker_id:
+                raise ForbiddenError("a worker credential re-registers only its own worker")
+        elif registration.worker_id is not None and caller.kind != "admin":
+            raise ForbiddenError("worker_id: a join token registers new workers only")
 
     def list_workers(self) -> list[WorkerRecord]:
         return self.store.list_workers()
 
-    def heartbeat(self, worker_id: str, running: Sequence[int] = ()) -> HeartbeatReply:
-        """Note the worker alive; tell it what to cancel and which attempts it must drop."""
+    def heartbeat(
+        self, worker_id: str, running: Sequence[int] = (), caller: Principal | None = None
+    ) -> HeartbeatReply:
+        """Note the worker alive; settle what it runs against what the store says it runs.
+
+        An attempt the worker reports but no longer owns is fenced (the worker ends it). An
+        attempt the store has running there that the worker does not report, once it had a
+        heartbeat timeout to show up (a claim whose reply was lost), is lost and retried."""
+        self._check_worker(caller, worker_id)
         self.store.set_worker_state(worker_id, "ready", heartbeat=True)
         reply = self.pending_signals(worker_id)
-        active = {a.id for a in self.store.active_attempts(worker_id)}
+        reported = set(running)
+        active = self.store.active_attempts(worker_id)
+        active_ids = {a.id for a in active}
         # Attempts given up on while it was silent may already run elsewhere: fence them.
-        reply.fenced_attempts = [a for a in running if a not in active]
+        reply.fenced_attempts = [a for a in running if a not in active_ids]
+        unreported_before = time.time() - self.heartbeat_timeout
+        for attempt in active:
+            if (
+                attempt.state == "running"
+                and attempt.id not in reported
+                and (attempt.started_at or attempt.created_at) < unreported_before
+            ):
+                self._lose_attempt(attempt, f"worker {worker_id} does not report attempt running")
         return reply
 
     def pending_signals(self, worker_id: str) -> HeartbeatReply:
@@ -254,24 +299,98 @@ class ControlService:
                 reply.cancel_attempts.append(attempt.id)
         return reply
 
-    def create_token(self, kind: str, name: str = "") -> str:
-        import secrets
-
-        from gpulayer.control.tokens import hash_token
-
-        token = secrets.token_urlsafe(32)
-        self.store.add_token(hash_token(token), kind, name)
+    def create_token(
+        self,
+        kind: str,
+        name: str = "",
+        *,
+        expires_at: float | None = None,
+        max_workers: int | None = None,
+    ) -> str:
+        """A new admin or join token ("worker" is the API's older name for a join token)."""
+        kind = "join" if kind == "worker" else kind
+        if kind not in ("admin", "join"):
+            raise UsageError(f"kind: admin or worker, not {kind!r}")
+        token, _ = issue_token(
+            self.store,
+            kind,  # type: ignore[arg-type]
+            name,
+            expires_at=expires_at,
+            max_workers=max_workers,
+        )
         return token
 
-    def claim(self, worker_id: str) -> list[Assignment]:
+    def _check_worker(self, caller: Principal | None, worker_id: str) -> None:
+        if caller is None or caller.kind == "admin":
+            return
+        if caller.kind != "worker":
+            raise ForbiddenError("a join token only registers workers")
+        if caller.worker_id != worker_id:
+            raise ForbiddenError(f"this credential is not worker {worker_id}'s")
+
+    def own_attempt(self, attempt_id: int, caller: Principal | None) -> AttemptRecord:
+        """The attempt, if it is the caller's and still its job's current one.
+
+        ForbiddenError for another worker's attempt; StaleAttemptError once it was given up
+        on (lost, fenced, finished) or its worker has registered again since."""
+        attempt = self.store.get_attempt(attempt_id)
+        if (
+            caller is not None
+            and caller.kind != "admin"
+            and (caller.kind != "worker" or attempt.worker_id != caller.worker_id)
+        ):
+            raise ForbiddenError(f"attempt {attempt_id} is not this worker's")
+        if attempt.state not in ACTIVE_ATTEMPT_STATES:
+            raise StaleAttemptError(f"attempt {attempt_id} is no longer current ({attempt.state})")
+        if attempt.worker_id is not None and attempt.worker_epoch is not None:
+            worker = self.store.get_worker(attempt.worker_id)
+            if worker.epoch != attempt.worker_epoch:
+                raise StaleAttemptError(
+                    f"attempt {attempt_id} belongs to an earlier life of its worker"
+                )
+        return attempt
+
+    def check_job_access(self, job_id: str, caller: Principal | None) -> None:
+        """A worker reads a job's bundle only while it runs an attempt of that job."""
+        if caller is None or caller.kind == "admin":
+            return
+        if caller.kind == "worker" and any(
+            a.job_id == job_id for a in self.store.active_attempts(caller.worker_id)
+        ):
+            return
+        raise ForbiddenError(f"job {job_id} is not one this worker runs")
+
+    def check_artifact_access(self, job_id: str, caller: Principal | None) -> None:
+        """A worker reads another job's outputs only as an input of an attempt it runs."""
+        if caller is None or caller.kind == "admin":
+            return
+        if caller.kind == "worker":
+            for attempt in self.store.active_attempts(caller.worker_id):
+                spec = self.store.get_job(attempt.job_id).spec
+                for item in spec.get("inputs", []) or []:
+                    source = str(item.get("source", "")) if isinstance(item, dict) else ""
+                    if self._names_job(source, job_id):
+                        return
+        raise ForbiddenError(f"job {job_id}'s outputs are not an input of this worker's jobs")
+
+    def _names_job(self, source: str, job_id: str) -> bool:
+        from gpulayer.control.protocol import JOB_ARTIFACT_PREFIX, split_job_reference
+
+        if not source.startswith(JOB_ARTIFACT_PREFIX):
+            return False
+        try:
+            return self.resolve_job_id(split_job_reference(source)[0]) == job_id
+        except Exception:
+            return False
+
+    def claim(self, worker_id: str, caller: Principal | None = None) -> list[Assignment]:
         """Assignments made for this worker that it has not started yet."""
+        self._check_worker(caller, worker_id)
         claimed = []
         for attempt in self.store.active_attempts(worker_id):
             if attempt.state != "assigned":
                 continue
-            if not self.store.update_attempt(
-                attempt.id, expect_states=["assigned"], state="running", started_at=time.time()
-            ):
+            if not self.states.move_attempt(attempt.id, "running", started_at=time.time()):
                 continue
             job = self.store.get_job(attempt.job_id)
             claimed.append(
@@ -287,77 +406,102 @@ class ControlService:
             )
         return claimed
 
-    def append_logs(self, attempt_id: int, lines: Sequence[tuple[str, str]]) -> None:
-        attempt = self.store.get_attempt(attempt_id)
-        if attempt.state not in ("assigned", "running"):
-            return  # a fenced attempt's late output is not the job's
+    def append_logs(
+        self, attempt_id: int, lines: Sequence[tuple[str, str]], caller: Principal | None = None
+    ) -> None:
+        attempt = self.own_attempt(attempt_id, caller)  # a fenced attempt's output is not the job's
         self.store.append_logs(attempt.job_id, attempt.number, lines)
         self.notify()
 
-    def finish_attempt(self, attempt_id: int, report: AttemptReport) -> None:
-        attempt = self.store.get_attempt(attempt_id)
-        if not self.store.update_attempt(
-            attempt_id,
-            expect_states=["assigned", "running"],
-            state=report.state,
-            reason=report.reason,
-            exit_code=report.exit_code,
-            finished_at=time.time(),
+    def finish_attempt(
+        self, attempt_id: int, report: AttemptReport, caller: Principal | None = None
+    ) -> None:
+        attempt = self.own_attempt(attempt_id, caller)
+        if not self.states.move_attempt(
+            attempt_id, report.state, reason=report.reason, exit_code=report.exit_code
         ):
-            return
+            raise StaleAttemptError(f"attempt {attempt_id} is no longer current")
         if report.reason in _RETRYABLE_REASONS:
             self._retry_or_fail(attempt, report.reason, report.message or report.reason)
         else:
-            self.store.update_job(
+            self.states.move_job(
                 attempt.job_id,
-                expect_states=["running"],
-                state=report.state,
+                report.state,
+                only_from=["running"],
                 reason=report.reason,
                 message=report.message,
                 exit_code=report.exit_code,
                 result=report.result,
-                finished_at=time.time(),
             )
         if self.is_terminal(attempt.job_id):
             self._forget_environment(attempt.job_id)
         self.dispatch()
 
-    def record_outputs(self, job_id: str, output_dir: Path) -> None:
-        """Keep the files an attempt wrote under GPULAYER_OUTPUT_DIR as the job's outputs."""
-        destination = self.layout.outputs_dir(job_id)
-        if destination.exists():
-            shutil.rmtree(destination)
-        entries = []
-        if output_dir.exists():
-            shutil.copytree(output_dir, destination, symlinks=True)
-            for file in sorted(p for p in destination.rglob("*") if p.is_file()):
-                digest = hashlib.sha256(file.read_bytes()).hexdigest()
-                entries.append(
-                    (file.relative_to(destination).as_posix(), file.stat().st_size, digest)
-                )
-        self.store.record_artifacts(job_id, entries)
+    def record_outputs(
+        self,
+        attempt_id: int,
+        files: Sequence[tuple[str, Path]],
+        caller: Principal | None = None,
+    ) -> None:
+        """Keep the files an attempt wrote under GPULAYER_OUTPUT_DIR as its job's outputs.
 
-    def record_output_archive(self, job_id: str, archive: Path) -> None:
+        Only the job's current attempt may: the files are staged first and swapped in while
+        the attempt is checked once more, so a stale attempt never replaces a newer one's."""
+        attempt = self.own_attempt(attempt_id, caller)
+        staging = self.layout.root / "incoming" / f"outputs-{attempt_id}-{new_id('s')}"
+        try:
+            entries = []
+            for relative, source in files:
+                target = staging / relative
+                if not target.resolve().is_relative_to(staging.resolve()):
+                    raise UsageError(f"outputs: {relative!r} leaves the output folder")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, target)
+                digest = hashlib.sha256()
+                with target.open("rb") as stream:
+                    for chunk in iter(lambda: stream.read(1 << 20), b""):
+                        digest.update(chunk)
+                entries.append((relative, target.stat().st_size, digest.hexdigest()))
+            staging.mkdir(parents=True, exist_ok=True)
+            with self._outputs_lock:
+                self.own_attempt(attempt_id, caller)
+                destination = self.layout.outputs_dir(attempt.job_id)
+                previous = destination.with_name(destination.name + f".old-{attempt_id}")
+                if destination.exists():
+                    destination.rename(previous)
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                staging.rename(destination)
+                shutil.rmtree(previous, ignore_errors=True)
+                self.store.record_artifacts(attempt.job_id, sorted(entries))
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def record_output_archive(
+        self, attempt_id: int, archive: Path, caller: Principal | None = None
+    ) -> None:
         """A remote worker's outputs, sent as a tar.gz of its output folder."""
         import tempfile
 
         from gpulayer.worker.bundle import extract_bundle
 
-        self.store.get_job(job_id)
+        self.own_attempt(attempt_id, caller)
         with tempfile.TemporaryDirectory(dir=self.layout.root) as scratch:
             extract_bundle(archive, Path(scratch))
-            self.record_outputs(job_id, Path(scratch))
+            self.record_outputs(attempt_id, _regular_files(Path(scratch)), caller)
 
     # --- faults -----------------------------------------------------------------------------
 
     def sweep_lost_workers(self) -> None:
-        deadline = time.time() - self.heartbeat_timeout
+        # Silence while this control plane was down is not held against a worker: its
+        # heartbeats had nowhere to go. It gets a full timeout from our start.
+        now = time.time()
         exempt = self.sweep_exempt()
         for worker in self.store.list_workers():
+            silent_since = max(worker.last_heartbeat, self._started)
             if (
                 worker.kind != "local"
                 and worker.state == "ready"
-                and worker.last_heartbeat < deadline
+                and now - silent_since > self.heartbeat_timeout
                 and worker.id not in exempt
             ):
                 self.store.set_worker_state(worker.id, "lost")
@@ -365,13 +509,7 @@ class ControlService:
                     self._lose_attempt(attempt, f"worker {worker.name} stopped heartbeating")
 
     def _lose_attempt(self, attempt: AttemptRecord, why: str) -> None:
-        if self.store.update_attempt(
-            attempt.id,
-            expect_states=["assigned", "running"],
-            state="failed",
-            reason="worker_lost",
-            finished_at=time.time(),
-        ):
+        if self.states.move_attempt(attempt.id, "failed", reason="worker_lost"):
             self._retry_or_fail(attempt, "worker_lost", why)
 
     def _retry_or_fail(self, attempt: AttemptRecord, reason: str, why: str) -> None:
@@ -379,64 +517,56 @@ class ControlService:
         spec = JobSpec.model_validate(job.spec)
         retry_allowed = reason in spec.retry.retry_on and job.attempts < spec.retry.max_attempts
         if retry_allowed and not job.cancel_requested:
-            self.store.update_job(job.id, expect_states=["running"], state="queued")
+            self.states.move_job(job.id, "queued", only_from=["running"])
             self.log_system(job.id, attempt.number, [f"attempt {attempt.number}: {why}; retrying"])
         else:
-            self.store.update_job(
+            self.states.move_job(
                 job.id,
-                expect_states=["running"],
-                state="cancelled" if job.cancel_requested else "failed",
+                "cancelled" if job.cancel_requested else "failed",
+                only_from=["running"],
                 reason="cancelled" if job.cancel_requested else reason,
                 message=why,
-                finished_at=time.time(),
             )
 
     # --- cloud jobs: the moves the lifecycle reconciler makes --------------------------------
 
     def begin_provisioning(self, job_id: str, message: str) -> bool:
         """A machine is being prepared for the job."""
-        moved = self.store.update_job(
-            job_id, expect_states=["queued", "provisioning"], state="provisioning", message=message
-        )
+        moved = self.states.move_job(
+            job_id, "provisioning", only_from=["queued"], message=message
+        ) or self.store.update_job(job_id, expect_states=["provisioning"], message=message)
         self.notify()
         return moved
 
     def requeue_for_provisioning(self, job_id: str, why: str) -> None:
-        if self.store.update_job(job_id, expect_states=["provisioning"], state="queued"):
+        if self.states.move_job(job_id, "queued", only_from=["provisioning"]):
             self.log_system(job_id, 0, [f"provisioning starts over: {why}"])
 
     def wait_for_capacity(self, job_id: str, why: str) -> None:
         """The job stays queued until capacity frees; says why once per change of reason."""
         job = self.store.get_job(job_id)
-        if (
-            self.store.update_job(
-                job_id, expect_states=["queued", "provisioning"], state="queued", message=why
-            )
-            and job.message != why
-        ):
+        moved = self.states.move_job(
+            job_id, "queued", only_from=["provisioning"], message=why
+        ) or self.store.update_job(job_id, expect_states=["queued"], message=why)
+        if moved and job.message != why:
             self.log_system(job_id, 0, [why])
 
     def hand_to_reserved_worker(self, job_id: str) -> None:
         """The job's machine is ready: queue it for dispatch to its reserved worker."""
-        self.store.update_job(job_id, expect_states=["provisioning"], state="queued")
+        self.states.move_job(job_id, "queued", only_from=["provisioning"])
         self.dispatch()
 
     def move_to_target(self, job_id: str, target: str) -> None:
         """The cloud cannot run it: the next fallback target in its chain may."""
-        self.store.update_job(
-            job_id, expect_states=["queued", "provisioning"], state="queued", target=target
-        )
+        self.states.move_job(
+            job_id, "queued", only_from=["provisioning"], target=target
+        ) or self.store.update_job(job_id, expect_states=["queued"], target=target)
         self.dispatch()
 
     def fail_unplaced(self, job_id: str, reason: str, message: str) -> None:
         """A job that never ran ends: nothing can place it."""
-        self.store.update_job(
-            job_id,
-            expect_states=["queued", "provisioning"],
-            state="failed",
-            reason=reason,
-            message=message,
-            finished_at=time.time(),
+        self.states.move_job(
+            job_id, "failed", only_from=["queued", "provisioning"], reason=reason, message=message
         )
         self.notify()
 
@@ -444,13 +574,7 @@ class ControlService:
         """The worker's machine is gone (reclaimed, unreachable): its attempts end with
         ``reason``, and their jobs retry if their retry_on says so."""
         for attempt in self.store.active_attempts(worker_id):
-            if self.store.update_attempt(
-                attempt.id,
-                expect_states=["assigned", "running"],
-                state="failed",
-                reason=reason,
-                finished_at=time.time(),
-            ):
+            if self.states.move_attempt(attempt.id, "failed", reason=reason):
                 self._retry_or_fail(attempt, reason, why)
         self.store.set_worker_state(worker_id, "gone")
         self.dispatch()
@@ -512,3 +636,12 @@ class ControlService:
 
     def is_terminal(self, job_id: str) -> bool:
         return self.store.get_job(job_id).state in TERMINAL_STATES
+
+
+def _regular_files(root: Path) -> list[tuple[str, Path]]:
+    """Regular files under root (links, fifos and devices are not outputs), by relative path."""
+    found = []
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            found.append((path.relative_to(root).as_posix(), path))
+    return found

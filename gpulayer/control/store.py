@@ -21,7 +21,6 @@ from sqlalchemy import (
     event,
     func,
     insert,
-    inspect,
     or_,
     select,
     update,
@@ -35,21 +34,33 @@ LIVE_STATES = frozenset({"queued", "provisioning", "running"})
 
 
 # SQL run when moving up to a version, for changes create_all cannot make.
-_STEPS: dict[int, tuple[str, ...]] = {}
-
-# Columns added to an existing table, by version: added where missing (a table that
-# create_all made just now already has them).
-_ADDED_COLUMNS: dict[int, tuple[tuple[str, str, str], ...]] = {
-    4: tuple(
-        ("instances", column, kind)
-        for column, kind in (
-            ("offer", "TEXT"),
-            ("state_since", "FLOAT"),
-            ("tunnel_port", "INTEGER"),
-            ("token_hash", "VARCHAR(64)"),
-            ("install_dir", "TEXT"),
-            ("machine", "TEXT"),
-        )
+_STEPS: dict[int, tuple[str, ...]] = {
+    4: (
+        "ALTER TABLE attempts ADD COLUMN worker_epoch INTEGER",
+        "ALTER TABLE tokens ADD COLUMN id VARCHAR(16)",
+        "ALTER TABLE tokens ADD COLUMN scheme VARCHAR(8) NOT NULL DEFAULT 'sha256'",
+        "ALTER TABLE tokens ADD COLUMN salt VARCHAR(64)",
+        "ALTER TABLE tokens ADD COLUMN digest VARCHAR(128)",
+        "ALTER TABLE tokens ADD COLUMN worker_id VARCHAR(32)",
+        "ALTER TABLE tokens ADD COLUMN parent_id VARCHAR(16)",
+        "ALTER TABLE tokens ADD COLUMN expires_at FLOAT",
+        "ALTER TABLE tokens ADD COLUMN max_workers INTEGER",
+        "ALTER TABLE tokens ADD COLUMN registered INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE tokens ADD COLUMN revoked_at FLOAT",
+        # Schema 3's "worker" tokens were join tokens; "worker" now names one worker's own.
+        "UPDATE tokens SET kind = 'join' WHERE kind = 'worker'",
+        "UPDATE tokens SET id = 't-' || substr(hash, 1, 10) WHERE id IS NULL",
+        "CREATE UNIQUE INDEX IF NOT EXISTS ix_tokens_id ON tokens (id)",
+        "CREATE INDEX IF NOT EXISTS ix_tokens_worker ON tokens (worker_id)",
+    ),
+    # The lifecycle reconciler: what it needs to resume an instance after a restart.
+    5: (
+        "ALTER TABLE instances ADD COLUMN offer TEXT",
+        "ALTER TABLE instances ADD COLUMN state_since FLOAT",
+        "ALTER TABLE instances ADD COLUMN tunnel_port INTEGER",
+        "ALTER TABLE instances ADD COLUMN token_hash VARCHAR(64)",
+        "ALTER TABLE instances ADD COLUMN install_dir TEXT",
+        "ALTER TABLE instances ADD COLUMN machine TEXT",
     ),
 }
 
@@ -96,6 +107,7 @@ class AttemptRecord:
     created_at: float
     started_at: float | None
     finished_at: float | None
+    worker_epoch: int | None = None
 
 
 @dataclass
@@ -178,6 +190,32 @@ class ReservationRecord:
 
 
 @dataclass
+class TokenRecord:
+    id: str
+    kind: str
+    name: str
+    hash: str
+    scheme: str
+    salt: str | None
+    digest: str | None
+    worker_id: str | None
+    parent_id: str | None
+    created_at: float
+    expires_at: float | None
+    max_workers: int | None
+    registered: int
+    revoked_at: float | None
+
+    def refused_because(self, now: float) -> str | None:
+        """Why this token no longer works, or None while it does."""
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and now >= self.expires_at:
+            return "expired"
+        return None
+
+
+@dataclass
 class LogLine:
     id: int
     attempt: int
@@ -223,6 +261,7 @@ def _attempt(row: Any) -> AttemptRecord:
         created_at=m["created_at"],
         started_at=m["started_at"],
         finished_at=m["finished_at"],
+        worker_epoch=m["worker_epoch"],
     )
 
 
@@ -286,11 +325,8 @@ class Store:
                 )
             for step in range(version + 1, t.SCHEMA_VERSION + 1):
                 for statement in _STEPS.get(step, ()):
-                    conn.exec_driver_sql(statement)
-                for table, column, kind in _ADDED_COLUMNS.get(step, ()):
-                    present = {c["name"] for c in inspect(conn).get_columns(table)}
-                    if column not in present:
-                        conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+                    if not _column_exists(conn, statement):
+                        conn.exec_driver_sql(statement)
             if version != t.SCHEMA_VERSION:
                 conn.execute(
                     update(t.meta)
@@ -412,6 +448,9 @@ class Store:
             number = conn.execute(
                 select(t.jobs.c.attempts).where(t.jobs.c.id == job_id)
             ).scalar_one()
+            epoch = conn.execute(
+                select(t.workers.c.epoch).where(t.workers.c.id == worker_id)
+            ).scalar()
             attempt_id = conn.execute(
                 insert(t.attempts).values(
                     job_id=job_id,
@@ -420,6 +459,7 @@ class Store:
                     gpu_indices=json.dumps(list(gpu_indices)),
                     state="assigned",
                     created_at=now,
+                    worker_epoch=epoch,
                 )
             ).inserted_primary_key[0]  # type: ignore[index]
             row = conn.execute(select(t.attempts).where(t.attempts.c.id == attempt_id)).one()
@@ -552,23 +592,89 @@ class Store:
 
     # --- tokens -----------------------------------------------------------------------------
 
-    def add_token(self, token_hash: str, kind: str, name: str = "") -> None:
+    def add_token(self, token_hash: str, kind: str, name: str = "", **values: Any) -> TokenRecord:
+        """Keep a token's hash (never the token). values: id, scheme, salt, digest, worker_id,
+        parent_id, expires_at, max_workers."""
+        from gpulayer.control.tokens import new_token_id
+
+        values.setdefault("id", new_token_id())
         with self.engine.begin() as conn:
             conn.execute(
                 insert(t.tokens).values(
-                    hash=token_hash, kind=kind, name=name, created_at=time.time()
+                    hash=token_hash,
+                    kind=kind,
+                    name=name,
+                    created_at=time.time(),
+                    registered=0,
+                    **values,
                 )
             )
+        return self.get_token(values["id"])
 
     def remove_token(self, token_hash: str) -> None:
+        """Delete a token and the worker credentials registered through it."""
         with self.engine.begin() as conn:
+            token_id = conn.execute(
+                select(t.tokens.c.id).where(t.tokens.c.hash == token_hash)
+            ).scalar()
+            if token_id is not None:
+                conn.execute(t.tokens.delete().where(t.tokens.c.parent_id == token_id))
             conn.execute(t.tokens.delete().where(t.tokens.c.hash == token_hash))
 
-    def token_kind(self, token_hash: str) -> str | None:
+    def token_by_hash(self, token_hash: str) -> TokenRecord | None:
         with self.engine.connect() as conn:
-            return conn.execute(
-                select(t.tokens.c.kind).where(t.tokens.c.hash == token_hash)
-            ).scalar()
+            row = conn.execute(select(t.tokens).where(t.tokens.c.hash == token_hash)).first()
+        return _token(row) if row is not None else None
+
+    def get_token(self, token_id: str) -> TokenRecord:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(t.tokens).where(t.tokens.c.id == token_id)).first()
+        if row is None:
+            raise NotFoundError(f"token {token_id!r} not found")
+        return _token(row)
+
+    def scrypt_tokens(self) -> list[TokenRecord]:
+        query = select(t.tokens).where(
+            and_(t.tokens.c.scheme == "scrypt", t.tokens.c.revoked_at.is_(None))
+        )
+        with self.engine.connect() as conn:
+            return [_token(r) for r in conn.execute(query)]
+
+    def list_tokens(self, *, kinds: Sequence[str] | None = None) -> list[TokenRecord]:
+        query = select(t.tokens).order_by(t.tokens.c.created_at)
+        if kinds is not None:
+            query = query.where(t.tokens.c.kind.in_(list(kinds)))
+        with self.engine.connect() as conn:
+            return [_token(r) for r in conn.execute(query)]
+
+    def upgrade_token_hash(self, token_id: str, **values: Any) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(update(t.tokens).where(t.tokens.c.id == token_id).values(**values))
+
+    def revoke_token(self, token_id: str) -> int:
+        """Revoke a token and the worker credentials registered through it; how many ended."""
+        now = time.time()
+        with self.engine.begin() as conn:
+            live = and_(t.tokens.c.revoked_at.is_(None))
+            ended = conn.execute(
+                update(t.tokens)
+                .where(and_(live, (t.tokens.c.id == token_id) | (t.tokens.c.parent_id == token_id)))
+                .values(revoked_at=now)
+            ).rowcount
+        return int(ended)
+
+    def count_registration(self, token_id: str) -> bool:
+        """Use one of a join token's registrations; False when its cap is reached."""
+        cap_left = (t.tokens.c.max_workers.is_(None)) | (
+            t.tokens.c.registered < t.tokens.c.max_workers
+        )
+        with self.engine.begin() as conn:
+            won = conn.execute(
+                update(t.tokens)
+                .where(and_(t.tokens.c.id == token_id, cap_left))
+                .values(registered=t.tokens.c.registered + 1)
+            ).rowcount
+        return bool(won)
 
     def has_admin_token(self) -> bool:
         with self.engine.connect() as conn:
@@ -718,6 +824,26 @@ def _encode_instance_json(values: dict[str, Any]) -> None:
     for name in ("offer", "machine"):
         if values.get(name) is not None:
             values[name] = json.dumps(values[name])
+
+
+def _token(row: Any) -> TokenRecord:
+    m = row._mapping
+    return TokenRecord(**{f: m[f] for f in TokenRecord.__dataclass_fields__})
+
+
+def _column_exists(conn: Any, statement: str) -> bool:
+    """For an `ALTER TABLE x ADD COLUMN c ...` step: whether c is there already (re-runs)."""
+    words = statement.split()
+    if len(words) < 6 or [w.upper() for w in words[:2] + words[3:5]] != [
+        "ALTER",
+        "TABLE",
+        "ADD",
+        "COLUMN",
+    ]:
+        return False
+    from sqlalchemy import inspect
+
+    return any(c["name"] == words[5] for c in inspect(conn).get_columns(words[2]))
 
 
 def _instance(row: Any) -> InstanceRecord:

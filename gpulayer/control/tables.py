@@ -15,7 +15,7 @@ from sqlalchemy import (
     Text,
 )
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 metadata = MetaData()
 
@@ -78,6 +78,8 @@ attempts = Table(
     Column("created_at", Float, nullable=False),
     Column("started_at", Float),
     Column("finished_at", Float),
+    # Added in schema 4: the worker's epoch when the attempt was assigned (fencing).
+    Column("worker_epoch", Integer),
 )
 Index("ix_attempts_job", attempts.c.job_id, attempts.c.number, unique=True)
 Index("ix_attempts_worker_state", attempts.c.worker_id, attempts.c.state)
@@ -103,7 +105,10 @@ artifacts = Table(
     Column("sha256", String(64), nullable=False),
 )
 
-# Added in schema 2: API tokens, kept as SHA-256 hashes (never the token itself).
+# Added in schema 2: API tokens, kept as hashes (never the token itself). Schema 4 gives each a
+# public id, a kind of admin, join (registers workers) or worker (one worker's own credential),
+# scrypt digests for chosen tokens (hash is then "scrypt:<id>"), expiry, a cap on the workers a
+# join token may register, and revocation.
 tokens = Table(
     "tokens",
     metadata,
@@ -111,7 +116,19 @@ tokens = Table(
     Column("kind", String(16), nullable=False),
     Column("name", String(128), nullable=False, default=""),
     Column("created_at", Float, nullable=False),
+    Column("id", String(16)),
+    Column("scheme", String(8), nullable=False, default="sha256"),
+    Column("salt", String(64)),
+    Column("digest", String(128)),
+    Column("worker_id", String(32)),
+    Column("parent_id", String(16)),
+    Column("expires_at", Float),
+    Column("max_workers", Integer),
+    Column("registered", Integer, nullable=False, default=0),
+    Column("revoked_at", Float),
 )
+Index("ix_tokens_id", tokens.c.id, unique=True)
+Index("ix_tokens_worker", tokens.c.worker_id)
 
 # Added in schema 3: every cloud instance a job rents, written before the call that creates it,
 # and its cost ledger (launch, ready and end times with the hourly price).
@@ -138,7 +155,7 @@ instances = Table(
     Column("ready_at", Float),
     Column("ended_at", Float),
     Column("note", Text),
-    # Added in schema 4 (the lifecycle reconciler): what it needs to resume after a restart.
+    # Added in schema 5 (the lifecycle reconciler): what it needs to resume after a restart.
     Column("offer", Text),
     Column("state_since", Float),
     Column("tunnel_port", Integer),
@@ -149,7 +166,7 @@ instances = Table(
 Index("ix_instances_state", instances.c.state)
 Index("ix_instances_job", instances.c.job_id)
 
-# Added in schema 4: every move of an instance between lifecycle states, with its reason.
+# Added in schema 5: every move of an instance between lifecycle states, with its reason.
 instance_transitions = Table(
     "instance_transitions",
     metadata,
@@ -164,7 +181,7 @@ Index(
     "ix_instance_transitions_request", instance_transitions.c.request_id, instance_transitions.c.id
 )
 
-# Added in schema 4: which instance (and, once it joined, which worker) a job runs on. The
+# Added in schema 5: which instance (and, once it joined, which worker) a job runs on. The
 # job's own spec is never edited for this.
 reservations = Table(
     "reservations",

@@ -10,6 +10,7 @@ from gpulayer.control.store import (
     InstanceRecord,
     JobRecord,
     LogLine,
+    TokenRecord,
     TransitionRecord,
     WorkerRecord,
 )
@@ -146,4 +147,22 @@ def cost_view(records: list[InstanceRecord]) -> dict[str, Any]:
         "per_job": per_job,
         "total": totals,
         "unpriced_instances": unpriced,
+    }
+
+
+def token_view(token: TokenRecord) -> dict[str, Any]:
+    """A token's record for `gpulayer token ls`: never its hash, salt or digest."""
+    import time
+
+    return {
+        "id": token.id,
+        "kind": token.kind,
+        "name": token.name,
+        "created_at": iso(token.created_at),
+        "expires_at": iso(token.expires_at),
+        "max_workers": token.max_workers,
+        "registered": token.registered,
+        "worker_id": token.worker_id,
+        "revoked_at": iso(token.revoked_at),
+        "state": token.refused_because(time.time()) or "active",
     }

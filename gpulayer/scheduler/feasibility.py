@@ -41,6 +41,7 @@ from gpulayer.scheduler.gpus import (
     meets_capability,
     meets_kind,
     meets_memory,
+    meets_model,
 )
 from gpulayer.scheduler.snapshot import WorkerSnapshot
 from gpulayer.spec.capabilities import GpuDevice
@@ -191,6 +192,14 @@ def gpu_count(job: JobSpec, worker: WorkerSnapshot) -> str | None:
     return f"{_needs(r)}, {len(free)} of {total} free"
 
 
+@check("gpu_models", "load")
+def gpu_models(job: JobSpec, worker: WorkerSnapshot) -> str | None:
+    models = job.resources.gpu_models
+    if not models:
+        return None
+    return _gpu_reason(job, worker, meets_model, f" of model {_one_of(models)}")
+
+
 @check("gpu_memory_gb", "load")
 def gpu_memory_gb(job: JobSpec, worker: WorkerSnapshot) -> str | None:
     need = job.resources.gpu_memory_gb
@@ -226,12 +235,14 @@ def gpu_devices(job: JobSpec, worker: WorkerSnapshot) -> str | None:
     free = free_devices(worker)
     if len(free) < r.gpus:
         return None
-    for meets in (meets_memory, meets_kind, meets_capability):
+    for meets in (meets_model, meets_memory, meets_kind, meets_capability):
         if sum(1 for gpu in free if meets(r, gpu)) < r.gpus:
             return None  # that field's own check explains
     if sum(1 for gpu in free if device_meets(r, gpu)) >= r.gpus:
         return None
     parts = []
+    if r.gpu_models:
+        parts.append(f"model {_one_of(r.gpu_models)}")
     if r.gpu_memory_gb is not None:
         parts.append(f">= {_num(r.gpu_memory_gb)} GB")
     if r.gpu_memory_kind is not None:
@@ -382,6 +393,7 @@ CHECKS: tuple[Check, ...] = (
     regions,
     accelerator,
     gpu_count,
+    gpu_models,
     gpu_memory_gb,
     gpu_memory_kind,
     min_cuda_compute_capability,

@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Iterable
 from functools import lru_cache
 
+from gpulayer.cloud.gpus import GpuName, any_gpu_matches, nominal_memory_gb, parse_gpu_name
 from gpulayer.scheduler.snapshot import WorkerSnapshot
 from gpulayer.spec.capabilities import GpuDevice
 from gpulayer.spec.models import ResourceRequest
@@ -22,9 +23,31 @@ def parse_capability(text: str | None) -> tuple[int, ...] | None:
         return None
 
 
+def device_memory_gb(device: GpuDevice) -> float | None:
+    """The device's nominal size (the GPU facts table's), not the few GB less it reports."""
+    if device.memory_kind == "unified":
+        return device.memory_gb  # shared with the host: what is reported is what there is
+    return nominal_memory_gb(device.name, device.memory_gb)
+
+
 def meets_memory(resources: ResourceRequest, device: GpuDevice) -> bool:
     need = resources.gpu_memory_gb
-    return need is None or (device.memory_gb is not None and device.memory_gb >= need)
+    if need is None:
+        return True
+    has = device_memory_gb(device)
+    return has is not None and has >= need
+
+
+@lru_cache(maxsize=256)
+def wanted_models(names: tuple[str, ...]) -> tuple[GpuName, ...]:
+    return tuple(parse_gpu_name(name) for name in names)
+
+
+def meets_model(resources: ResourceRequest, device: GpuDevice) -> bool:
+    if not resources.gpu_models:
+        return True
+    wanted = wanted_models(tuple(resources.gpu_models))
+    return any_gpu_matches(wanted, device.name, device.memory_gb)
 
 
 def meets_kind(resources: ResourceRequest, device: GpuDevice) -> bool:
@@ -43,7 +66,8 @@ def meets_capability(resources: ResourceRequest, device: GpuDevice) -> bool:
 def device_meets(resources: ResourceRequest, device: GpuDevice) -> bool:
     """Whether one device satisfies every per-device field of the request."""
     return (
-        meets_memory(resources, device)
+        meets_model(resources, device)
+        and meets_memory(resources, device)
         and meets_kind(resources, device)
         and meets_capability(resources, device)
     )

@@ -37,6 +37,7 @@ from gpulayer.scheduler.feasibility import (
     gpu_devices,
     gpu_memory_gb,
     gpu_memory_kind,
+    gpu_models,
     memory_gb,
     min_cuda_compute_capability,
     state,
@@ -65,6 +66,7 @@ _NATIVE: frozenset[Check] = frozenset(
         worker_ids,
         worker_labels,
         gpu_count,
+        gpu_models,
         gpu_memory_gb,
         gpu_memory_kind,
         min_cuda_compute_capability,
@@ -105,6 +107,7 @@ def job_shape(job: JobSpec) -> Hashable:
     return (
         r.accelerator,
         r.gpus,
+        tuple(r.gpu_models),
         r.gpu_memory_gb,
         r.gpu_memory_kind,
         r.min_cuda_compute_capability,

@@ -98,6 +98,12 @@ def _check_specifier(value: str) -> str:
 Entrypoint = Annotated[str, AfterValidator(_check_entrypoint)]
 VersionSpecifier = Annotated[str, AfterValidator(_check_specifier)]
 NonEmptyStr = Annotated[str, Field(min_length=1)]
+GpuModelName = Annotated[
+    str,
+    # A model name, optionally with a size ("A100-80GB"); models start with a letter, so a
+    # size alone ("80GB") is refused rather than matching nothing.
+    Field(min_length=1, max_length=64, pattern=r"^[A-Za-z][A-Za-z0-9 ._-]*$"),
+]
 
 
 # --- workloads ------------------------------------------------------------------------------
@@ -172,6 +178,9 @@ class ResourceRequest(StrictModel):
     profile: ProfileName | None = None
     accelerator: Accelerator = "cpu"
     gpu_count: Annotated[int, Field(ge=0)] | None = None
+    gpu_models: list[GpuModelName] = Field(default_factory=list)
+    """GPU models any of which fits ("H100", "A100-80GB": a size asks for that memory too),
+    compared with what offers and workers report after one normalization; empty: any."""
     gpu_memory_gb: Annotated[float, Field(gt=0)] | None = None
     gpu_memory_kind: Literal["dedicated", "unified"] | None = None
     min_cuda_compute_capability: str | None = None
@@ -233,6 +242,11 @@ class ResourceRequest(StrictModel):
             normalized.append(arch)
         return list(dict.fromkeys(normalized))
 
+    @field_validator("gpu_models")
+    @classmethod
+    def _distinct_models(cls, names: list[str]) -> list[str]:
+        return list(dict.fromkeys(name.strip() for name in names))
+
     @field_validator("frameworks")
     @classmethod
     def _framework_names(cls, frameworks: dict[str, str]) -> dict[str, str]:
@@ -249,6 +263,8 @@ class ResourceRequest(StrictModel):
             for name in ("gpu_memory_gb", "gpu_memory_kind"):
                 if getattr(self, name) is not None:
                     raise ValueError(f"{name}: only meaningful with a GPU accelerator")
+            if self.gpu_models:
+                raise ValueError("gpu_models: only meaningful with a GPU accelerator")
             self.gpu_count = 0
         else:
             if self.gpu_count is None:

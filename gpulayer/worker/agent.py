@@ -13,7 +13,11 @@ from pathlib import Path
 from typing import Protocol
 
 from gpulayer.control.protocol import Assignment, AttemptReport, HeartbeatReply, Registration
+from gpulayer.errors import ForbiddenError, StaleAttemptError
+from gpulayer.worker.containment import Containment, reap_orphans
 from gpulayer.worker.logship import LogShipper
+from gpulayer.worker.outputs import DEFAULT_MAX_FILE_BYTES, gather_outputs
+from gpulayer.worker.process import RunAs
 
 log = logging.getLogger("gpulayer.worker")
 
@@ -25,9 +29,13 @@ class ControlLink(Protocol):
     def append_logs(self, attempt_id: int, lines: list[tuple[str, str]]) -> None: ...
     def finish(self, attempt_id: int, report: AttemptReport) -> None: ...
     def fetch_bundle(self, job_id: str, destination: Path) -> None: ...
-    def store_outputs(self, job_id: str, output_dir: Path) -> None: ...
+    def store_outputs(self, attempt_id: int, files: list[tuple[str, Path]]) -> None: ...
     def resolve_artifact(self, reference: str, scratch: Path) -> Path: ...
     def job_environment(self, job_id: str) -> Mapping[str, str] | None: ...
+
+
+_OUTPUT_UPLOAD_SECONDS = 300.0
+"""How long outputs keep being retried before the attempt reports without them."""
 
 
 class WorkerAgent:
@@ -40,23 +48,39 @@ class WorkerAgent:
         heartbeat_seconds: float = 5.0,
         claim_wait_seconds: float = 10.0,
         on_contact: Callable[[], None] | None = None,
+        run_as: RunAs | None = None,
+        max_output_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        contain: bool = True,
     ) -> None:
         self.link = link
         self.registration = registration
         self.work_root = work_root
         self.heartbeat_seconds = heartbeat_seconds
         self.claim_wait_seconds = claim_wait_seconds
+        self.run_as = run_as
+        self.max_output_file_bytes = max_output_file_bytes
         self.worker_id: str | None = None
         self._on_contact = on_contact or (lambda: None)
         self._runs: dict[int, object] = {}
+        self._held: set[int] = set()  # claimed, from the claim's reply until the report lands
         self._runs_lock = threading.Lock()
         self._stop = threading.Event()
         self._abandon = threading.Event()
         self._cancel_requested: set[int] = set()
+        self._fenced: set[int] = set()
         self._job_threads: list[threading.Thread] = []
         self._threads: list[threading.Thread] = []
+        self.containment: Containment | None = None
+        if contain:
+            self.work_root.mkdir(parents=True, exist_ok=True)
+            self.containment = Containment.for_worker(self.work_root)
 
     def start(self) -> str:
+        if self.containment is not None:
+            left = self.containment.sweep()
+            if left:
+                log.warning("ended %d process(es) an earlier run of this worker left", left)
+            self.containment.start_sentinel()
         self.worker_id = self.link.register(self.registration)
         for target, name in ((self._claim_loop, "claim"), (self._heartbeat_loop, "heartbeat")):
             thread = threading.Thread(target=target, name=f"gpulayer-worker-{name}", daemon=True)
@@ -81,6 +105,8 @@ class WorkerAgent:
         for thread in list(self._job_threads):
             thread.join(max(0.0, deadline - time.monotonic()))
         self._abandon.set()
+        if self.containment is not None:
+            self.containment.stop_sentinel()
 
     @property
     def running(self) -> int:
@@ -94,6 +120,8 @@ class WorkerAgent:
                 assignments = self.link.claim(self.worker_id, self.claim_wait_seconds)
                 self._on_contact()
                 for assignment in assignments:
+                    with self._runs_lock:
+                        self._held.add(assignment.attempt_id)
                     thread = threading.Thread(
                         target=self._run_assignment,
                         args=(assignment,),
@@ -111,29 +139,58 @@ class WorkerAgent:
         assert self.worker_id is not None
         while not self._stop.wait(self.heartbeat_seconds):
             with self._runs_lock:
-                running = list(self._runs)
+                held = sorted(self._held)
             try:
-                self.apply_signals(self.link.heartbeat(self.worker_id, running))
+                self.apply_signals(self.link.heartbeat(self.worker_id, held))
                 self._on_contact()
             except Exception:
                 log.exception("heartbeat failed")
+            if self.containment is not None and self.containment.mode == "subreaper":
+                reap_orphans(keep=self._leaders())
+
+    def _leaders(self) -> set[int]:
+        with self._runs_lock:
+            runs = list(self._runs.values())
+        return {pid for run in runs if (pid := getattr(run, "leader_pid", None)) is not None}
 
     def apply_signals(self, reply: HeartbeatReply) -> None:
         self._cancel_requested.update(reply.cancel_attempts)
+        for attempt_id in reply.cancel_attempts:
+            self._end_run(attempt_id)
+        for attempt_id in reply.fenced_attempts:
+            self._fence(attempt_id, "the control plane gave it up")
+
+    def _end_run(self, attempt_id: int) -> None:
         with self._runs_lock:
-            targets = [self._runs.get(a) for a in [*reply.cancel_attempts, *reply.fenced_attempts]]
-        for run in targets:
-            if run is not None:
-                run.cancel()  # type: ignore[attr-defined]
+            run = self._runs.get(attempt_id)
+        if run is not None:
+            run.cancel()  # type: ignore[attr-defined]
+
+    def _fence(self, attempt_id: int, why: object) -> None:
+        """The control plane gave this attempt up: end its processes, send nothing more."""
+        if attempt_id not in self._fenced:
+            log.warning("attempt %s is no longer this worker's (%s); ending it", attempt_id, why)
+        self._fenced.add(attempt_id)
+        self._end_run(attempt_id)
+
+    def _send_logs(self, attempt_id: int, lines: list[tuple[str, str]]) -> None:
+        if attempt_id in self._fenced:
+            return  # dropped: the job's log belongs to its current attempt
+        try:
+            self.link.append_logs(attempt_id, lines)
+        except (StaleAttemptError, ForbiddenError) as exc:
+            self._fence(attempt_id, exc)
 
     def _run_assignment(self, assignment: Assignment) -> None:
         from gpulayer.spec import JobSpec
         from gpulayer.worker.runner import JobRun, RunContext
 
+        attempt_id = assignment.attempt_id
         attempt_dir = self.work_root / assignment.job_id / f"attempt-{assignment.attempt}"
         attempt_dir.mkdir(parents=True, exist_ok=True)
-        shipper = LogShipper(lambda lines: self.link.append_logs(assignment.attempt_id, lines))
+        shipper = LogShipper(lambda lines: self._send_logs(attempt_id, lines))
         shipper.start()
+        group = self.containment.attempt(attempt_id) if self.containment is not None else None
         report: AttemptReport
         try:
             spec = JobSpec.model_validate(assignment.spec)
@@ -153,16 +210,18 @@ class WorkerAgent:
                 ),
                 extra_env=_device_env(spec.resources.accelerator, assignment.gpu_indices),
                 worker_env=self.link.job_environment(assignment.job_id),
+                group=group,
+                run_as=self.run_as,
             )
             run = JobRun(context, on_log=shipper.add)
             with self._runs_lock:
-                self._runs[assignment.attempt_id] = run
+                self._runs[attempt_id] = run
+            if attempt_id in self._fenced or attempt_id in self._cancel_requested:
+                run.cancel()
             outcome = run.run()
+            if attempt_id not in self._fenced:
+                self._store_outputs(assignment, outcome.output_dir, shipper)
             shipper.flush()
-            self._persist(
-                f"storing outputs of attempt {assignment.attempt_id}",
-                lambda: self.link.store_outputs(assignment.job_id, outcome.output_dir),
-            )
             report = AttemptReport(
                 state=outcome.state,
                 reason=outcome.reason,
@@ -170,38 +229,73 @@ class WorkerAgent:
                 result=outcome.result,
                 message=outcome.message,
             )
+            if self._cancelled(assignment) and outcome.state != "cancelled":
+                report = AttemptReport(state="cancelled", reason="cancelled", message="cancelled")
+        except (StaleAttemptError, ForbiddenError) as exc:
+            self._fence(attempt_id, exc)
+            report = AttemptReport(state="failed", reason="worker_lost", message=str(exc))
         except Exception as exc:  # the job fails with a reason; the worker lives on
-            log.exception("attempt %s failed to run", assignment.attempt_id)
-            shipper.add("system", f"worker error: {type(exc).__name__}: {exc}")
+            log.exception("attempt %s failed to run", attempt_id)
+            shipper.add("system", f"worker error: {type(exc).__name__}: {exc}\n")
             report = AttemptReport(state="failed", reason="worker_error", message=str(exc))
         finally:
             with self._runs_lock:
-                self._runs.pop(assignment.attempt_id, None)
+                self._runs.pop(attempt_id, None)
             shipper.close()
+            if group is not None:
+                group.close()
         if self._stop.is_set() and report.state == "cancelled" and not self._cancelled(assignment):
             # The worker is shutting down: the job did not choose to end, so it may retry.
             report = AttemptReport(
                 state="failed", reason="worker_lost", message="the worker stopped"
             )
-        self._report(assignment.attempt_id, report)
+        if attempt_id not in self._fenced:
+            self._report(attempt_id, report)
+        with self._runs_lock:
+            self._held.discard(attempt_id)
+
+    def _store_outputs(self, assignment: Assignment, output_dir: Path, shipper: LogShipper) -> None:
+        """Upload the attempt's regular files, retried for a while; cancel and fencing win."""
+        import time
+
+        attempt_id = assignment.attempt_id
+        found = gather_outputs(output_dir, max_file_bytes=self.max_output_file_bytes)
+        for line in found.skipped:
+            shipper.add("system", f"outputs: skipped {line}\n")
+        deadline = time.monotonic() + _OUTPUT_UPLOAD_SECONDS
+        delay = 0.2
+        while True:
+            try:
+                self.link.store_outputs(attempt_id, found.files)
+                return
+            except (StaleAttemptError, ForbiddenError) as exc:
+                self._fence(attempt_id, exc)
+                return
+            except Exception as exc:
+                if self._cancelled(assignment) or time.monotonic() >= deadline:
+                    shipper.add("system", f"outputs: not stored ({exc})\n")
+                    return
+                log.warning("storing outputs of attempt %s failed (%s); retrying", attempt_id, exc)
+                if self._abandon.wait(delay):
+                    return
+                delay = min(delay * 2, 10.0)
 
     def _cancelled(self, assignment: Assignment) -> bool:
         return assignment.attempt_id in self._cancel_requested
 
     def _report(self, attempt_id: int, report: AttemptReport) -> None:
-        self._persist(
-            f"reporting attempt {attempt_id}", lambda: self.link.finish(attempt_id, report)
-        )
-
-    def _persist(self, what: str, call: Callable[[], None]) -> None:
-        """Retry a call until it lands, waiting out a control plane that is away (restarting)."""
+        """Retry until the report lands, waiting out a control plane that is away; a report the
+        control plane refuses as stale is dropped (the job has moved on)."""
         delay = 0.2
         while True:
             try:
-                call()
+                self.link.finish(attempt_id, report)
+                return
+            except (StaleAttemptError, ForbiddenError) as exc:
+                log.warning("attempt %s: report refused (%s)", attempt_id, exc)
                 return
             except Exception as exc:
-                log.warning("%s failed (%s); retrying in %.1f s", what, exc, delay)
+                log.warning("reporting attempt %s failed (%s); retrying", attempt_id, exc)
                 if self._abandon.wait(delay):
                     return
                 delay = min(delay * 2, 10.0)

@@ -24,7 +24,10 @@ class HttpLink:
         self.client = client
 
     def register(self, registration: Registration) -> str:
+        """Register; every later call goes with the credential bound to this worker alone."""
         reply = self.client.request("POST", "/v1/workers", registration.model_dump(mode="json"))
+        if reply.get("token"):
+            self.client.use_token(str(reply["token"]))
         return str(reply["worker_id"])
 
     def heartbeat(self, worker_id: str, running: list[int]) -> HeartbeatReply:
@@ -50,19 +53,16 @@ class HttpLink:
     def fetch_bundle(self, job_id: str, destination: Path) -> None:
         self.client.download(f"/v1/jobs/{quote(job_id, safe='')}/bundle", destination)
 
-    def store_outputs(self, job_id: str, output_dir: Path) -> None:
+    def store_outputs(self, attempt_id: int, files: list[tuple[str, Path]]) -> None:
         with tempfile.TemporaryDirectory(prefix="gpulayer-outputs-") as scratch:
             archive = Path(scratch) / "outputs.tar.gz"
             with tarfile.open(archive, "w:gz") as tar:
-                if output_dir.exists():
-                    for entry in sorted(output_dir.iterdir()):
-                        tar.add(entry, arcname=entry.name)
-            self.client.request(
-                "PUT",
-                f"/v1/jobs/{quote(job_id, safe='')}/outputs",
-                raw=archive.read_bytes(),
-                timeout=600,
-            )
+                for relative, path in files:
+                    tar.add(path, arcname=relative, recursive=False)
+            with archive.open("rb") as body:
+                self.client.request(
+                    "PUT", f"/v1/attempts/{attempt_id}/outputs", raw=body, timeout=600
+                )
 
     def resolve_artifact(self, reference: str, scratch: Path) -> Path:
         """Download `job:<id>/<path>` (a file or a folder of outputs) into scratch."""

@@ -16,6 +16,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from gpulayer.cloud.gpus import cuda_capability, uses_host_memory
 from gpulayer.spec.capabilities import GpuDevice
 
 COMMAND_TIMEOUT_SECONDS = 5.0
@@ -107,50 +108,22 @@ def nvidia_query_argv(fields: Sequence[str]) -> list[str]:
 
 NVIDIA_HEADER_ARGV: tuple[str, ...] = ("nvidia-smi",)
 
-# Compute capability by product name, for drivers that cannot report it. Models are matched as
-# whole words, so A10 does not match an A100 nor L4 an L40S. Unknown names get None, which a
-# job with min_cuda_compute_capability treats as "not known to be enough".
-COMPUTE_CAPABILITY_BY_NAME: tuple[tuple[str, str], ...] = (
-    (r"\bGB300\b|\bB300\b", "10.3"),
-    (r"\bGB200\b|\bB200\b|\bB100\b", "10.0"),
-    (r"\bRTX PRO \d000 BLACKWELL\b|\bRTX 50\d0\b", "12.0"),
-    (r"\bGB10\b", "12.1"),
-    (r"\bGH200\b|\bH200\b|\bH100\b|\bH800\b|\bH20\b", "9.0"),
-    (r"\bL40S?\b|\bL20\b|\bL4\b|\bRTX \d000 ADA\b|\bRTX 40\d0\b", "8.9"),
-    (r"\bA100\b|\bA800\b|\bA30\b", "8.0"),
-    (r"\bA10G?\b|\bA40\b|\bA16\b|\bA2\b|\bRTX A\d000\b|\bRTX 30\d0\b", "8.6"),
-    (r"\bT4\b|\bQUADRO RTX\b|\bRTX 20\d0\b|\bTITAN RTX\b|\bGTX 16\d0\b", "7.5"),
-    (r"\bV100\b|\bTITAN V\b", "7.0"),
-    (r"\bP100\b", "6.0"),
-    (r"\bP40\b|\bP4\b|\bGTX 10\d0\b|\bTITAN XP\b", "6.1"),
-    (r"\bM60\b|\bM40\b", "5.2"),
-    (r"\bK80\b", "3.7"),
-)
-_COMPUTE_CAPABILITY_PATTERNS = tuple(
-    (re.compile(pattern), capability) for pattern, capability in COMPUTE_CAPABILITY_BY_NAME
-)
-
-# Integrated parts whose GPU shares the host's memory (DGX Spark's GB10). nvidia-smi reports
-# their memory as not supported, so the host's RAM is what the GPU can use.
-UNIFIED_MEMORY_NAMES: tuple[str, ...] = (r"\bGB10\b",)
-_UNIFIED_MEMORY_PATTERNS = tuple(re.compile(p) for p in UNIFIED_MEMORY_NAMES)
-
 _NOT_A_VALUE = re.compile(r"^\[.*\]$|^N/A$", re.IGNORECASE)  # [N/A], [Not Supported]
 _CUDA_VERSION_RE = re.compile(r"CUDA Version\s*:\s*(\d+\.\d+)")
 _MIB_PER_GIB = 1024
 
 
 def compute_capability_for_name(name: str) -> str | None:
-    upper = name.upper()
-    for pattern, capability in _COMPUTE_CAPABILITY_PATTERNS:
-        if pattern.search(upper):
-            return capability
-    return None
+    """For drivers that cannot report it: the GPU facts table's, by product name (A10 is not
+    an A100, L4 not an L40S); None for a name the table does not know, which a job with
+    min_cuda_compute_capability treats as "not known to be enough"."""
+    return cuda_capability(name)
 
 
 def has_unified_memory(name: str) -> bool:
-    upper = name.upper()
-    return any(p.search(upper) for p in _UNIFIED_MEMORY_PATTERNS)
+    """Integrated parts whose GPU shares the host's memory (DGX Spark's GB10): nvidia-smi
+    reports their memory as not supported, so the host's RAM is what the GPU can use."""
+    return uses_host_memory(name)
 
 
 def _value(text: str) -> str | None:

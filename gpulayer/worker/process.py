@@ -23,6 +23,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpulayer.worker.containment import AttemptGroup
 
 _log = logging.getLogger(__name__)
 
@@ -116,18 +120,65 @@ def tree_members(
     return members
 
 
-class ProcessTree:
-    """A child started in a new session, and everything it spawns."""
+@dataclass(frozen=True)
+class RunAs:
+    """An unprivileged user a worker started as root runs its jobs as."""
 
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+    name: str
+    uid: int
+    gid: int
+    home: str
+
+    @classmethod
+    def lookup(cls, name: str) -> RunAs:
+        import pwd
+
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            raise ValueError(f"--run-as: no user {name!r} on this machine") from None
+        if entry.pw_uid == 0:
+            raise ValueError(f"--run-as: {name!r} is root; name an unprivileged user")
+        return cls(entry.pw_name, entry.pw_uid, entry.pw_gid, entry.pw_dir)
+
+    def own(self, *paths: Path) -> None:
+        """Give the user the attempt's directories (and what is in them)."""
+        for top in paths:
+            if not top.exists():
+                continue
+            os.chown(top, self.uid, self.gid)
+            for root, dirs, files in os.walk(top):
+                for name in [*dirs, *files]:
+                    path = os.path.join(root, name)
+                    with contextlib.suppress(OSError):
+                        os.chown(path, self.uid, self.gid, follow_symlinks=False)
+
+
+class ProcessTree:
+    """A child started in a new session, and everything it spawns.
+
+    With an attempt group (see :mod:`gpulayer.worker.containment`) the child joins it before
+    it execs, and the group's members count as the tree's too: they are found and ended even
+    after leaving the session with no living parent in it."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], group: AttemptGroup | None = None) -> None:
         self.popen = popen
         self.pid = popen.pid
+        self.group = group
         self._known: dict[int, int] = {}
         self._returncode: int | None = None
         self._can_scan = _PROC.is_dir()
 
     @classmethod
-    def spawn(cls, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str]) -> ProcessTree:
+    def spawn(
+        cls,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        group: AttemptGroup | None = None,
+        run_as: RunAs | None = None,
+    ) -> ProcessTree:
         popen = subprocess.Popen(
             list(argv),
             cwd=cwd,
@@ -137,8 +188,13 @@ class ProcessTree:
             stderr=subprocess.PIPE,
             start_new_session=True,
             close_fds=True,
+            pass_fds=group.pass_fds if group is not None else (),
+            preexec_fn=group.enter if group is not None and group.pass_fds else None,
+            user=run_as.uid if run_as is not None else None,
+            group=run_as.gid if run_as is not None else None,
+            extra_groups=[] if run_as is not None else None,
         )
-        return cls(popen)
+        return cls(popen, group)
 
     def exited(self) -> int | None:
         """The leader's return code once it has exited (negative: killed by that signal),
@@ -164,7 +220,13 @@ class ProcessTree:
         """Live processes of the tree other than the leader."""
         if not self._can_scan:
             return {}
-        self._known = tree_members(proc_table(), self.pid, self._known)
+        table = proc_table()
+        if self.group is not None:
+            grouped = self.group.pids()
+            for stat in table:
+                if stat.pid in grouped and stat.state not in _GONE_STATES:
+                    self._known.setdefault(stat.pid, stat.start_time)
+        self._known = tree_members(table, self.pid, self._known)
         return dict(self._known)
 
     def _signal(self, sig: signal.Signals) -> None:
@@ -200,6 +262,8 @@ class ProcessTree:
         # once the leader is gone or the grace is over; the unreaped leader keeps its id
         # from being reused meanwhile.
         self._signal(signal.SIGKILL)
+        if self.group is not None:
+            self.group.kill()
         self._wait_gone(10)
         return running
 

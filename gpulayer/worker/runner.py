@@ -39,8 +39,9 @@ from gpulayer.spec.models import (
     is_reserved_env_name,
 )
 from gpulayer.worker.bundle import BundleError, extract_bundle
+from gpulayer.worker.containment import TAG_VARIABLE, AttemptGroup
 from gpulayer.worker.distributed import launch_argv, launch_env
-from gpulayer.worker.process import LogSink, OutputPump, ProcessTree, Redactor
+from gpulayer.worker.process import LogSink, OutputPump, ProcessTree, Redactor, RunAs
 from gpulayer.worker.staging import StagingError, stage_inputs
 
 FUNCTION_SHIM = Path(__file__).with_name("function_shim.py")
@@ -87,6 +88,10 @@ class RunContext:
     python: str = sys.executable
     kill_grace_seconds: float = 5.0
     """Between SIGTERM and SIGKILL when the job's processes are ended."""
+    group: AttemptGroup | None = None
+    """Where the attempt's processes are kept together (a cgroup, or a tag they carry)."""
+    run_as: RunAs | None = None
+    """The unprivileged user the job runs as, when the worker runs as root."""
 
 
 @dataclass
@@ -198,6 +203,7 @@ class JobRun:
         self._cancelled = threading.Event()
         self._started = False
         self._redactor = Redactor(())
+        self.leader_pid: int | None = None
 
     @property
     def work_dir(self) -> Path:
@@ -341,16 +347,25 @@ class JobRun:
             return self._outcome("failed", failed.reason, message=failed.message)
         base = os.environ if self.ctx.worker_env is None else self.ctx.worker_env
         env = job_env(self.ctx, secrets, workload_env, environ=base)
+        run_as = self.ctx.run_as
+        if run_as is not None:
+            env.update(HOME=run_as.home, USER=run_as.name, LOGNAME=run_as.name)
+            run_as.own(self.ctx.job_dir)
+        if self.ctx.group is not None:
+            env[TAG_VARIABLE] = self.ctx.group.tag
         return self._supervise(argv, cwd, env)
 
     def _supervise(self, argv: list[str], cwd: Path, env: dict[str, str]) -> RunOutcome:
         self._system(f"running {shlex.join(argv)} in {cwd}")
         try:
-            tree = ProcessTree.spawn(argv, cwd=cwd, env=env)
+            tree = ProcessTree.spawn(
+                argv, cwd=cwd, env=env, group=self.ctx.group, run_as=self.ctx.run_as
+            )
         except OSError as exc:
             message = f"cannot start {argv[0]!r}: {exc.strerror or exc}"
             self._system(message)
             return self._outcome("failed", "setup_failed", message=message)
+        self.leader_pid = tree.pid
         grace = self.ctx.kill_grace_seconds
         assert tree.popen.stdout is not None and tree.popen.stderr is not None
         pump = OutputPump(

@@ -76,7 +76,8 @@ def test_cloud_job_runs_on_a_rented_host_and_is_torn_down(
     (host,) = ssh_hosts(1)
     root = tmp_path / "installs"
     write_providers(cloud_home, [host_entry(host, "box1", 0.5, root)])
-    offers = json.loads(run_cli(["offers", "--json"]).stdout)
+    # Installed providers that are not enabled list their catalogs too, marked so.
+    offers = [o for o in json.loads(run_cli(["offers", "--json"]).stdout) if o["enabled"]]
     assert [(o["provider"], o["instance_type"], o["hourly_price"]) for o in offers] == [
         ("ssh", "box1", 0.5)
     ]
@@ -106,7 +107,7 @@ def test_cloud_job_runs_on_a_rented_host_and_is_torn_down(
     assert not (root / job["id"]).exists()  # the host's install dir is gone
     assert job_processes(root) == []
     assert not list((cloud_home / "keys").glob("r-*"))  # the per-instance key pair is removed
-    again = json.loads(run_cli(["offers", "--json"]).stdout)
+    again = [o for o in json.loads(run_cli(["offers", "--json"]).stdout) if o["enabled"]]
     assert [o["instance_type"] for o in again] == ["box1"]  # the host is free again
 
 

@@ -6,13 +6,14 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpulayer.control.client import ControlClient, Unauthorized
+from gpulayer.errors import ForbiddenError
+from tests.support.cluster import command_job, submit
 from tests.support.servers import (
     ServerProcess,
     WorkerProcess,
@@ -21,85 +22,6 @@ from tests.support.servers import (
     wait_for_job,
     wait_for_workers,
 )
-
-
-def command_job(argv: list[str], **placement: Any) -> dict[str, Any]:
-    return {
-        "workload": {"kind": "command", "command": argv},
-        "placement": {"target": "remote", **placement},
-    }
-
-
-def submit(client: ControlClient, spec: dict[str, Any]) -> str:
-    # An empty bundle: these jobs need no source.
-    return str(client.submit(spec)["id"])
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
-    if request.param == "sqlite":
-        yield None
-        return
-    if postgres_bin() is None:
-        pytest.fail("PostgreSQL is not installed: .ci/run installs it (apt-get install postgresql)")
-    with postgres_cluster() as url:
-        yield url
-
-
-class Cluster:
-    def __init__(self, base: Path, database_url: str | None, heartbeat_timeout: float) -> None:
-        self.base = base
-        self.server = ServerProcess(
-            base / "server", database_url=database_url, heartbeat_timeout=heartbeat_timeout
-        )
-        self.workers: list[WorkerProcess] = []
-        self.worker_token = ""
-
-    def start(self, workers: int, labels: list[dict[str, str]] | None = None) -> Cluster:
-        self.server.start()
-        self.worker_token = self.server.client().request("POST", "/v1/tokens", {"kind": "worker"})[
-            "token"
-        ]
-        for i in range(workers):
-            self.add_worker(f"w{i}", (labels or [{}] * workers)[i])
-        wait_for_workers(self.client, workers)
-        return self
-
-    def add_worker(self, name: str, labels: dict[str, str] | None = None) -> WorkerProcess:
-        worker = WorkerProcess(
-            self.server.url, self.worker_token, self.base / name, name, labels
-        ).start()
-        self.workers.append(worker)
-        return worker
-
-    @property
-    def client(self) -> ControlClient:
-        return self.server.client()
-
-    def stop(self) -> None:
-        for worker in self.workers:
-            worker.stop()
-        self.server.stop()
-
-
-@pytest.fixture
-def cluster_factory(tmp_path: Path) -> Iterator[Any]:
-    made: list[Cluster] = []
-
-    def make(
-        workers: int,
-        labels: list[dict[str, str]] | None = None,
-        database_url: str | None = None,
-        heartbeat_timeout: float = 2.0,
-    ) -> Cluster:
-        base = tmp_path / f"cluster{len(made)}"
-        cluster = Cluster(base, database_url, heartbeat_timeout).start(workers, labels)
-        made.append(cluster)
-        return cluster
-
-    yield make
-    for cluster in made:
-        cluster.stop()
 
 
 def test_jobs_run_on_the_worker_their_labels_pick(
@@ -131,7 +53,9 @@ def test_tokens_are_required_and_worker_tokens_only_work(cluster_factory: Any) -
         as_worker.jobs()
     with pytest.raises(Unauthorized):
         as_worker.submit(command_job(["true"]))
-    assert as_worker.request("POST", "/v1/workers/none/heartbeat", {"running": []}) is not None
+    # A join token registers workers and does nothing else, not even a heartbeat.
+    with pytest.raises(ForbiddenError):
+        as_worker.request("POST", "/v1/workers/none/heartbeat", {"running": []})
 
 
 def test_unschedulable_fail_rejects_and_queue_says_why(cluster_factory: Any) -> None:

@@ -114,21 +114,25 @@ class WorkerProcess:
         self.labels = labels or {}
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, heartbeat_seconds: float = 0.5) -> WorkerProcess:
+    def start(self, heartbeat_seconds: float = 0.5, *extra: str) -> WorkerProcess:
+        self.home.mkdir(parents=True, exist_ok=True)
+        token_file = self.home / "join.token"
+        token_file.write_text(self.token + "\n")
+        token_file.chmod(0o600)
         args = [
             "worker",
             "start",
             "--server",
             self.server_url,
-            "--token",
-            self.token,
+            "--token-file",
+            str(token_file),
             "--name",
             self.name,
+            *extra,
         ]
         args += ["--heartbeat-seconds", str(heartbeat_seconds)]
         for key, value in self.labels.items():
             args += ["--label", f"{key}={value}"]
-        self.home.mkdir(parents=True, exist_ok=True)
         log = (self.home / "worker.log").open("ab")
         env = {
             k: v for k, v in os.environ.items() if k not in ("GPULAYER_SERVER", "GPULAYER_TOKEN")

@@ -17,7 +17,7 @@ from gpulayer.cloud.errors import (
     ProviderSettingsError,
     QuotaError,
 )
-from gpulayer.cloud.gpus import cuda_capability, gpu_facts, normalize_gpu_name
+from gpulayer.cloud.gpus import cuda_capability, gpu_facts, nominal_memory_gb, normalize_gpu_name
 from gpulayer.cloud.protocol import Instance, LaunchRequest
 from gpulayer.cloud.settings import load_settings
 from gpulayer.errors import GpulayerError, UsageError
@@ -63,7 +63,7 @@ def test_errors_are_typed_and_scoped() -> None:
 def test_gpu_facts(name: str, capability: str, memory: float) -> None:
     facts = gpu_facts(name)
     assert facts is not None
-    assert (facts.compute_capability, facts.memory_gb, facts.memory_kind) == (
+    assert (facts.compute_capability, nominal_memory_gb(name, None), facts.memory_kind) == (
         capability,
         memory,
         "dedicated",

@@ -110,7 +110,8 @@ def test_query_from_spec_carries_every_resource_need() -> None:
         "disk_gb": 200,
         "os": ("linux",),
         "cpu_arch": ("x86_64",),
-        "gpu_name": "A100",
+        "gpu_count_exact": True,
+        "gpu_models": ("A100",),
         "spot": False,
         "regions": ("us-east-1", "us-west-2"),
     }

@@ -44,7 +44,8 @@ def names(offers: list[Offer]) -> list[str]:
     return [o.instance_type for o in offers]
 
 
-ONE_GPU = OfferQuery(accelerator="cuda")
+ONE_GPU = OfferQuery(accelerator="cuda", gpu_count_exact=False)
+"""At least one GPU: these tests are about order, which counts GPUs too."""
 
 
 def test_cheapest_first_unknown_price_last() -> None:
@@ -91,7 +92,7 @@ def test_each_rejection_counted_once_under_first_reason() -> None:
     assert names(result.offers) == ["fits"]
     assert result.rejected == {
         "accelerator: not cuda": 1,
-        "gpu_count: fewer than 2 GPUs": 2,
+        "gpu_count: not exactly 2 GPUs": 2,
         "gpu_memory_gb: under 20 GB per GPU or unknown": 1,
         "min_cuda_compute_capability: below 8.0 or unknown": 2,
         "cpu_arch: not one of x86_64": 1,
@@ -115,7 +116,7 @@ def test_gpu_name_matches_after_normalizing() -> None:
     offers = [offer("a100", 3.0, gpu_name="NVIDIA A100"), offer("a10g", 1.0)]
     result = filter_offers(offers, OfferQuery(accelerator="cuda", gpu_name="a100"))
     assert names(result.offers) == ["a100"]
-    assert result.rejected == {"gpu_name: not a100": 1}
+    assert result.rejected == {"gpu_models: not A100": 1}
 
 
 def test_disk_chosen_at_launch_always_fits() -> None:
@@ -244,6 +245,8 @@ def _fits(o: Offer, q: OfferQuery, cap: float | None, currency: str) -> bool:
         return False
     if o.gpu_count < q.gpu_count or o.cpu_cores < q.cpu_cores:
         return False
+    if q.gpu_count and q.gpu_count_exact and o.gpu_count != q.gpu_count:
+        return False
     if q.gpu_memory_gb is not None and (o.gpu_memory_gb or 0) < q.gpu_memory_gb:
         return False
     if q.min_cuda_compute_capability is not None:
@@ -285,9 +288,10 @@ _offers = st.builds(
     st.sampled_from(["USD", "USD", "EUR"]),
 )
 _queries = st.builds(
-    lambda gpus, mem, cc, arch, spot: OfferQuery(
+    lambda gpus, mem, cc, arch, spot, exact: OfferQuery(
         accelerator="cuda" if gpus else "cpu",
         gpu_count=gpus,
+        gpu_count_exact=exact,
         gpu_memory_gb=mem if gpus else None,
         min_cuda_compute_capability=cc if gpus else None,
         cpu_arch=arch,
@@ -298,6 +302,7 @@ _queries = st.builds(
     st.sampled_from([None, "8.0", "9.0"]),
     st.sampled_from([(), ("x86_64",)]),
     st.sampled_from([None, True, False]),
+    st.booleans(),
 )
 
 

@@ -64,6 +64,42 @@ CASES = [
         "needs 2 cuda GPUs, 1 of 4 free",
     ),
     (f.gpu_count, {"accelerator": "cuda"}, {}, None),  # accelerator explains instead
+    # gpu_models: any of the names, read through the one GPU name normalization
+    (f.gpu_models, {"accelerator": "cuda", "gpu_models": ["a100"]}, MIXED, None),
+    (f.gpu_models, {"accelerator": "cuda", "gpu_models": ["H100", "A10G"]}, MIXED, None),
+    (f.gpu_models, {"accelerator": "cuda", "gpu_models": ["A100-80GB"]}, MIXED, None),
+    (
+        f.gpu_models,
+        {"accelerator": "cuda", "gpu_count": 2, "gpu_models": ["A100"]},
+        MIXED,
+        "needs 2 cuda GPUs of model A100, has 1 x NVIDIA A100 (80 GB), 1 x NVIDIA A10G (24 GB)",
+    ),
+    (
+        f.gpu_models,
+        {"accelerator": "cuda", "gpu_models": ["A100-80GB"]},
+        {"caps": {"accelerator": "cuda", "gpus": (("NVIDIA A100-SXM4-40GB", 39.4, "8.0"),)}},
+        "of model A100-80GB, has 1 x NVIDIA A100-SXM4-40GB (39.4 GB)",
+    ),
+    (f.gpu_models, {"accelerator": "cuda", "gpu_models": ["H100"]}, CUDA4, "of model H100"),
+    # gpu_memory_gb: the nominal size counts, not the few GB less a driver reports
+    (
+        f.gpu_memory_gb,
+        {"accelerator": "cuda", "gpu_memory_gb": 24},
+        {"caps": {"accelerator": "cuda", "gpus": (("NVIDIA A10G", 22.35, "8.6"),)}},
+        None,
+    ),
+    (
+        f.gpu_memory_gb,
+        {"accelerator": "cuda", "gpu_memory_gb": 24},
+        {"caps": {"accelerator": "cuda", "gpus": (("NVIDIA L4", 22.35, "8.9"),)}},
+        None,
+    ),
+    (
+        f.gpu_memory_gb,
+        {"accelerator": "cuda", "gpu_memory_gb": 25},
+        {"caps": {"accelerator": "cuda", "gpus": (("NVIDIA L4", 22.35, "8.9"),)}},
+        "with >= 25 GB",
+    ),
     # gpu_memory_gb: per device, counting only devices that meet it
     (f.gpu_memory_gb, {"accelerator": "cuda", "gpu_memory_gb": 40}, MIXED, None),
     (

@@ -32,33 +32,17 @@ def candidates(
     job_id: str,
     note: Callable[[str], None],
 ) -> Candidates:
-    from gpulayer.cloud.errors import ProviderError
     from gpulayer.cloud.offer import Offer, OfferQuery
-    from gpulayer.cloud.ranking import (
-        cheapest_over_cap,
-        describe_rejections,
-        filter_offers,
-        rank,
-    )
+    from gpulayer.cloud.ranking import rank
+    from gpulayer.cloud.search import gather, select, why_nothing_fits
 
     placement = spec.placement
     if not providers:
         return Candidates(never="no cloud provider is installed or enabled")
+    # The same pipeline `gpulayer offers` lists with: gather, then select for the placement.
     query = OfferQuery.from_spec(spec)
-    found = []
-    for name, provider in providers.items():
-        try:
-            found.extend(provider.offers(query))
-        except ProviderError as exc:
-            note(f"{name}: no offers ({exc})")
-    ranked = rank(found)
-    limits: dict[str, Any] = {
-        "providers": placement.providers,
-        "regions": placement.regions,
-        "currency": placement.currency,
-        "max_hourly_cost": placement.max_hourly_cost,
-    }
-    fitting = filter_offers(ranked, query, **limits)
+    ranked = gather(providers, query, note=note).ranked
+    fitting = select(ranked, query, placement)
     holders: dict[planning.OfferKey, str] = {}
     theirs = []
     for record in live:
@@ -68,23 +52,11 @@ def candidates(
             holders[planning.offer_key(offer)] = record.job_id
     busy = [
         f"{o.label}: in use by job {holders[planning.offer_key(o)]}"
-        for o in filter_offers(theirs, query, **limits).offers
+        for o in select(rank(theirs), query, placement).offers
     ]
     if fitting.offers or busy:
         return Candidates(fitting=list(fitting.offers), busy=busy)
-    if placement.max_hourly_cost is not None:
-        uncapped = {k: v for k, v in limits.items() if k != "max_hourly_cost"}
-        over = cheapest_over_cap(
-            ranked, query, max_hourly_cost=placement.max_hourly_cost, **uncapped
-        )
-        if over is not None:
-            cap = f"{placement.max_hourly_cost} {placement.currency}"
-            return Candidates(
-                never=f"max_hourly_cost {cap} is below every offer that fits; the cheapest is "
-                f"{over.label} at {over.hourly_price} {over.currency}/h"
-            )
-    rejected = describe_rejections(fitting.rejected) or "no offers at all"
-    return Candidates(never="no offer fits: " + rejected)
+    return Candidates(never=why_nothing_fits(ranked, query, placement, fitting))
 
 
 def fallback_target(spec: JobSpec, worker_views: list[Any]) -> tuple[str | None, list[str]]:

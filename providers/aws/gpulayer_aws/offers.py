@@ -9,14 +9,14 @@ day (spot prices: every few minutes).
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from gpulayer.cloud.cache import DiskCache
 from gpulayer.cloud.errors import ProviderError
 from gpulayer.cloud.gpus import gpu_facts
 from gpulayer.cloud.offer import Offer, OfferQuery
-from gpulayer_aws.catalog import load_catalog
+from gpulayer_aws.catalog import PriceCatalog, load_catalog
 from gpulayer_aws.errors import PROVIDER, aws_errors
 from gpulayer_aws.pricing import fetch_on_demand, fetch_spot
 from gpulayer_aws.session import Clients
@@ -65,7 +65,42 @@ def usable_shapes(
     return []
 
 
-def _offer_fields(shape: Shape, region: str, zone: str) -> dict[str, Any]:
+def catalog_offers(
+    catalog: PriceCatalog,
+    query: OfferQuery,
+    *,
+    regions: Sequence[str] | None,
+    allow_spot: bool,
+) -> list[Offer]:
+    """Offers from the catalog alone (no API call): one per instance type, region and market,
+    naming the region's zones. ``regions`` None: every region the catalog prices."""
+    if query.accelerator not in ("cpu", "cuda"):
+        return []
+    wanted = set(query.regions)
+    shapes = [catalog.hardware[name] for name in sorted(catalog.hardware)]
+    offers = []
+    for shape in shapes:
+        if not (shape.nvidia if query.accelerator == "cuda" else not shape.gpu_count):
+            continue
+        prices = catalog.on_demand.get(shape.name, {})
+        # A type may be sold in a region without an on-demand price (capacity blocks only):
+        # it is listed unpriced, so a cost cap turns it down.
+        known = sorted({*prices, *catalog.zones.get(shape.name, {})})
+        for region in known:
+            if (regions is not None and region not in regions) or (wanted and region not in wanted):
+                continue
+            price = prices.get(region)
+            fields = _offer_fields(shape, region, None)
+            fields["zones"] = tuple(catalog.zones.get(shape.name, {}).get(region, ()))
+            if query.spot is not True:
+                offers.append(Offer(**fields, hourly_price=price, spot=False))
+            spot_price = catalog.spot.get(shape.name, {}).get(region)
+            if allow_spot and query.spot is not False and spot_price is not None:
+                offers.append(Offer(**fields, hourly_price=spot_price, spot=True))
+    return offers
+
+
+def _offer_fields(shape: Shape, region: str, zone: str | None) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "provider": PROVIDER,
         "instance_type": shape.name,

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulayer.cloud.cache import DiskCache
+from gpulayer.cloud.catalogs import CatalogInfo
 from gpulayer.cloud.errors import ProviderError
 from gpulayer.cloud.offer import Offer, OfferQuery
 from gpulayer.cloud.protocol import Instance, LaunchRequest
@@ -16,7 +17,7 @@ from gpulayer_aws import catalog
 from gpulayer_aws.errors import PROVIDER, aws_errors
 from gpulayer_aws.instances import by_ids, live_by_tags, to_instance
 from gpulayer_aws.launch import launch
-from gpulayer_aws.offers import OfferSource
+from gpulayer_aws.offers import OfferSource, catalog_offers
 from gpulayer_aws.session import Clients
 from gpulayer_aws.settings import AwsSettings
 from gpulayer_aws.terminate import terminate_in_region
@@ -65,10 +66,34 @@ class AwsProvider:
         self._remember(instances)
         return instances
 
-    def refresh_catalog(self, regions: Iterable[str] | None = None) -> Path:
-        """Rebuild the on-demand price catalog from the Pricing API (see
+    # --- the catalog: offers without credentials or network ---------------------------------
+
+    def catalog_offers(self, query: OfferQuery, *, everywhere: bool = False) -> list[Offer]:
+        """Offers from the catalog alone; ``everywhere``: every region it prices, spot
+        included, else the configured regions (spot when ``allow_spot``)."""
+        found = catalog.load_catalog(self.settings.default_cache_dir())
+        return catalog_offers(
+            found,
+            query,
+            regions=None if everywhere else self.settings.regions,
+            allow_spot=everywhere or self.settings.allow_spot,
+        )
+
+    def catalog_info(self) -> CatalogInfo:
+        return catalog.load_catalog(self.settings.default_cache_dir()).info()
+
+    def refresh_catalog(
+        self,
+        regions: Iterable[str] | None = None,
+        *,
+        source: catalog.PriceSource = "api",
+        on_region: Any = None,
+    ) -> Path:
+        """Rebuild the catalog from the public bulk price list or the Pricing API (see
         :func:`gpulayer_aws.catalog.refresh_catalog`)."""
-        return catalog.refresh_catalog(self.settings, regions=regions)
+        return catalog.refresh_catalog(
+            self.settings, regions=regions, source=source, on_region=on_region
+        )
 
     # --- helpers --------------------------------------------------------------------------
 

@@ -36,6 +36,9 @@ class AwsSettings(BaseModel):
     price_source: Literal["api", "catalog"] = "api"
     """api: the Pricing API (cached, falling back to the catalog when it fails);
     catalog: only the catalog shipped with the plugin or refreshed by refresh_catalog."""
+    price_list_url: str = "https://pricing.us-east-1.amazonaws.com"
+    """Where ``gpulayer catalog refresh aws --source bulk`` reads AWS's public bulk price list
+    (no credentials needed)."""
     cache_dir: Path | None = None
     """Where fetched catalog data is kept; None: $GPULAYER_HOME/cache/aws."""
     catalog_ttl_seconds: Annotated[float, Field(ge=0)] = 86_400

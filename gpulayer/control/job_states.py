@@ -1,0 +1,74 @@
+"""The one place where jobs and attempts change state, through tables of allowed moves.
+
+Every move is a conditional UPDATE from the states the table allows into the target, so two
+control planes (or two threads) racing to move the same record cannot both win, and a move the
+table forbids (a finished job going back to the queue) can never happen, whoever asks.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gpulayer.control.store import TERMINAL_STATES, Store
+
+JOB_TRANSITIONS: dict[str, frozenset[str]] = {
+    "queued": frozenset({"provisioning", "running", "failed", "cancelled"}),
+    "provisioning": frozenset({"queued", "running", "failed", "cancelled"}),
+    # Back to queued: a lost or preempted attempt that may be retried.
+    "running": frozenset({"queued", "succeeded", "failed", "cancelled"}),
+    "succeeded": frozenset(),
+    "failed": frozenset(),
+    "cancelled": frozenset(),
+}
+
+ATTEMPT_TRANSITIONS: dict[str, frozenset[str]] = {
+    "assigned": frozenset({"running", "failed", "cancelled"}),
+    "running": frozenset({"succeeded", "failed", "cancelled"}),
+    "succeeded": frozenset(),
+    "failed": frozenset(),
+    "cancelled": frozenset(),
+}
+
+ACTIVE_ATTEMPT_STATES = ("assigned", "running")
+
+
+def sources(table: dict[str, frozenset[str]], target: str) -> list[str]:
+    """The states a record may move into target from."""
+    if target not in table:
+        raise ValueError(f"unknown state {target!r}")
+    return sorted(state for state, targets in table.items() if target in targets)
+
+
+class JobStates:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def move_job(
+        self, job_id: str, to: str, *, only_from: list[str] | None = None, **values: Any
+    ) -> bool:
+        """Move a job into ``to`` if the table (and ``only_from``, when given) allows it from
+        where it is. True if this call moved it. A job that ends takes its attempts along."""
+        allowed = sources(JOB_TRANSITIONS, to)
+        if only_from is not None:
+            allowed = [s for s in allowed if s in only_from]
+        if to in TERMINAL_STATES:
+            values.setdefault("finished_at", time.time())
+        won = self.store.update_job(job_id, expect_states=allowed, state=to, **values)
+        if won and to in TERMINAL_STATES:
+            self._end_attempts(job_id, to, values.get("reason"))
+        return won
+
+    def move_attempt(self, attempt_id: int, to: str, **values: Any) -> bool:
+        if to in TERMINAL_STATES:
+            values.setdefault("finished_at", time.time())
+        return self.store.update_attempt(
+            attempt_id, expect_states=sources(ATTEMPT_TRANSITIONS, to), state=to, **values
+        )
+
+    def _end_attempts(self, job_id: str, job_state: str, reason: str | None) -> None:
+        """An attempt never stays live under an ended job (its worker is then fenced)."""
+        state = "cancelled" if job_state == "cancelled" else "failed"
+        for attempt in self.store.attempts_for(job_id):
+            if attempt.state in ACTIVE_ATTEMPT_STATES:
+                self.move_attempt(attempt.id, state, reason=reason or "job_ended")

@@ -1,0 +1,80 @@
+"""`gpulayer offers` as a new user runs it: offline, without credentials or providers.yaml, the
+control plane ranks every installed provider's catalog as submit would, and says why when it
+lists nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.aws_env import without_aws_credentials
+from tests.support.cli import run_cli
+
+
+@pytest.fixture(autouse=True)
+def _no_aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    without_aws_credentials(monkeypatch, tmp_path)
+
+
+@pytest.mark.slow
+def test_offline_offers_list_a100_and_say_how_to_enable(shared_home: Path) -> None:
+    result = run_cli(["offers", "--provider", "aws", "--gpu", "A100"], env={"COLUMNS": "80"})
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if "p4d.24xlarge" in line]
+    assert lines and all("8x A100 40GB" in line and line.startswith("aws*") for line in lines)
+    assert all(len(line.rstrip()) <= 80 for line in result.stdout.splitlines())
+    assert "aws catalog as of " in result.stdout
+    assert f"add `aws: {{}}` to {shared_home / 'providers.yaml'}" in result.stderr
+
+    as_json = run_cli(["offers", "--gpu", "a100", "--json", "-n", "100"])
+    rows = json.loads(as_json.stdout)
+    assert {row["instance_type"] for row in rows} == {"p4d.24xlarge", "p4de.24xlarge"}
+    assert all(row["zones"] and row["enabled"] is False for row in rows)
+    assert "no provider is enabled" in as_json.stderr
+    prices = [row["hourly_price"] for row in rows]
+    assert prices == sorted(prices)
+
+
+@pytest.mark.slow
+def test_offers_that_list_nothing_say_why(shared_home: Path) -> None:
+    exact = run_cli(["offers", "--provider", "aws", "--gpu", "A100", "--gpus", "1"])
+    assert exact.returncode == 0, exact.stderr
+    assert "no offers" in exact.stdout
+    assert "no aws offer has exactly 1 A100; p4d.24xlarge has 8 at 21.95764 USD/h" in exact.stderr
+    typo = run_cli(["offers", "--provider", "awss"])
+    assert typo.returncode == 2
+    assert "'awss' is not an installed provider; did you mean 'aws'?" in typo.stderr
+    size_only = run_cli(["offers", "--gpu", "80GB"])
+    assert size_only.returncode == 2 and "gpu_models" in size_only.stderr
+
+
+@pytest.mark.slow
+def test_offers_route_refuses_bad_input_with_the_field_named(shared_home: Path) -> None:
+    from gpulayer.control.connect import connect
+    from gpulayer.errors import SpecError, UsageError
+
+    client = connect().client
+    with pytest.raises(SpecError, match=r"resources\.gpu_models"):
+        client.offers({"workload": {"kind": "command", "command": ["x"]},
+                       "resources": {"gpu_models": ["H100"]}})  # fmt: skip
+    with pytest.raises(UsageError, match="limit"):
+        client.offers({"workload": {"kind": "command", "command": ["x"]}}, limit=-1)
+    listing = client.offers(
+        {"workload": {"kind": "command", "command": ["x"]},
+         "resources": {"accelerator": "cuda", "gpu_count": 8, "gpu_models": ["H100"]}},
+        limit=1,
+    )  # fmt: skip
+    assert [row["instance_type"] for row in listing["offers"]] == ["p5.48xlarge"]
+    assert listing["total"] > 1 and listing["providers_file"].startswith(str(shared_home))
+
+
+@pytest.mark.slow
+def test_submit_gpu_flag_asks_for_a_cuda_gpu(shared_home: Path) -> None:
+    sent = run_cli(["submit", "--gpu", "H100", "--gpu", "A100-80GB", "--detach", "--", "true"])
+    # This machine has no CUDA GPU: the job is refused at once, naming what it lacks.
+    assert sent.returncode == 1, sent.stderr
+    assert "needs a cuda accelerator, has cpu" in sent.stderr
+    bad = run_cli(["submit", "--gpu", "80GB", "--", "true"])
+    assert bad.returncode == 2 and "resources.gpu_models" in bad.stderr
