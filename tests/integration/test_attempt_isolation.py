@@ -31,9 +31,7 @@ pytestmark = pytest.mark.slow
 # Forks a daemon that leaves the session (setsid, then a second fork) and sleeps; then the body:
 # attempt 1 holds for HOLD seconds, a later attempt ends at once. Each finished body appends its
 # attempt number to the ledger.
-_BODY = (
-    DAEMON_PREAMBLE
-    + """
+_BODY = DAEMON_PREAMBLE + """
 hold = float(sys.argv[2]) if os.environ["GPULAYER_ATTEMPT"] == "1" else 0.2
 time.sleep(hold)
 out = os.environ["GPULAYER_OUTPUT_DIR"]
@@ -42,7 +40,6 @@ with open(os.path.join(out, "who.txt"), "w") as f:
 with open(sys.argv[3], "a") as f:
     f.write(os.environ["GPULAYER_ATTEMPT"] + "\\n")
 """
-)
 
 
 def body_job(marker: str, hold: float, ledger: Path) -> dict[str, Any]:

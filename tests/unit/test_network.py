@@ -9,8 +9,6 @@ from gpulayer.cloud.network import controller_cidr
 
 def test_without_internet_the_cidr_is_a_single_local_address() -> None:
     controller_cidr.cache_clear()
-    network = ipaddress.ip_network(
-        controller_cidr(timeout=1.0)
-    )  # tests route HTTPS to a dead proxy
+    network = ipaddress.ip_network(controller_cidr(timeout=1.0))  # tests route HTTPS to a dead proxy
     assert network.num_addresses == 1
     controller_cidr.cache_clear()
