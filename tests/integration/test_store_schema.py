@@ -61,7 +61,7 @@ def test_upgrade_keeps_existing_rows_and_adds_new_tables_and_columns(tmp_path: P
     database = tmp_path / "state.db"
     make_schema_2_database(database)
     store = Store(f"sqlite:///{database}")
-    assert store.schema_version() == tables.SCHEMA_VERSION == 4
+    assert store.schema_version() == tables.SCHEMA_VERSION == 5
     assert store.get_job("j-old").name == "old"
     assert store.list_instances() == []  # the new ledger table exists and works
     (old_token,) = store.list_tokens()
@@ -108,7 +108,7 @@ def test_upgrade_from_3_adds_the_lifecycle_columns_and_tables(tmp_path: Path) ->
     database = tmp_path / "state.db"
     make_schema_3_database(database)
     store = Store(f"sqlite:///{database}")
-    assert store.schema_version() == 4
+    assert store.schema_version() == 5
     (old,) = store.list_instances()
     assert (old.request_id, old.state, old.offer, old.tunnel_port) == (
         "r-old",
