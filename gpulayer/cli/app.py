@@ -10,6 +10,7 @@ from gpulayer.cli import (
     cleanup_commands,
     cloud_commands,
     config_commands,
+    instance_commands,
     job_commands,
     schedule_commands,
     server_commands,
@@ -30,6 +31,7 @@ app = typer.Typer(
 job_commands.register(app)
 server_commands.register(app)
 cloud_commands.register(app)
+instance_commands.register(app)
 spec_commands.register(app)
 schedule_commands.register(app)
 cleanup_commands.register(app)

@@ -161,11 +161,14 @@ def artifacts(
 
 
 def workers(
+    include_gone: bool = typer.Option(
+        False, "--all", help="Also workers that are gone (their cloud machine was handed back)."
+    ),
     as_json: bool = JsonOption,
     server: Optional[str] = ServerOption,
 ) -> None:
     """List workers with their state, load and what they report."""
-    found = _connect(server).client.workers()
+    found = _connect(server).client.workers(include_gone=include_gone)
     if as_json:
         print_json(found)
         return

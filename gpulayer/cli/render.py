@@ -139,6 +139,75 @@ def job_panel(job: dict[str, Any]) -> None:
                 _short_time(attempt.get("finished_at")),
             )
         console.print(detail)
+    for instance in job.get("instances") or []:
+        console.print(_phases_table(instance))
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, rest = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{rest:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def _phases_table(instance: dict[str, Any]) -> Table:
+    name = instance.get("instance_id") or instance["request_id"]
+    title = f"instance {name} ({instance['provider']}, {instance['state']})"
+    table = Table(box=None, header_style="bold", title=title, title_justify="left")
+    for column in ("PHASE", "STARTED", "DURATION"):
+        table.add_column(column)
+    for phase in instance.get("phases") or []:
+        ongoing = " (ongoing)" if phase["ended_at"] is None else ""
+        table.add_row(
+            phase["phase"],
+            _short_time(phase["started_at"]),
+            _duration(phase["seconds"]) + ongoing,
+        )
+    return table
+
+
+def instances_table(instances: list[dict[str, Any]]) -> None:
+    table = Table(box=None, header_style="bold")
+    columns = (
+        "INSTANCE",
+        "PROVIDER",
+        "TYPE",
+        "WHERE",
+        "STATE",
+        "IN STATE",
+        "PRICE/H",
+        "COST",
+        "JOB",
+    )
+    for column in columns:
+        table.add_column(column)
+    for item in instances:
+        price = "-" if item["hourly_price"] is None else f"{item['hourly_price']:.4f}"
+        cost = "-" if item["cost"] is None else f"{item['cost']:.4f} {item['currency']}"
+        where = item.get("zone") or item.get("region") or "-"
+        if item.get("zone") and item.get("region") and item["zone"] != item["region"]:
+            where = f"{item['region']}/{item['zone']}"
+        table.add_row(
+            item["instance_id"] or item["request_id"],
+            item["provider"],
+            item.get("instance_type") or "-",
+            where,
+            item["state"],
+            _duration(item.get("age_in_state_seconds")),
+            price,
+            cost,
+            item["job_id"],
+        )
+    console = _console()
+    if instances:
+        console.print(table)
+    else:
+        console.print("no instances (--all shows ended ones)")
 
 
 def _hardware(caps: dict[str, Any]) -> str:

@@ -121,6 +121,11 @@ def worker_start(
     deadman_action: str = typer.Option(
         "stop", "--deadman-action", help="poweroff (cloud instances), stop, or record:PATH (tests)."
     ),
+    instance_request_id: Optional[str] = typer.Option(
+        None,
+        "--instance-request-id",
+        help="The launch request of the instance this worker runs on (set by cloud bootstrap).",
+    ),
 ) -> None:
     """Register this machine with a control plane and run the jobs it assigns, until stopped."""
     import logging
@@ -167,6 +172,7 @@ def worker_start(
         kind="cloud" if kind == "cloud" else "remote",
         labels=labels,
         capabilities=capabilities.model_dump(mode="json"),
+        instance_request_id=instance_request_id or None,
     )
     stopped = threading.Event()
     deadman: DeadmanSwitch | None = None

@@ -20,6 +20,9 @@ class OrchestratorSettings(BaseModel):
     """What a worker does when the dead-man switch fires: poweroff, stop, or record:PATH (a
     file written instead, for tests); None: poweroff on cloud instances, stop on ssh hosts.
     GPULAYER_DEADMAN_ACTION overrides it."""
+    hold_reclaimed_seconds: Annotated[float, Strict(), Field(ge=0)] = 600
+    """How long an offer whose spot instance the provider reclaimed is held back before a
+    retried job may rent it again."""
 
     @field_validator("ssh_cidr")
     @classmethod

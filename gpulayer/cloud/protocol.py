@@ -109,6 +109,10 @@ class Instance(BaseModel):
     """The provider reclaimed this (spot) instance: its attempt ends as ``preempted``."""
     tags: dict[str, str] = Field(default_factory=dict)
     launched_at: datetime | None = None
+    reclaimed: bool = False
+    """The instance ended (or is ending) without gpulayer asking: the provider took it back
+    (a spot reclaim) or someone ended it from outside. Providers record their own terminate
+    before the call, so they can tell the two apart."""
 
     @property
     def live(self) -> bool:

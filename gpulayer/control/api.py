@@ -28,7 +28,14 @@ from gpulayer.control.protocol import (
 )
 from gpulayer.control.service import ControlService
 from gpulayer.control.text_checks import repaired, unsafe_text
-from gpulayer.control.views import cost_view, job_view, log_view, token_view, worker_view
+from gpulayer.control.views import (
+    cost_view,
+    job_view,
+    lifecycle_view,
+    log_view,
+    token_view,
+    worker_view,
+)
 from gpulayer.errors import (
     ForbiddenError,
     GpulayerError,
@@ -234,9 +241,13 @@ def create_app(
     # --- workers ------------------------------------------------------------------------------
 
     @app.get("/v1/workers", dependencies=auth)
-    def workers() -> list[dict[str, Any]]:
+    def workers(all: bool = False) -> list[dict[str, Any]]:
         running = Counter(a.worker_id for a in service.store.active_attempts())
-        return [worker_view(w, running=running[w.id]) for w in service.list_workers()]
+        return [
+            worker_view(w, running=running[w.id])
+            for w in service.list_workers()
+            if all or w.state != "gone"
+        ]
 
     @app.post("/v1/workers", dependencies=[checked])
     def register(registration: Registration, who: Principal = Depends(caller)) -> dict[str, Any]:
@@ -318,6 +329,11 @@ def create_app(
     def cost(job: str | None = None) -> dict[str, Any]:
         job_id = service.resolve_job_id(job) if job else None
         return cost_view(service.store.list_instances(job_id=job_id))
+
+    @app.get("/v1/instances", dependencies=auth)
+    def instances(all: bool = False, job: str | None = None) -> list[dict[str, Any]]:
+        job_id = service.resolve_job_id(job) if job else None
+        return _instances(service, job_id=job_id, live_only=not all and job_id is None)
 
     @app.post("/v1/offers", dependencies=auth)
     def offers(body: dict[str, Any]) -> dict[str, Any]:
@@ -442,6 +458,18 @@ def _incoming_bundle(service: ControlService, bundle_id: Any) -> Path | None:
     return path
 
 
+def _instances(
+    service: ControlService, *, job_id: str | None, live_only: bool
+) -> list[dict[str, Any]]:
+    import time
+
+    now = time.time()
+    return [
+        lifecycle_view(r, service.store.instance_history(r.request_id), now)
+        for r in service.store.list_instances(job_id=job_id, live_only=live_only)
+    ]
+
+
 def _job(service: ControlService, job_id: str) -> dict[str, Any]:
     job = service.store.get_job(job_id)
     attempts = service.attempts(job_id)
@@ -450,6 +478,7 @@ def _job(service: ControlService, job_id: str) -> dict[str, Any]:
     instances = service.store.list_instances(job_id=job_id)
     if instances:
         view["cost"] = cost_view(instances)
+        view["instances"] = _instances(service, job_id=job_id, live_only=False)
     if job.state == "queued":
         view["waiting_for"] = service.waiting_reasons(job)
     return view

@@ -282,8 +282,9 @@ class ControlClient:
             while chunk := response.read(1 << 16):
                 out.write(chunk)
 
-    def workers(self) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self.request("GET", "/v1/workers")
+    def workers(self, *, include_gone: bool = False) -> list[dict[str, Any]]:
+        params = {"all": "true"} if include_gone else None
+        result: list[dict[str, Any]] = self.request("GET", "/v1/workers", params=params)
         return result
 
 

@@ -130,9 +130,9 @@ def _run(
 ) -> int:
     import uvicorn
 
+    from gpulayer.cloud.lifecycle import attach_lifecycle
     from gpulayer.control.api import create_app
     from gpulayer.control.local_admin import LocalAdmin, add_local_routes
-    from gpulayer.control.provisioner import attach_provisioner
     from gpulayer.control.schedule_firing import attach_schedules
     from gpulayer.control.service import ControlService
     from gpulayer.control.store import Store
@@ -140,7 +140,7 @@ def _run(
     store = Store(f"sqlite:///{layout.database}", max_log_bytes=_max_log_bytes())
     service = ControlService(store, layout)
     agent = start_local_worker(service, layout)
-    provisioner = attach_provisioner(service, control_port=listener.getsockname()[1])
+    lifecycle = attach_lifecycle(service, control_port=listener.getsockname()[1])
     firing = attach_schedules(service)
     exit_requested = threading.Event()
     admin = LocalAdmin(
@@ -150,7 +150,10 @@ def _run(
         request_exit=exit_requested.set,
         write_info=lambda data: _write_server_file(layout, data),
         in_flight=lambda: (
-            [f"cloud work of job {j}" for j in sorted(provisioner.active_jobs())]
+            [
+                f"instance {i.request_id} of job {i.job_id}"
+                for i in store.list_instances(live_only=True)
+            ]
             + ([f"{agent.running} local attempt(s)"] if agent.running else [])
         ),
     )
@@ -175,7 +178,12 @@ def _run(
                 service.sweep_lost_workers()  # cloud workers reach this one through SSH tunnels
                 service.dispatch()
                 idle_for = time.monotonic() - service.last_call
-                busy = service.live_jobs() or agent.running or service.schedules.active_count()
+                busy = (
+                    service.live_jobs()
+                    or agent.running
+                    or service.schedules.active_count()
+                    or lifecycle.has_live_instances()  # teardown still to finish
+                )
                 if idle_for > idle_seconds and not busy:
                     log.info("idle for %.0f s with no live job or schedule; exiting", idle_for)
                     server.should_exit = True
@@ -187,7 +195,7 @@ def _run(
         server.run(sockets=[listener])
     finally:
         firing.stop()
-        provisioner.stop()
+        lifecycle.stop()
         agent.stop(cancel_running=True)
         store.close()
     return 0

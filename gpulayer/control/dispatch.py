@@ -66,13 +66,42 @@ def plan_assignments(store: Store) -> list[tuple[str, str, tuple[int, ...]]]:
     for target, kind in TARGET_WORKER_KIND.items():
         jobs = [j for j in queued if j.target == target]
         if target == "cloud":
-            # A cloud job runs only on the machine rented for it, once that machine's worker joined.
-            jobs = [j for j in jobs if (j.spec.get("placement") or {}).get("worker_ids")]
+            decisions += _reserved_assignments(store, jobs, views)
+            continue
         workers = [v.snapshot for v in views if v.kind == kind]
         if not jobs or not workers:
             continue
         queue = [QueuedJob(j.id, spec, j.created_at) for j in jobs if (spec := _readable(j))]
         for assignment in plan(queue, workers):
+            decisions.append(
+                (assignment.job_id, assignment.worker_id, tuple(assignment.gpu_indices))
+            )
+    return decisions
+
+
+def _reserved_assignments(
+    store: Store, jobs: list[JobRecord], views: list[WorkerView]
+) -> list[tuple[str, str, tuple[int, ...]]]:
+    """A cloud job runs only on the worker of the instance reserved for it, once it joined.
+    The machine was chosen for the job, so worker pins in its spec name other workers."""
+    if not jobs:
+        return []
+    by_id = {v.snapshot.id: v.snapshot for v in views if v.kind == "cloud"}
+    bound = {
+        r.job_id: r.worker_id
+        for r in store.live_reservations()
+        if r.state == "bound" and r.worker_id in by_id
+    }
+    decisions = []
+    for job in jobs:
+        worker_id = bound.get(job.id)
+        if worker_id is None:
+            continue
+        spec = JobSpec.model_validate(job.spec)
+        spec.placement.worker_ids = []
+        spec.placement.worker_labels = {}
+        queue = [QueuedJob(job.id, spec, job.created_at)]
+        for assignment in plan(queue, [by_id[worker_id]]):
             decisions.append(
                 (assignment.job_id, assignment.worker_id, tuple(assignment.gpu_indices))
             )

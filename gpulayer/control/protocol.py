@@ -64,6 +64,9 @@ class Registration(Message):
     capabilities: dict[str, Any]
     worker_id: Annotated[str, Field(min_length=1, max_length=32)] | None = None
     """Set when a worker re-registers under the id it had (it gets a new epoch)."""
+    instance_request_id: str | None = None
+    """A cloud worker names the launch request of the instance it runs on, so the control
+    plane binds it to that instance's reservation (and its job) by id."""
 
 
 class Heartbeat(Message):

@@ -61,8 +61,8 @@ def run_server(
 ) -> None:
     import uvicorn
 
+    from gpulayer.cloud.lifecycle import attach_lifecycle
     from gpulayer.control.api import create_app
-    from gpulayer.control.provisioner import attach_provisioner
     from gpulayer.control.schedule_firing import attach_schedules
     from gpulayer.control.service import ControlService
     from gpulayer.control.store import Store
@@ -85,7 +85,7 @@ def run_server(
     authenticate = TokenAuthority(store)
 
     service = ControlService(store, layout, heartbeat_timeout=heartbeat_timeout)
-    provisioner = attach_provisioner(service, control_port=port)
+    lifecycle = attach_lifecycle(service, control_port=port)
     firing = attach_schedules(service)
     app = create_app(service, authenticate, embedded=False)
     stop = threading.Event()
@@ -115,7 +115,7 @@ def run_server(
     finally:
         stop.set()
         firing.stop()
-        provisioner.stop()
+        lifecycle.stop()
         store.close()
         log.info("server stopped after %.0f s", time.monotonic() - started)
 

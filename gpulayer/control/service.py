@@ -63,6 +63,8 @@ class ControlService:
         self.cloud_available: Callable[[], bool] = lambda: False
         self.provisioner: Any = None
         self.schedules: Any = None  # a ScheduleService, once attach_schedules ran
+        # Workers whose silence is the control plane's own (their tunnel is being reopened).
+        self.sweep_exempt: Callable[[], set[str]] = set
         # The submitting shell's environment for local jobs: memory only, never the store.
         self._client_env: dict[str, dict[str, str]] = {}
         self._outputs_lock = threading.Lock()
@@ -284,6 +286,9 @@ class ControlService:
             labels=registration.labels,
             capabilities=capabilities.model_dump(mode="json"),
         )
+        if registration.instance_request_id:
+            # A cloud worker: it runs its instance's job, found by the reservation, not by name.
+            self.store.bind_reservation(registration.instance_request_id, worker.id)
         credential = None
         if caller is not None and caller.kind != "worker":
             parent = caller.token_id if caller.kind == "join" else None
@@ -357,7 +362,11 @@ class ControlService:
         if kind not in ("admin", "join"):
             raise UsageError(f"kind: admin or worker, not {kind!r}")
         token, _ = issue_token(
-            self.store, kind, name, expires_at=expires_at, max_workers=max_workers  # type: ignore[arg-type]
+            self.store,
+            kind,  # type: ignore[arg-type]
+            name,
+            expires_at=expires_at,
+            max_workers=max_workers,
         )
         return token
 
@@ -375,8 +384,10 @@ class ControlService:
         ForbiddenError for another worker's attempt; StaleAttemptError once it was given up
         on (lost, fenced, finished) or its worker has registered again since."""
         attempt = self.store.get_attempt(attempt_id)
-        if caller is not None and caller.kind != "admin" and (
-            caller.kind != "worker" or attempt.worker_id != caller.worker_id
+        if (
+            caller is not None
+            and caller.kind != "admin"
+            and (caller.kind != "worker" or attempt.worker_id != caller.worker_id)
         ):
             raise ForbiddenError(f"attempt {attempt_id} is not this worker's")
         if attempt.state not in ACTIVE_ATTEMPT_STATES:
@@ -536,12 +547,14 @@ class ControlService:
         # Silence while this control plane was down is not held against a worker: its
         # heartbeats had nowhere to go. It gets a full timeout from our start.
         now = time.time()
+        exempt = self.sweep_exempt()
         for worker in self.store.list_workers():
             silent_since = max(worker.last_heartbeat, self._started)
             if (
                 worker.kind != "local"
                 and worker.state == "ready"
                 and now - silent_since > self.heartbeat_timeout
+                and worker.id not in exempt
             ):
                 self.store.set_worker_state(worker.id, "lost")
                 for attempt in self.store.active_attempts(worker.id):
@@ -567,6 +580,68 @@ class ControlService:
                 message=why,
             )
 
+    # --- cloud jobs: the moves the lifecycle reconciler makes --------------------------------
+
+    def begin_provisioning(self, job_id: str, message: str) -> bool:
+        """A machine is being prepared for the job."""
+        moved = self.states.move_job(
+            job_id, "provisioning", only_from=["queued"], message=message
+        ) or self.store.update_job(job_id, expect_states=["provisioning"], message=message)
+        self.notify()
+        return moved
+
+    def requeue_for_provisioning(self, job_id: str, why: str) -> None:
+        if self.states.move_job(job_id, "queued", only_from=["provisioning"]):
+            self.log_system(job_id, 0, [f"provisioning starts over: {why}"])
+
+    def wait_for_capacity(self, job_id: str, why: str) -> None:
+        """The job stays queued until capacity frees; says why once per change of reason."""
+        job = self.store.get_job(job_id)
+        moved = self.states.move_job(
+            job_id, "queued", only_from=["provisioning"], message=why
+        ) or self.store.update_job(job_id, expect_states=["queued"], message=why)
+        if moved and job.message != why:
+            self.log_system(job_id, 0, [why])
+
+    def hand_to_reserved_worker(self, job_id: str) -> None:
+        """The job's machine is ready: queue it for dispatch to its reserved worker."""
+        self.states.move_job(job_id, "queued", only_from=["provisioning"])
+        self.dispatch()
+
+    def move_to_target(self, job_id: str, target: str) -> None:
+        """The cloud cannot run it: the next fallback target in its chain may."""
+        self.states.move_job(
+            job_id, "queued", only_from=["provisioning"], target=target
+        ) or self.store.update_job(job_id, expect_states=["queued"], target=target)
+        self.dispatch()
+
+    def fail_unplaced(self, job_id: str, reason: str, message: str) -> None:
+        """A job that never ran ends: nothing can place it."""
+        self.states.move_job(
+            job_id, "failed", only_from=["queued", "provisioning"], reason=reason, message=message
+        )
+        self.notify()
+
+    def end_worker_attempts(self, worker_id: str, reason: str, why: str) -> None:
+        """The worker's machine is gone (reclaimed, unreachable): its attempts end with
+        ``reason``, and their jobs retry if their retry_on says so."""
+        for attempt in self.store.active_attempts(worker_id):
+            if self.states.move_attempt(attempt.id, "failed", reason=reason):
+                self._retry_or_fail(attempt, reason, why)
+        self.store.set_worker_state(worker_id, "gone")
+        self.dispatch()
+
+    def retire_worker(self, worker_id: str) -> None:
+        """Its machine is being handed back."""
+        self.store.set_worker_state(worker_id, "gone")
+        self.notify()
+
+    def credit_worker_silence(self, worker_id: str) -> None:
+        """The worker could not reach us because we were down: its silence starts now."""
+        worker = self.store.get_worker(worker_id)
+        if worker.state in ("ready", "lost"):
+            self.store.set_worker_state(worker_id, worker.state, heartbeat=True)
+
     # --- scheduling -------------------------------------------------------------------------
 
     def worker_views(self, *, only_ready: bool = False) -> list[Any]:
@@ -583,6 +658,8 @@ class ControlService:
             spec = JobSpec.model_validate(job.spec)
         except ValueError:
             return ["its stored spec does not validate; delete the job and submit it again"]
+        if job.target == "cloud":
+            return [job.message or "waiting for a machine to be provisioned"]
         views = [v for v in self.worker_views() if v.kind == TARGET_WORKER_KIND.get(job.target)]
         if not views:
             return [f"no {job.target} worker is registered"]

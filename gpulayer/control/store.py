@@ -22,6 +22,7 @@ from sqlalchemy import (
     event,
     func,
     insert,
+    or_,
     select,
     update,
 )
@@ -52,6 +53,15 @@ _STEPS: dict[int, tuple[str, ...]] = {
         "UPDATE tokens SET id = 't-' || substr(hash, 1, 10) WHERE id IS NULL",
         "CREATE UNIQUE INDEX IF NOT EXISTS ix_tokens_id ON tokens (id)",
         "CREATE INDEX IF NOT EXISTS ix_tokens_worker ON tokens (worker_id)",
+    ),
+    # The lifecycle reconciler: what it needs to resume an instance after a restart.
+    5: (
+        "ALTER TABLE instances ADD COLUMN offer TEXT",
+        "ALTER TABLE instances ADD COLUMN state_since FLOAT",
+        "ALTER TABLE instances ADD COLUMN tunnel_port INTEGER",
+        "ALTER TABLE instances ADD COLUMN token_hash VARCHAR(64)",
+        "ALTER TABLE instances ADD COLUMN install_dir TEXT",
+        "ALTER TABLE instances ADD COLUMN machine TEXT",
     ),
 }
 
@@ -136,6 +146,13 @@ class InstanceRecord:
     ready_at: float | None
     ended_at: float | None
     note: str | None
+    offer: dict[str, Any] | None = None
+    state_since: float | None = None
+    tunnel_port: int | None = None
+    token_hash: str | None = None
+    install_dir: str | None = None
+    machine: dict[str, Any] | None = None
+    """The provider's instance as launch returned it (address, login user, tags)."""
 
     @property
     def gone(self) -> bool:
@@ -150,6 +167,27 @@ class InstanceRecord:
 
 
 INSTANCE_GONE_STATES = frozenset({"terminated", "never_launched"})
+
+
+@dataclass
+class TransitionRecord:
+    request_id: str
+    from_state: str | None
+    to_state: str
+    reason: str
+    at: float
+
+
+@dataclass
+class ReservationRecord:
+    request_id: str
+    job_id: str
+    worker_id: str | None
+    state: str
+    """pending (its instance is being prepared), bound (the worker joined), released."""
+    created_at: float
+    bound_at: float | None
+    released_at: float | None
 
 
 @dataclass
@@ -654,7 +692,20 @@ class Store:
             ).scalar_one()
             if live_instances:
                 return False
-            for table in (t.logs, t.log_usage, t.artifacts, t.attempts, t.instances):
+            requests = select(t.instances.c.request_id).where(t.instances.c.job_id == job_id)
+            conn.execute(
+                t.instance_transitions.delete().where(
+                    t.instance_transitions.c.request_id.in_(requests)
+                )
+            )
+            for table in (
+                t.logs,
+                t.log_usage,
+                t.artifacts,
+                t.attempts,
+                t.reservations,
+                t.instances,
+            ):
                 conn.execute(table.delete().where(table.c.job_id == job_id))
             removed = conn.execute(
                 t.jobs.delete().where(
@@ -830,17 +881,117 @@ class Store:
 
     # --- instances and the cost ledger ------------------------------------------------------
 
-    def record_instance(self, **values: Any) -> InstanceRecord:
-        """Write an instance down before the call that creates it."""
-        values.setdefault("created_at", time.time())
+    def record_instance(self, *, reason: str = "", **values: Any) -> InstanceRecord:
+        """Write an instance down before the call that creates it, with its reservation for
+        the job and the first entry of its history, in one transaction."""
+        now = time.time()
+        values.setdefault("created_at", now)
+        values.setdefault("state_since", now)
         values["tags"] = json.dumps(values.get("tags", {}))
+        _encode_instance_json(values)
         with self.engine.begin() as conn:
             conn.execute(insert(t.instances).values(**values))
+            conn.execute(
+                insert(t.instance_transitions).values(
+                    request_id=values["request_id"],
+                    from_state=None,
+                    to_state=values["state"],
+                    reason=reason,
+                    at=now,
+                )
+            )
+            conn.execute(
+                insert(t.reservations).values(
+                    request_id=values["request_id"],
+                    job_id=values["job_id"],
+                    state="pending",
+                    created_at=now,
+                )
+            )
         return self.get_instance(values["request_id"])
+
+    def move_instance(
+        self, request_id: str, *, expect: str, to: str, reason: str, **values: Any
+    ) -> bool:
+        """Move an instance from ``expect`` to ``to`` and note why, only if it is still in
+        ``expect``; True when this caller moved it. The caller checks the state table."""
+        now = time.time()
+        _encode_instance_json(values)
+        condition = and_(t.instances.c.request_id == request_id, t.instances.c.state == expect)
+        with self.engine.begin() as conn:
+            moved = conn.execute(
+                update(t.instances).where(condition).values(state=to, state_since=now, **values)
+            ).rowcount
+            if moved != 1:
+                return False
+            conn.execute(
+                insert(t.instance_transitions).values(
+                    request_id=request_id, from_state=expect, to_state=to, reason=reason, at=now
+                )
+            )
+        return True
+
+    def instance_history(self, request_id: str) -> list[TransitionRecord]:
+        query = (
+            select(t.instance_transitions)
+            .where(t.instance_transitions.c.request_id == request_id)
+            .order_by(t.instance_transitions.c.id)
+        )
+        with self.engine.connect() as conn:
+            return [
+                TransitionRecord(r.request_id, r.from_state, r.to_state, r.reason, r.at)
+                for r in conn.execute(query)
+            ]
+
+    def reservation(self, request_id: str) -> ReservationRecord | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(t.reservations).where(t.reservations.c.request_id == request_id)
+            ).first()
+        return None if row is None else ReservationRecord(**row._mapping)
+
+    def live_reservations(self, *, job_id: str | None = None) -> list[ReservationRecord]:
+        query = select(t.reservations).where(t.reservations.c.state != "released")
+        if job_id is not None:
+            query = query.where(t.reservations.c.job_id == job_id)
+        with self.engine.connect() as conn:
+            return [ReservationRecord(**r._mapping) for r in conn.execute(query)]
+
+    def bind_reservation(self, request_id: str, worker_id: str) -> bool:
+        """The instance's worker joined: the job now runs on that worker and no other. The
+        first worker to register for the instance holds it (it may re-register)."""
+        condition = and_(
+            t.reservations.c.request_id == request_id,
+            or_(
+                t.reservations.c.state == "pending",
+                and_(t.reservations.c.state == "bound", t.reservations.c.worker_id == worker_id),
+            ),
+        )
+        with self.engine.begin() as conn:
+            return (
+                conn.execute(
+                    update(t.reservations)
+                    .where(condition)
+                    .values(state="bound", worker_id=worker_id, bound_at=time.time())
+                ).rowcount
+                == 1
+            )
+
+    def release_reservation(self, request_id: str) -> None:
+        condition = and_(
+            t.reservations.c.request_id == request_id, t.reservations.c.state != "released"
+        )
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(t.reservations)
+                .where(condition)
+                .values(state="released", released_at=time.time())
+            )
 
     def update_instance(self, request_id: str, **values: Any) -> None:
         if "tags" in values:
             values["tags"] = json.dumps(values["tags"])
+        _encode_instance_json(values)
         with self.engine.begin() as conn:
             conn.execute(
                 update(t.instances).where(t.instances.c.request_id == request_id).values(**values)
@@ -1034,6 +1185,12 @@ class Store:
         return len(doomed)
 
 
+def _encode_instance_json(values: dict[str, Any]) -> None:
+    for name in ("offer", "machine"):
+        if values.get(name) is not None:
+            values[name] = json.dumps(values[name])
+
+
 def _token(row: Any) -> TokenRecord:
     m = row._mapping
     return TokenRecord(**{f: m[f] for f in TokenRecord.__dataclass_fields__})
@@ -1057,6 +1214,8 @@ def _column_exists(conn: Any, statement: str) -> bool:
 def _instance(row: Any) -> InstanceRecord:
     m = dict(row._mapping)
     m["tags"] = json.loads(m["tags"] or "{}")
+    m["offer"] = json.loads(m["offer"]) if m.get("offer") else None
+    m["machine"] = json.loads(m["machine"]) if m.get("machine") else None
     m["spot"] = bool(m["spot"])
     return InstanceRecord(**m)
 

@@ -17,7 +17,7 @@ from sqlalchemy import (
     Text,
 )
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 metadata = MetaData()
 
@@ -157,6 +157,13 @@ instances = Table(
     Column("ready_at", Float),
     Column("ended_at", Float),
     Column("note", Text),
+    # Added in schema 5 (the lifecycle reconciler): what it needs to resume after a restart.
+    Column("offer", Text),
+    Column("state_since", Float),
+    Column("tunnel_port", Integer),
+    Column("token_hash", String(64)),
+    Column("install_dir", Text),
+    Column("machine", Text),
 )
 Index("ix_instances_state", instances.c.state)
 Index("ix_instances_job", instances.c.job_id)
@@ -211,3 +218,34 @@ log_usage = Table(
     Column("bytes", BigInteger, nullable=False, default=0),
     Column("cut_bytes", BigInteger, nullable=False, default=0),
 )
+
+# Added in schema 5: every move of an instance between lifecycle states, with its reason.
+instance_transitions = Table(
+    "instance_transitions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("request_id", String(64), ForeignKey("instances.request_id"), nullable=False),
+    Column("from_state", String(16)),
+    Column("to_state", String(16), nullable=False),
+    Column("reason", Text, nullable=False, default=""),
+    Column("at", Float, nullable=False),
+)
+Index(
+    "ix_instance_transitions_request", instance_transitions.c.request_id, instance_transitions.c.id
+)
+
+# Added in schema 5: which instance (and, once it joined, which worker) a job runs on. The
+# job's own spec is never edited for this.
+reservations = Table(
+    "reservations",
+    metadata,
+    Column("request_id", String(64), ForeignKey("instances.request_id"), primary_key=True),
+    Column("job_id", String(32), ForeignKey("jobs.id"), nullable=False),
+    Column("worker_id", String(32)),
+    Column("state", String(16), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("bound_at", Float),
+    Column("released_at", Float),
+)
+Index("ix_reservations_job", reservations.c.job_id, reservations.c.state)
+Index("ix_reservations_worker", reservations.c.worker_id)

@@ -11,6 +11,7 @@ from gpulayer.control.store import (
     JobRecord,
     LogLine,
     TokenRecord,
+    TransitionRecord,
     WorkerRecord,
 )
 
@@ -106,6 +107,29 @@ def instance_view(record: InstanceRecord, now: float) -> dict[str, Any]:
         "ended_at": iso(record.ended_at),
         "cost": record.cost(now),
     }
+
+
+def lifecycle_view(
+    record: InstanceRecord, history: list[TransitionRecord], now: float
+) -> dict[str, Any]:
+    """One rented instance for `gpulayer instances` and `status`: where it is, since when, and
+    the phases it went through."""
+    from gpulayer.cloud.lifecycle.phases import phase_rows
+
+    view = instance_view(record, now)
+    since = record.state_since or record.created_at
+    view["state_since"] = iso(since)
+    view["age_in_state_seconds"] = round(max(0.0, now - since), 3)
+    view["phases"] = [
+        {**row, "started_at": iso(row["started_at"]), "ended_at": iso(row["ended_at"])}  # type: ignore[arg-type]
+        for row in phase_rows(history, now)
+    ]
+    view["history"] = [
+        {"from": h.from_state, "to": h.to_state, "reason": h.reason, "at": iso(h.at)}
+        for h in history
+    ]
+    view["note"] = record.note
+    return view
 
 
 def cost_view(records: list[InstanceRecord]) -> dict[str, Any]:

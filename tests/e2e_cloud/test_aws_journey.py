@@ -200,7 +200,9 @@ def held_in_moto(ec2: Any) -> dict[str, list[str]]:
 def wait_for_teardown(job_id: str, emulator: CloudInit) -> list[dict[str, Any]]:
     # The job's end is reported at once; teardown follows in the control plane.
     wait_until(
-        lambda: all(i["state"] == "terminated" for i in ledger(job_id)["instances"]),
+        lambda: all(
+            i["state"] in ("terminated", "never_launched") for i in ledger(job_id)["instances"]
+        ),
         what="teardown",
     )
     wait_until(lambda: not emulator.hosts(), what="the instance's host to go")
@@ -278,9 +280,9 @@ def test_no_capacity_in_the_first_zone_moves_to_the_next(
     assert f"ran on {boot.host_name} {job['id']}" in result.stdout
 
     instances = wait_for_teardown(job["id"], cloud_init)
-    assert [(i["zone"], i["instance_id"]) for i in instances] == [
-        (ZONES[0], None),
-        (ZONES[1], boot.instance_id),
+    assert [(i["zone"], i["instance_id"], i["state"]) for i in instances] == [
+        (ZONES[0], None, "never_launched"),  # refused for capacity: nothing was created
+        (ZONES[1], boot.instance_id, "terminated"),
     ]
     # The failed launch's key pair and security group went with it.
     assert held_in_moto(aws_lab.ec2()) == {"instances": [], "key_pairs": [], "security_groups": []}
@@ -312,10 +314,9 @@ def test_rejected_credentials_fall_back_to_the_next_target(
     # One launch was tried: the provider was blocked, so the other zone's offer never was.
     (attempt,) = ledger(job["id"])["instances"]
     assert (attempt["zone"], attempt["instance_id"]) == (ZONES[0], None)
-    # Nobody can tell whether that launch left an instance while every call is refused: the
-    # record stays open for the reaper, and the rest of the teardown still ran.
-    assert attempt["state"] == "terminating"
-    assert "terminating failed; the reaper will retry" in result.stderr
+    # The provider refused the launch, so it created nothing: the record ends at once as
+    # never launched, its key files gone.
+    assert attempt["state"] == "never_launched"
     assert not list((cloud_home / "keys").glob(f"{attempt['request_id']}*"))
     assert aws_lab.moto.calls("ImportKeyPair") == aws_lab.moto.calls("RunInstances") == []
 
@@ -331,13 +332,10 @@ def test_rejected_credentials_fall_back_to_the_next_target(
     assert "credentials rejected (AuthFailure" in pinned.stderr
     assert f"fell back to {socket.gethostname()}" in pinned.stdout
 
-    # Once credentials work again, the reaper finds nothing of those launches and closes them.
+    # Once credentials work again, the reaper finds nothing left of those launches.
     aws_lab.moto.reset()
-    run_cli(["reap", "--json"])
-    wait_until(
-        lambda: {i["state"] for i in ledger(job["id"])["instances"]} == {"terminated"},
-        what="the reaper",
-    )
+    assert json.loads(run_cli(["reap", "--json"]).stdout) == []
+    assert {i["state"] for i in ledger(job["id"])["instances"]} == {"never_launched"}
 
 
 def test_a_cap_below_every_aws_offer_fails_at_once_naming_the_cheapest(

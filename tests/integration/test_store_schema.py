@@ -61,7 +61,7 @@ def test_upgrade_keeps_existing_rows_and_adds_new_tables_and_columns(tmp_path: P
     database = tmp_path / "state.db"
     make_schema_2_database(database)
     store = Store(f"sqlite:///{database}")
-    assert store.schema_version() == tables.SCHEMA_VERSION == 4
+    assert store.schema_version() == tables.SCHEMA_VERSION == 5
     assert store.get_job("j-old").name == "old"
     assert store.list_instances() == []  # the new ledger table exists and works
     (old_token,) = store.list_tokens()
@@ -82,3 +82,63 @@ def test_a_newer_schema_is_refused_rather_than_damaged(tmp_path: Path) -> None:
         conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema'")
     with pytest.raises(StoreError, match="newer"):
         Store(f"sqlite:///{database}")
+
+
+def make_schema_3_database(path: Path) -> None:
+    """A database as schema 3 left it: the instance ledger without the lifecycle's columns."""
+    make_schema_2_database(path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema'")
+        conn.execute(
+            "CREATE TABLE instances (request_id VARCHAR(64) PRIMARY KEY, job_id VARCHAR(32) NOT"
+            " NULL, owner VARCHAR(64) NOT NULL, provider VARCHAR(64) NOT NULL, region VARCHAR(64),"
+            " zone VARCHAR(64), instance_type VARCHAR(128), instance_id VARCHAR(128), state"
+            " VARCHAR(16) NOT NULL, ssh_host VARCHAR(255), key_path TEXT, hourly_price FLOAT,"
+            " currency VARCHAR(3) NOT NULL, spot BOOLEAN NOT NULL, tags TEXT NOT NULL, created_at"
+            " FLOAT NOT NULL, launched_at FLOAT, ready_at FLOAT, ended_at FLOAT, note TEXT)"
+        )
+        conn.execute(
+            "INSERT INTO instances (request_id, job_id, owner, provider, state, currency, spot,"
+            " tags, created_at, ended_at) VALUES ('r-old', 'j-old', 'o-1', 'aws', 'terminated',"
+            " 'USD', 0, '{}', 1.0, 2.0)"
+        )
+
+
+def test_upgrade_from_3_adds_the_lifecycle_columns_and_tables(tmp_path: Path) -> None:
+    database = tmp_path / "state.db"
+    make_schema_3_database(database)
+    store = Store(f"sqlite:///{database}")
+    assert store.schema_version() == 5
+    (old,) = store.list_instances()
+    assert (old.request_id, old.state, old.offer, old.tunnel_port) == (
+        "r-old",
+        "terminated",
+        None,
+        None,
+    )
+    assert store.instance_history("r-old") == [] and store.reservation("r-old") is None
+    new = store.record_instance(
+        reason="offer ssh/lab/box",
+        request_id="r-new",
+        job_id="j-old",
+        owner="o-1",
+        provider="ssh",
+        state="requested",
+        tags={},
+        offer={"provider": "ssh", "region": "lab", "instance_type": "box"},
+    )
+    assert new.offer == {"provider": "ssh", "region": "lab", "instance_type": "box"}
+    assert store.move_instance("r-new", expect="requested", to="launching", reason="go")
+    assert not store.move_instance("r-new", expect="requested", to="launching", reason="again")
+    assert [(h.from_state, h.to_state) for h in store.instance_history("r-new")] == [
+        (None, "requested"),
+        ("requested", "launching"),
+    ]
+    reservation = store.reservation("r-new")
+    assert reservation is not None and reservation.state == "pending"
+    assert store.bind_reservation("r-new", "w-1")
+    assert store.bind_reservation("r-new", "w-1")  # the same worker registering again
+    assert not store.bind_reservation("r-new", "w-other")  # no one else takes the instance
+    store.release_reservation("r-new")
+    assert store.live_reservations(job_id="j-old") == []
+    store.close()

@@ -496,6 +496,16 @@ class SshdHost:
         if process is not None:
             process.wait(timeout=_KILL_SECONDS)
 
+    def stop_listening(self) -> None:
+        """Kill only the listening sshd: sessions already open (and what they run) go on, new
+        connections are refused until :meth:`start`."""
+        with self._lock:
+            process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            process.wait(timeout=_KILL_SECONDS)
+
     def restart(self, *, new_host_key: bool = False) -> None:
         """Stop and start again; ``new_host_key`` first replaces the host key, as a machine
         reinstalled behind the same address (or an impostor) would present."""

@@ -128,6 +128,25 @@ def remove_command(install_dir: str) -> str:
     )
 
 
+HOST_WHEELHOUSES_KEPT = 2
+
+
+def prune_wheelhouses_command(wheelhouse_dir: str, keep: int = HOST_WHEELHOUSES_KEPT) -> str | None:
+    """Host command: keep the ``keep`` newest wheelhouses beside ``wheelhouse_dir`` (which
+    counts as the newest), removing older ones; None where the dir is not in the default
+    ``.../wheelhouse/gpulayer-*`` layout, which is the only one gpulayer owns."""
+    parent, name = posixpath.split(wheelhouse_dir.rstrip("/"))
+    if posixpath.basename(parent) != "wheelhouse" or not name.startswith("gpulayer-"):
+        return None
+    check_install_dir(parent)
+    quoted = shlex.quote(parent)
+    return (
+        f"cd {quoted} && touch -c -- {shlex.quote(name)} && "
+        f"ls -1dt gpulayer-*/ 2>/dev/null | tail -n +{int(keep) + 1} | "
+        'while IFS= read -r old; do rm -rf -- "${old%/}"; done; true'
+    )
+
+
 _PROBE = r"""
 import hashlib, json, os, platform, sys, sysconfig
 out = {"version": "%d.%d.%d" % tuple(sys.version_info[:3]), "executable": sys.executable}

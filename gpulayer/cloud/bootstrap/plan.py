@@ -73,6 +73,8 @@ class BootstrapPlan:
     """Where the host keeps wheels between jobs; None: ``<install_dir>/../wheelhouse/<key>``."""
     system_site_packages: bool = False
     """Let jobs see packages the image installed system-wide (e.g. a preinstalled torch)."""
+    instance_request_id: str | None = None
+    """The launch request of the instance; the worker registers with it."""
 
 
 def install_dir_problem(path: str) -> str | None:
@@ -179,6 +181,7 @@ def worker_args(plan: BootstrapPlan, remote_port: int) -> list[str]:
         ("--provider", plan.provider),
         ("--region", plan.region),
         ("--zone", plan.zone),
+        ("--instance-request-id", plan.instance_request_id),
     ):
         if value is not None:
             args += [flag, value]

@@ -38,6 +38,7 @@ from gpulayer.cloud.bootstrap.commands import (
     parse_probe,
     phase_field,
     probe_command,
+    prune_wheelhouses_command,
     remove_command,
     stop_command,
 )
@@ -159,6 +160,7 @@ def bootstrap_worker(
                     f"bootstrap on {target} ran past {timeout:g}s", list(lines.tail)
                 )
             raise BootstrapError(f"bootstrap on {target} failed (exit {code})", list(lines.tail))
+        _prune_wheelhouses(session, wheelhouse_dir, phase)
         worker = RemoteWorker(
             session,
             tunnel,
@@ -222,6 +224,21 @@ def _upload_wheels(
             f"cannot place the wheels in {wheelhouse_dir}",
             (result.stdout + result.stderr).splitlines(),
         )
+
+
+def _prune_wheelhouses(
+    session: SshSession, wheelhouse_dir: str, phase: Callable[[str], None]
+) -> None:
+    """Each gpulayer version leaves a wheelhouse on the host; only the newest few stay."""
+    from gpulayer.ssh.errors import SshError
+
+    command = prune_wheelhouses_command(wheelhouse_dir)
+    if command is None:
+        return
+    try:
+        session.run(command, timeout=60)
+    except SshError as exc:  # an old wheelhouse left over is no reason to fail the job
+        phase(f"could not prune old wheelhouses: {exc}")
 
 
 def _upload_files(session: SshSession, plan: BootstrapPlan, remaining: Callable[[], float]) -> None:

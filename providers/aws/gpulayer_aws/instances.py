@@ -20,6 +20,7 @@ _STATES: dict[str, InstanceState] = {
     "terminated": "terminated",
 }
 NOT_TERMINATED = ["pending", "running", "stopping", "stopped", "shutting-down"]
+SPOT_RECLAIM = "Server.SpotInstanceTermination"
 
 
 def to_instance(
@@ -29,12 +30,16 @@ def to_instance(
     public_ip = raw.get("PublicIpAddress")
     private_ip = raw.get("PrivateIpAddress")
     price = tag_map.get(t.PRICE)
+    state = _STATES.get(raw.get("State", {}).get("Name", ""), "unknown")
+    reason = raw.get("StateReason", {}).get("Code", "")
+    ending = state in ("stopping", "terminated")
+    reclaimed = ending and (reason == SPOT_RECLAIM or t.ENDED_BY_GPULAYER not in tag_map)
     return Instance(
         id=raw["InstanceId"],
         provider=PROVIDER,
         region=region,
         zone=raw.get("Placement", {}).get("AvailabilityZone"),
-        state=_STATES.get(raw.get("State", {}).get("Name", ""), "unknown"),
+        state=state,
         instance_type=raw.get("InstanceType"),
         public_ip=public_ip,
         private_ip=private_ip,
@@ -46,6 +51,7 @@ def to_instance(
         spot=raw.get("InstanceLifecycle") == "spot",
         tags=tag_map,
         launched_at=raw.get("LaunchTime"),
+        reclaimed=reclaimed,
     )
 
 

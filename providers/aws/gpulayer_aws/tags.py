@@ -13,6 +13,9 @@ SSH_USER = "gpulayer:ssh-user"
 # Read by the orchestrator's bootstrap from the instance it is handed.
 PYTHON = "gpulayer:python"
 INSTALL_ROOT = "gpulayer:install-root"
+# Put on an instance just before gpulayer terminates it, so an instance that ended without it
+# was ended by someone else (a spot reclaim, a person in the console).
+ENDED_BY_GPULAYER = "gpulayer:ended-by-gpulayer"
 
 
 def resource_name(request_id: str) -> str:

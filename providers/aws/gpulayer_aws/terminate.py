@@ -37,6 +37,13 @@ def terminate_in_region(
     ids = [r["InstanceId"] for r in raws if r.get("State", {}).get("Name") != "terminated"]
     with aws_errors(region):
         if ids:
+            # Recorded on the instance before the call: whoever describes it later can tell
+            # our terminate from the provider taking the instance back.
+            try:
+                ec2.create_tags(Resources=ids, Tags=[{"Key": t.ENDED_BY_GPULAYER, "Value": "true"}])
+            except Exception as exc:
+                if error_code(exc) not in _GONE:
+                    raise
             try:
                 ec2.terminate_instances(InstanceIds=ids)
             except Exception as exc:

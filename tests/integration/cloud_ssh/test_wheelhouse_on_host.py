@@ -57,3 +57,27 @@ def test_venv_made_on_a_host_from_the_wheelhouse_runs_the_worker_cli(
         assert "worker" in run(str(venv / "bin" / "gpulayer"), "--help")
     finally:
         session.close()
+
+
+def test_a_host_keeps_only_the_newest_two_wheelhouses(ssh_host: SshdHost, tmp_path: Path) -> None:
+    import os
+
+    from gpulayer.cloud.bootstrap.commands import prune_wheelhouses_command
+
+    shelf = tmp_path / "root" / "wheelhouse"
+    names = [f"gpulayer-0.{i}-cp311-linux_x86_64-abc{i}" for i in range(4)]
+    for age, name in enumerate(reversed(names)):
+        (shelf / name).mkdir(parents=True)
+        (shelf / name / "w.whl").write_text("wheel")
+        os.utime(shelf / name, (1_000_000 - age * 100, 1_000_000 - age * 100))
+    (shelf / "not-ours").mkdir()
+    current = shelf / names[0]  # the oldest, but the one this job just used
+    command = prune_wheelhouses_command(str(current))
+    assert command is not None
+    session = connect(ssh_host)
+    try:
+        assert session.run(command, timeout=60).exit_code == 0
+    finally:
+        session.close()
+    assert sorted(p.name for p in shelf.iterdir()) == sorted([names[0], names[3], "not-ours"])
+    assert prune_wheelhouses_command(str(tmp_path / "elsewhere" / names[0])) is None

@@ -1,0 +1,331 @@
+"""Cloud lifecycle speed and cost to the controller, side by side in one run (no assertions;
+read the ratios).
+
+    python bench/lifecycle.py [--repeat 2]
+
+Rows, each through the real command line and an embedded control plane:
+- submit to the job's first output line on an ssh-provider host, cold (the host holds no
+  wheelhouse) and warm (a second job on the same host), and on moto (an EC2 instance that
+  boots as a namespace sshd host);
+- the controller's CPU seconds per provisioned job (its process's user+system time from
+  submit until the instance is torn down);
+- a controller killed with -9 while a job runs: time from the restart to the tunnel being
+  reopened, and to the job's worker heartbeating again.
+
+Hosts are network namespaces on this machine (needs root and iproute2), so they share its
+CPUs with the controller. The controller's wheelhouse is built before timing starts, as a
+controller keeps it cached between jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import yaml
+
+from gpulayer.cloud.wheelhouse import build_wheelhouse
+from tests.support.cli import run_cli
+from tests.support.moto_lab import CloudInit, ec2_client, lab_vpc, moto_server, write_image_catalog
+from tests.support.sshd_hosts import SshdHost, SshdLab
+
+FIRST_LINE = "print('first line', flush=True)"
+UBUNTU = {"owners": ["099720109477"], "name": "ubuntu/images/hvm-ssd/ubuntu-*-amd64-server-*"}
+
+
+def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    # Polls faster than the tests' wait_until: the waits here are what is measured.
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise SystemExit(f"timed out waiting for {what}")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Controller:
+    """The embedded control plane of one gpulayer home, driven by the CLI."""
+
+    def __init__(self, home: Path, extra_env: dict[str, str]) -> None:
+        self.home = home
+        self.env = {
+            **os.environ,
+            **extra_env,
+            "GPULAYER_HOME": str(home),
+            "GPULAYER_IDLE_SECONDS": "600",
+            "HTTPS_PROXY": "http://127.0.0.1:9",
+            "HTTP_PROXY": "http://127.0.0.1:9",
+            "NO_PROXY": "127.0.0.1,localhost",
+        }
+
+    def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return run_cli(list(args), env=self.env, timeout=timeout)
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.run(*args, "--json").stdout)
+
+    @property
+    def pid(self) -> int:
+        return int(json.loads((self.home / "server.json").read_text())["pid"])
+
+    def first_line_seconds(self, *submit: str) -> tuple[float, str]:
+        """Seconds from submit to the job's first output line; the job's id."""
+        started = time.monotonic()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gpulayer", "submit", *submit, "--", "python", "-c", FIRST_LINE],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=self.env,
+        )
+        assert process.stdout is not None
+        for line in process.stdout:
+            if "first line" in line:
+                break
+        elapsed = time.monotonic() - started
+        process.wait(timeout=300)
+        job_id = self.json("ls", "-n", "1")[0]["id"]
+        return elapsed, job_id
+
+    def wait_torn_down(self, job_id: str) -> None:
+        gone = {"terminated", "never_launched"}
+        wait_for(
+            lambda: {i["state"] for i in self.json("cost", "--job", job_id)["instances"]} <= gone,
+            300,
+            "teardown",
+        )
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(self.pid, signal.SIGTERM)
+
+
+def ssh_entry(host: SshdHost, name: str, install_root: Path) -> dict[str, Any]:
+    install_root.mkdir(parents=True, exist_ok=True)
+    return {
+        "name": name,
+        "address": host.address,
+        "port": host.port,
+        "user": host.user,
+        "key_path": str(host.client_key),
+        "authorized_keys": str(host.authorized_keys),
+        "hourly_price": 0.5,
+        "region": "lab",
+        "python": sys.executable,
+        "install_root": str(install_root),
+    }
+
+
+def providers_yaml(home: Path, config: dict[str, Any], record: Path) -> None:
+    config = {
+        **config,
+        "gpulayer": {
+            "deadman_seconds": 600,
+            "deadman_action": f"record:{record}",
+            **config.get("gpulayer", {}),
+        },
+    }
+    (home / "providers.yaml").write_text(yaml.safe_dump(config))
+
+
+def measure_ssh(base: Path, lab: SshdLab, repeat: int) -> dict[str, list[float]]:
+    home = base / "ssh-home"
+    home.mkdir()
+    build_wheelhouse(home / "cache" / "wheelhouse")
+    rows: dict[str, list[float]] = {"cold": [], "warm": [], "cpu": [], "tunnel": [], "rejoin": []}
+    for round_ in range(repeat):
+        host = lab.add_host(f"lc{round_}")
+        root = base / f"installs-{round_}"
+        providers_yaml(
+            home,
+            {
+                "ssh": {
+                    "hosts": [ssh_entry(host, "box", root)],
+                    "state_dir": str(root.parent / f"state-{round_}"),
+                },
+                "gpulayer": {"ssh_cidr": "127.0.0.1/32"},
+            },
+            base / "deadman.jsonl",
+        )
+        controller = Controller(home, {})
+        controller.run("ls")  # the control plane is up before timing starts
+        for kind in ("cold", "warm"):
+            before = cpu_seconds(controller.pid)
+            seconds, job_id = controller.first_line_seconds("--target", "cloud")
+            controller.wait_torn_down(job_id)
+            rows[kind].append(seconds)
+            rows["cpu"].append(cpu_seconds(controller.pid) - before)
+        tunnel, rejoin = measure_restart(controller, base / f"gate-{round_}")
+        rows["tunnel"].append(tunnel)
+        rows["rejoin"].append(rejoin)
+        controller.stop()
+        lab.remove_host(host)
+    return rows
+
+
+def measure_restart(controller: Controller, gate: Path) -> tuple[float, float]:
+    script = (
+        "import pathlib, time\n"
+        f"gate = pathlib.Path({str(gate)!r})\n"
+        "while not gate.exists(): time.sleep(0.1)\n"
+    )
+    job_id = controller.run(
+        "submit", "-d", "--target", "cloud", "--", "python", "-c", script
+    ).stdout.strip()
+    wait_for(lambda: controller.json("status", job_id)["state"] == "running", 300, "the job to run")
+    pid = controller.pid
+    os.kill(pid, signal.SIGKILL)
+    wait_for(
+        lambda: (
+            not Path(f"/proc/{pid}").exists()
+            or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
+        ),
+        30,
+        "the kill",
+    )
+    (controller.home / "server.json").unlink(missing_ok=True)
+    restarted = time.monotonic()
+    restarted_wall = time.time()
+    controller.run("ls")
+    wait_for(
+        lambda: "SSH tunnel reopened" in controller.run("logs", job_id).stderr, 120, "the tunnel"
+    )
+    tunnel = time.monotonic() - restarted
+    worker_name = controller.json("status", job_id)["attempts"][0]["worker_name"]
+
+    def heartbeat_after_restart() -> bool:
+        from datetime import datetime
+
+        for worker in controller.json("workers"):
+            if worker["name"] == worker_name:
+                seen = datetime.fromisoformat(worker["last_heartbeat"]).timestamp()
+                return seen > restarted_wall + tunnel
+        return False
+
+    wait_for(heartbeat_after_restart, 120, "the worker's heartbeat")
+    rejoin = time.monotonic() - restarted
+    gate.touch()
+    wait_for(lambda: controller.json("status", job_id)["state"] == "succeeded", 120, "the job")
+    controller.wait_torn_down(job_id)
+    return tunnel, rejoin
+
+
+def measure_moto(base: Path, lab: SshdLab, repeat: int) -> dict[str, list[float]]:
+    home = base / "aws-home"
+    home.mkdir()
+    build_wheelhouse(home / "cache" / "wheelhouse")
+    rows: dict[str, list[float]] = {"moto": [], "cpu": []}
+    with moto_server() as moto:
+        assert lab.subnet is not None
+        ec2 = ec2_client(moto.url)
+        subnets = lab_vpc(ec2, lab.subnet, ("us-east-1a",))
+        images = write_image_catalog(base / "images", "lab-1", {**UBUNTU, "ssh_user": "root"})
+        install_root = base / "aws-installs"
+        install_root.mkdir()
+        env = {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_CONFIG_FILE": str(base / "no-aws-config"),
+            "AWS_SHARED_CREDENTIALS_FILE": str(base / "no-aws-credentials"),
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "GPULAYER_IMAGES_DIR": str(images),
+        }
+        providers_yaml(
+            home,
+            {
+                "aws": {
+                    "regions": ["us-east-1"],
+                    "endpoint_url": moto.url,
+                    "use_private_ip": True,
+                    "subnet_ids": subnets,
+                    "price_source": "catalog",
+                    "cache_dir": str(base / "aws-cache"),
+                    "python": sys.executable,
+                    "install_root": str(install_root),
+                    "poll_seconds": 0.1,
+                    "terminate_timeout_seconds": 30,
+                },
+                "gpulayer": {"ssh_cidr": f"{lab.gateway}/32"},
+            },
+            base / "deadman-aws.jsonl",
+        )
+        emulator = CloudInit(moto.url, lab)
+        emulator.start()
+        controller = Controller(home, env)
+        try:
+            controller.run("offers", "--provider", "aws")  # fills the offer cache
+            controller.run("ls")  # the control plane is up before timing starts
+            for _ in range(repeat):
+                before = cpu_seconds(controller.pid)
+                seconds, job_id = controller.first_line_seconds(
+                    "--target", "cloud", "--provider", "aws"
+                )
+                controller.wait_torn_down(job_id)
+                rows["moto"].append(seconds)
+                rows["cpu"].append(cpu_seconds(controller.pid) - before)
+        finally:
+            controller.stop()
+            emulator.stop()
+    return rows
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="gpulayer-bench-lifecycle-") as scratch:
+        base = Path(scratch)
+        lab = SshdLab.create(base / "lab")
+        try:
+            if lab.mode != "netns":
+                raise SystemExit("needs root and iproute2: instances are network namespaces")
+            ssh = measure_ssh(base, lab, args.repeat)
+            aws = measure_moto(base, lab, args.repeat)
+        finally:
+            lab.close()
+    cold, warm, moto = median(ssh["cold"]), median(ssh["warm"]), median(aws["moto"])
+    print(f"{'submit -> first output line':<44}{'seconds':>10}{'vs ssh cold':>14}")
+    for label, value in (
+        ("ssh host, cold wheelhouse", cold),
+        ("ssh host, warm wheelhouse", warm),
+        ("moto instance", moto),
+    ):
+        print(f"  {label:<42}{value:>10.2f}{value / cold:>13.2f}x")
+    cpu_ssh, cpu_aws = median(ssh["cpu"]), median(aws["cpu"])
+    print(f"{'controller CPU-seconds per provisioned job':<44}{'seconds':>10}{'vs ssh':>14}")
+    print(f"  {'ssh host (submit to teardown)':<42}{cpu_ssh:>10.2f}{1.0:>13.2f}x")
+    print(
+        f"  {'moto instance (submit to teardown)':<42}{cpu_aws:>10.2f}{cpu_aws / cpu_ssh:>13.2f}x"
+    )
+    tunnel, rejoin = median(ssh["tunnel"]), median(ssh["rejoin"])
+    print(f"{'controller restart (kill -9) -> resumed job':<44}{'seconds':>10}{'vs rejoin':>14}")
+    print(f"  {'tunnel reopened':<42}{tunnel:>10.2f}{tunnel / rejoin:>13.2f}x")
+    print(f"  {'worker heartbeating again':<42}{rejoin:>10.2f}{1.0:>13.2f}x")
+    print(f"(medians of {args.repeat} run(s); {os.cpu_count()} CPUs shared with the hosts)")
+
+
+if __name__ == "__main__":
+    main()

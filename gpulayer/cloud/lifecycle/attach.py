@@ -1,0 +1,51 @@
+"""Wiring a control plane to its cloud side: providers from providers.yaml, the reconciler."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpulayer.cloud.lifecycle.reconciler import Reconciler
+
+if TYPE_CHECKING:
+    from gpulayer.control.service import ControlService
+
+
+def owner_id(root: Path) -> str:
+    """This controller's identity in instance tags, stable across restarts."""
+    from gpulayer.control.ids import new_id
+
+    path = root / "owner-id"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    owner = new_id("o", 12)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(owner + "\n")
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        owner = path.read_text().strip()
+    tmp.unlink(missing_ok=True)
+    return owner
+
+
+def attach_lifecycle(service: ControlService, control_port: int) -> Reconciler:
+    from gpulayer.cloud.config import check_config, enabled_providers, orchestrator_settings
+
+    root = service.layout.root
+    reconciler = Reconciler(
+        service,
+        control_port=control_port,
+        owner=owner_id(root),
+        load_providers=lambda only: enabled_providers(root, only),
+        settings=lambda: orchestrator_settings(root),
+    )
+    service.cloud_available = lambda: bool(check_config(root).providers)
+    service.provisioner = reconciler
+    service.sweep_exempt = reconciler.reconnecting_workers
+    reconciler.start()
+    return reconciler

@@ -1,0 +1,80 @@
+"""What a cloud job could run on now: the fitting offers of the enabled providers, the machines
+of other jobs that would fit it (a fixed pool does not offer them while busy), or why nothing
+ever can; and where it goes when the cloud cannot take it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpulayer.cloud.lifecycle import planning
+
+if TYPE_CHECKING:
+    from gpulayer.cloud.offer import Offer
+    from gpulayer.control.store import InstanceRecord
+    from gpulayer.spec import JobSpec
+
+
+@dataclass
+class Candidates:
+    fitting: list[Offer] = field(default_factory=list)
+    busy: list[str] = field(default_factory=list)
+    """"<offer>: in use by job <id>" for other jobs' machines that would fit."""
+    never: str | None = None
+    """Why no offer can ever fit (set only when nothing fits and nothing is busy)."""
+
+
+def candidates(
+    spec: JobSpec,
+    providers: Mapping[str, Any],
+    live: Iterable[InstanceRecord],
+    job_id: str,
+    note: Callable[[str], None],
+) -> Candidates:
+    from gpulayer.cloud.offer import Offer, OfferQuery
+    from gpulayer.cloud.ranking import rank
+    from gpulayer.cloud.search import gather, select, why_nothing_fits
+
+    placement = spec.placement
+    if not providers:
+        return Candidates(never="no cloud provider is installed or enabled")
+    # The same pipeline `gpulayer offers` lists with: gather, then select for the placement.
+    query = OfferQuery.from_spec(spec)
+    ranked = gather(providers, query, note=note).ranked
+    fitting = select(ranked, query, placement)
+    holders: dict[planning.OfferKey, str] = {}
+    theirs = []
+    for record in live:
+        if record.job_id != job_id and record.offer:
+            offer = Offer.model_validate(record.offer)
+            theirs.append(offer)
+            holders[planning.offer_key(offer)] = record.job_id
+    busy = [
+        f"{o.label}: in use by job {holders[planning.offer_key(o)]}"
+        for o in select(rank(theirs), query, placement).offers
+    ]
+    if fitting.offers or busy:
+        return Candidates(fitting=list(fitting.offers), busy=busy)
+    return Candidates(never=why_nothing_fits(ranked, query, placement, fitting))
+
+
+def fallback_target(spec: JobSpec, worker_views: list[Any]) -> tuple[str | None, list[str]]:
+    """The next target after cloud in the job's chain that can take it, else None and, per
+    fallback target, why not."""
+    from gpulayer.control.targets import choose_target
+
+    chain = spec.placement.targets
+    position = chain.index("cloud") if "cloud" in chain else len(chain) - 1
+    refused: list[str] = []
+    for target in chain[position + 1 :]:
+        remaining = spec.model_copy(deep=True)
+        remaining.placement.target = target  # type: ignore[assignment]
+        remaining.placement.fallback_targets = list(chain[chain.index(target) + 1 :])  # type: ignore[arg-type]
+        decision = choose_target(remaining, worker_views)
+        if decision.target:
+            return decision.target, []
+        # The first decision walked the whole rest of the chain: its notes say, per
+        # fallback target, why that one cannot run the job either.
+        refused = refused or decision.notes
+    return None, refused

@@ -1,0 +1,172 @@
+"""Which offer a cloud job tries next, from what its earlier instances went through. Pure.
+
+Every try is an instance record, so the choice survives a controller restart: a launch the
+provider refused for capacity blocks its place for a backoff (or until capacity frees), a quota
+or credentials refusal blocks its region or provider, and an offer that failed otherwise (SSH,
+bootstrap) is not tried again for this job. When nothing is left, the job either waits for
+capacity or gives up, and the decision says why in one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from gpulayer.cloud.errors import SCOPES, Scope
+from gpulayer.cloud.offer import Offer
+from gpulayer.cloud.ranking import BlockList
+
+OfferKey = tuple[str, str, str, str, bool]
+Outcome = Literal["capacity", "quota", "auth", "config", "failed", "other"]
+
+REFUSALS: tuple[str, ...] = ("capacity", "quota", "auth")
+CONFIG_TRIES_PER_PROVIDER = 2
+"""A configuration error repeats on every offer of its provider: one more try (it may be one
+region's, such as an image missing there), then none."""
+_MAX_BACKOFF_SECONDS = 60.0
+_FIRST_BACKOFF_SECONDS = 5.0
+
+
+def offer_key(offer: Offer | Mapping[str, Any]) -> OfferKey:
+    data = offer.model_dump() if isinstance(offer, Offer) else offer
+    return (
+        str(data["provider"]),
+        str(data["region"]),
+        str(data.get("zone") or ""),
+        str(data["instance_type"]),
+        bool(data.get("spot", False)),
+    )
+
+
+def refusal_note(kind: str, scope: Scope, message: str) -> str:
+    """How a refused launch is written into the instance record's note."""
+    return f"{kind}/{scope}: {message}"
+
+
+def failure_note(message: str) -> str:
+    return f"failed: {message}"
+
+
+def config_note(message: str) -> str:
+    return f"config: {message}"
+
+
+@dataclass(frozen=True)
+class PastTry:
+    key: OfferKey
+    label: str
+    outcome: Outcome
+    scope: Scope | None
+    message: str
+    created_at: float
+    ended_at: float | None
+
+
+def parse_try(
+    offer: Mapping[str, Any] | None, note: str | None, created_at: float, ended_at: float | None
+) -> PastTry | None:
+    """One earlier instance of the job as a try; None for records without an offer."""
+    if not offer:
+        return None
+    key = offer_key(offer)
+    label = key_label(key)
+    text = note or ""
+    head, _, message = text.partition(": ")
+    kind, _, scope = head.partition("/")
+    if kind in REFUSALS and scope in SCOPES:
+        return PastTry(key, label, kind, scope, message, created_at, ended_at)  # type: ignore[arg-type]
+    if kind == "failed":
+        return PastTry(key, label, "failed", None, message, created_at, ended_at)
+    if kind == "config":
+        return PastTry(key, label, "config", None, message, created_at, ended_at)
+    return PastTry(key, label, "other", None, text, created_at, ended_at)
+
+
+@dataclass(frozen=True)
+class Decision:
+    offer: Offer | None = None
+    wait: str | None = None
+    """Why the job waits for capacity (it stays queued and is looked at again later)."""
+    give_up: str | None = None
+    retry_in: float | None = None
+
+
+def backoff_seconds(capacity_tries: int) -> float:
+    return min(_MAX_BACKOFF_SECONDS, _FIRST_BACKOFF_SECONDS * 2 ** max(0, capacity_tries - 1))
+
+
+def choose(
+    fitting: Sequence[Offer],
+    tries: Iterable[PastTry],
+    *,
+    now: float,
+    capacity_freed_at: float = 0.0,
+    held_offers: Mapping[OfferKey, str] | None = None,
+    busy: Sequence[str] = (),
+    queue: bool = True,
+    wait_limit: float | None = None,
+    wait_started: float | None = None,
+) -> Decision:
+    """The next offer to launch for a job, or why it waits, or why it gives up.
+
+    ``held_offers`` are offers blocked for every job for a while (a spot offer just
+    reclaimed), with why; ``busy`` says which machines that would fit are in use by other
+    jobs (an ssh pool does not offer them); ``capacity_freed_at`` is when an instance last
+    ended, which ends every capacity block from before it; ``wait_limit`` bounds the whole
+    wait for capacity, counted from ``wait_started`` (or the first capacity refusal)."""
+    tries = list(tries)
+    held = dict(held_offers or {})
+    capacity = [t for t in tries if t.outcome == "capacity"]
+    backoff = backoff_seconds(len(capacity))
+    blocked = BlockList()
+    waiting: list[str] = []
+    for past in tries:
+        if past.outcome not in REFUSALS or past.scope is None:
+            continue
+        ended = past.ended_at or past.created_at
+        if past.outcome == "capacity" and (ended < capacity_freed_at or now - ended > backoff):
+            continue  # capacity may be back: try that place again
+        provider, region, zone = past.key[0], past.key[1], past.key[2] or None
+        blocked.block(past.scope, provider, region, zone, kind=past.outcome)
+        if past.outcome == "capacity":
+            waiting.append(f"{past.label}: {past.message}")
+    config_errors: dict[str, int] = {}
+    for past in tries:
+        if past.outcome == "config":
+            config_errors[past.key[0]] = config_errors.get(past.key[0], 0) + 1
+    for provider, count in config_errors.items():
+        if count >= CONFIG_TRIES_PER_PROVIDER:
+            blocked.block("provider", provider, kind="configuration error")
+    failed = {t.key for t in tries if t.outcome in ("failed", "config")}
+    for offer in fitting:
+        key = offer_key(offer)
+        if key in failed or key in held or blocked.reason_for(offer) is not None:
+            continue
+        return Decision(offer=offer)
+    waiting += [f"{key_label(k)}: {why}" for k, why in held.items() if _fits(k, fitting)]
+    waiting += list(busy)
+    if waiting:
+        waiting = list(dict.fromkeys(waiting))
+        shown = "; ".join(waiting[:3]) + ("; ..." if len(waiting) > 3 else "")
+        why = f"waiting for capacity: {len(waiting)} offer(s) busy or out of capacity ({shown})"
+        if not queue:
+            return Decision(give_up=why.replace("waiting for capacity", "no capacity", 1))
+        started = min([t.created_at for t in capacity] + [wait_started or now])
+        if wait_limit is not None and now - started > wait_limit:
+            return Decision(
+                give_up=f"no capacity within provisioning_timeout_seconds ({wait_limit:g} s): "
+                + shown
+            )
+        return Decision(wait=why, retry_in=backoff)
+    messages = [f"{t.label}: {t.message}" for t in tries if t.outcome != "other"]
+    return Decision(give_up="every offer failed: " + ("; ".join(messages[-5:]) or "none tried"))
+
+
+def key_label(key: OfferKey) -> str:
+    """As Offer.label: aws/us-east-1a/g5.xlarge (spot)."""
+    return f"{key[0]}/{key[2] or key[1]}/{key[3]}{' (spot)' if key[4] else ''}"
+
+
+def _fits(key: OfferKey, fitting: Sequence[Offer]) -> bool:
+    return any(offer_key(o) == key for o in fitting)

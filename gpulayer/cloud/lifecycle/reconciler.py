@@ -1,0 +1,854 @@
+"""One loop that drives every rented instance from its stored state toward its goal.
+
+Each pass reads the live instance records and the cloud jobs waiting for a machine, and for
+each one decides the next step from its state alone (see :mod:`.states`): launch, wait for SSH
+and bootstrap, hand the worker to its job, reopen a lost tunnel, check the provider still has
+it, drain, terminate. A step that blocks on the network runs in a small pool and ends with a
+state change, so no thread waits on a job for its life, and a controller that restarts picks
+every record up where the last one left it. The reaper is a step of the same loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpulayer.cloud.lifecycle import planning
+from gpulayer.cloud.lifecycle.links import Link, Links, connect, host_keys_path, reopen
+from gpulayer.cloud.lifecycle.placement import candidates, fallback_target
+from gpulayer.cloud.lifecycle.states import GONE, HOLDS_WORKER, check_transition, timed_out
+from gpulayer.errors import UsageError
+
+if TYPE_CHECKING:
+    from gpulayer.cloud.offer import Offer
+    from gpulayer.control.service import ControlService
+    from gpulayer.control.store import InstanceRecord, JobRecord
+    from gpulayer.spec import JobSpec
+
+log = logging.getLogger("gpulayer.lifecycle")
+
+ProvidersLoader = Callable[[tuple[str, ...]], Mapping[str, Any]]
+
+DEFAULT_DEADMAN_SECONDS = 600.0
+DEFAULT_PROVISIONING_SECONDS = 600.0
+INSTALL_ROOT = "/var/tmp/gpulayer"
+REAP_EVERY_SECONDS = 60.0
+CHECK_EVERY_SECONDS = 5.0
+HOLD_RECLAIMED_SECONDS = 600.0
+REQUEST_TAG = "gpulayer:request"
+_RECLAIMED = "reclaimed by the provider"
+
+
+class Reconciler:
+    def __init__(
+        self,
+        service: ControlService,
+        *,
+        control_port: int,
+        owner: str,
+        load_providers: ProvidersLoader,
+        settings: Callable[[], Mapping[str, Any]] | None = None,
+        parallel_steps: int = 8,
+    ) -> None:
+        self.service = service
+        self.store = service.store
+        self.control_port = control_port
+        self.owner = owner
+        self.load_providers = load_providers
+        self._settings = settings or dict
+        self.keys_dir = service.layout.root / "keys"
+        self.links = Links()
+        self._pool = ThreadPoolExecutor(parallel_steps, thread_name_prefix="gpulayer-lifecycle")
+        self._lock = threading.Lock()
+        self._inflight: set[str] = set()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._retry_at: dict[str, float] = {}
+        """Request id -> when to try its step again (a terminate or a tunnel that failed)."""
+        self._job_retry_at: dict[str, float] = {}
+        """Job id -> when to look for capacity again."""
+        self._failures: dict[str, int] = {}
+        self._checked_at: dict[str, float] = {}
+        self._unreachable_since: dict[str, float] = {}
+        self._held: dict[planning.OfferKey, tuple[float, str]] = {}
+        self._capacity_freed_at = 0.0
+        self._reconnecting: set[str] = set()
+        self._last_reap = 0.0
+        self._thread: threading.Thread | None = None
+        service.on_work(self._wake.set)
+
+    @property
+    def settings(self) -> Mapping[str, Any]:
+        """Read at each use, so an edited providers.yaml applies to the next step."""
+        return self._settings()
+
+    # --- the loop -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.resume()
+        self._thread = threading.Thread(target=self._loop, name="gpulayer-lifecycle", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.links.close_all()
+
+    def resume(self) -> None:
+        """What a previous controller left mid-way: workers whose tunnel is to be reopened are
+        not counted lost meanwhile; a job it was about to provision is queued again."""
+        for record in self.store.list_instances(live_only=True):
+            if record.state in HOLDS_WORKER:
+                reservation = self.store.reservation(record.request_id)
+                if reservation is not None and reservation.worker_id:
+                    self._reconnecting.add(reservation.worker_id)
+        live_jobs = {r.job_id for r in self.store.list_instances(live_only=True)}
+        for job in self.store.list_jobs(states=["provisioning"], limit=10_000):
+            if job.target == "cloud" and job.id not in live_jobs:
+                self.service.requeue_for_provisioning(job.id, "the controller restarted")
+
+    def reconnecting_workers(self) -> set[str]:
+        """Workers whose instance's tunnel is being reopened: their silence is ours."""
+        with self._lock:
+            return set(self._reconnecting)
+
+    def has_live_instances(self) -> bool:
+        return bool(self.store.list_instances(live_only=True))
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(1.0)
+            self._wake.clear()
+            try:
+                self.reconcile_once()
+            except Exception:
+                log.exception("lifecycle pass failed")
+
+    def reconcile_once(self) -> None:
+        now = time.time()
+        records = self.store.list_instances(live_only=True)
+        busy_jobs = {r.job_id for r in records}
+        for record in records:
+            if self._busy(record.request_id) or self._retry_at.get(record.request_id, 0) > now:
+                continue
+            try:
+                self._drive(record, now)
+            except Exception:
+                log.exception("driving instance %s failed", record.request_id)
+        waiting = self.store.queued_jobs() + self.store.list_jobs(
+            states=["provisioning"], limit=10_000
+        )
+        for job in waiting:
+            if job.target != "cloud" or job.id in busy_jobs:
+                continue
+            if self._job_retry_at.get(job.id, 0) > now:
+                continue
+            self._submit(f"plan:{job.id}", self._plan_job, job.id)
+        if now - self._last_reap > REAP_EVERY_SECONDS:
+            self._last_reap = now
+            self._submit("reap", self._reap_unknown)
+
+    def _busy(self, key: str) -> bool:
+        with self._lock:
+            return key in self._inflight
+
+    def _submit(self, key: str, step: Callable[..., object], *args: Any) -> None:
+        with self._lock:
+            if key in self._inflight or self._stop.is_set():
+                return
+            self._inflight.add(key)
+
+        def run() -> None:
+            try:
+                step(*args)
+            except Exception:
+                log.exception("lifecycle step %s failed", key)
+            finally:
+                with self._lock:
+                    self._inflight.discard(key)
+                self._wake.set()
+
+        try:
+            self._pool.submit(run)
+        except RuntimeError:  # the pool is shut down: the controller is stopping
+            with self._lock:
+                self._inflight.discard(key)
+
+    # --- one instance: the next step from its state ------------------------------------------
+
+    def _drive(self, r: InstanceRecord, now: float) -> None:
+        job = self.store.get_job(r.job_id)
+        reservation = self.store.reservation(r.request_id)
+        ended = job.terminal or reservation is None or reservation.state == "released"
+        rid = r.request_id
+        since = r.state_since or r.created_at
+        if r.state == "requested":
+            if ended:
+                self._move(r, "never_launched", "its job ended before the launch", ended_at=now)
+                self._gone(r)
+            else:
+                self._submit(rid, self._launch, rid)
+        elif r.state == "launching":
+            if ended:
+                self._move(r, "terminating", "its job ended during the launch")
+            else:
+                self._submit(rid, self._launch, rid)  # a launch is idempotent by request id
+        elif r.state in ("booting", "bootstrapping"):
+            if ended:
+                self._move(r, "draining", f"its job ended while {r.state}")
+            elif r.state == "bootstrapping":
+                # Only a step of this process bootstraps, and none does: a restart cut it off.
+                self._move(r, "booting", "the controller restarted mid-bootstrap; starting over")
+                self._submit(rid, self._prepare, rid)
+            else:
+                self._submit(rid, self._prepare, rid)
+        elif r.state in HOLDS_WORKER:
+            self._drive_worker(r, job, reservation, ended, since, now)
+        elif r.state == "draining":
+            self._submit(rid, self._drain, rid)
+        elif r.state == "terminating":
+            self._submit(rid, self._terminate, rid)
+
+    def _drive_worker(
+        self,
+        r: InstanceRecord,
+        job: JobRecord,
+        reservation: Any,
+        ended: bool,
+        since: float,
+        now: float,
+    ) -> None:
+        rid = r.request_id
+        worker_id = reservation.worker_id if reservation is not None else None
+        if ended:
+            self._release(r, "its job ended")
+            return
+        link = self.links.get(rid)
+        if link is None or not link.alive:
+            first = self._unreachable_since.setdefault(rid, now)
+            if now - first > self._deadman_seconds():
+                self._lose(r, worker_id, "worker_lost", "its instance could not be reached again")
+            else:
+                self._submit(rid, self._reconnect, rid)
+            return
+        self._unreachable_since.pop(rid, None)
+        active = self._active_attempt(job.id, worker_id)
+        if r.state == "ready":
+            if active is not None:
+                self._move(r, "in_use", f"attempt {active.number} started on its worker")
+            elif any(a.worker_id == worker_id for a in self.store.attempts_for(job.id)):
+                self._release(r, "its job's attempt ended")
+            elif timed_out("ready", since, now):
+                self._release(r, "its job was not dispatched to its worker in time")
+            elif job.state == "provisioning":
+                self.service.hand_to_reserved_worker(job.id)
+            return
+        if active is None:
+            self._release(r, "its job's attempt ended")
+        elif now - self._checked_at.get(rid, 0) > CHECK_EVERY_SECONDS:
+            self._checked_at[rid] = now
+            self._submit(rid, self._check, rid)
+
+    def _active_attempt(self, job_id: str, worker_id: str | None) -> Any:
+        if worker_id is None:
+            return None
+        for attempt in self.store.active_attempts(worker_id):
+            if attempt.job_id == job_id:
+                return attempt
+        return None
+
+    # --- state changes --------------------------------------------------------------------------
+
+    def _move(self, r: InstanceRecord, to: str, reason: str, **values: Any) -> bool:
+        check_transition(r.state, to)
+        moved = self.store.move_instance(
+            r.request_id, expect=r.state, to=to, reason=reason, **values
+        )
+        if moved:
+            log.info("instance %s: %s -> %s (%s)", r.request_id, r.state, to, reason)
+            r.state = to
+            self._wake.set()
+        return moved
+
+    def _fresh(self, request_id: str) -> InstanceRecord:
+        return self.store.get_instance(request_id)
+
+    def _release(self, r: InstanceRecord, why: str) -> None:
+        """The job is done with the instance: no one may be dispatched to its worker now."""
+        self.store.release_reservation(r.request_id)
+        self._move(r, "draining", why)
+
+    def _lose(self, r: InstanceRecord, worker_id: str | None, reason: str, why: str) -> None:
+        if worker_id is not None:
+            self.service.end_worker_attempts(worker_id, reason, why)
+        self.service.log_system(r.job_id, 0, [f"instance {r.request_id}: {why}"])
+        self._release(r, why)
+
+    def _gone(self, r: InstanceRecord) -> None:
+        """Nothing is left in the cloud: forget the link and remove the instance's keys."""
+        from gpulayer.ssh.keys import KeyPair, remove_keypair
+
+        self.links.close(r.request_id)
+        self.store.release_reservation(r.request_id)
+        if r.key_path:
+            private = Path(r.key_path)
+            remove_keypair(KeyPair(private, private.with_suffix(".pub"), ""))
+        pinned = host_keys_path(self.keys_dir, r.request_id)
+        if pinned.is_dir():
+            shutil.rmtree(pinned, ignore_errors=True)
+        else:
+            pinned.unlink(missing_ok=True)
+        for table in (self._retry_at, self._failures, self._checked_at, self._unreachable_since):
+            table.pop(r.request_id, None)
+
+    # --- steps (each runs in the pool and ends in a state change) --------------------------------
+
+    def _plan_job(self, job_id: str) -> None:
+        from gpulayer.spec import JobSpec
+
+        job = self.store.get_job(job_id)
+        if job.target != "cloud" or job.state not in ("queued", "provisioning"):
+            return
+        if self.store.list_instances(job_id=job_id, live_only=True):
+            return
+        spec = JobSpec.model_validate(job.spec)
+        placement = spec.placement
+        found = candidates(
+            spec,
+            self.load_providers(tuple(placement.providers)),
+            self.store.list_instances(live_only=True),
+            job_id,
+            lambda text: self._note(job_id, text),
+        )
+        if found.never is not None:
+            return self._next_target_or_fail(job, spec, found.never)
+        now = time.time()
+        tries = [
+            t
+            for t in (
+                planning.parse_try(r.offer, r.note, r.created_at, r.ended_at)
+                for r in self.store.list_instances(job_id=job_id)
+            )
+            if t is not None
+        ]
+        held = {key: why for key, (until, why) in self._held.items() if until > now}
+        provisioning = placement.provisioning
+        decision = planning.choose(
+            found.fitting,
+            tries,
+            now=now,
+            capacity_freed_at=self._capacity_freed_at,
+            held_offers=held,
+            busy=found.busy,
+            queue=placement.on_unschedulable == "queue",
+            wait_limit=provisioning.provisioning_timeout_seconds if provisioning else None,
+            wait_started=job.created_at,
+        )
+        if decision.offer is not None:
+            self._job_retry_at.pop(job_id, None)
+            self._record(job, spec, decision.offer)
+        elif decision.wait is not None:
+            self._job_retry_at[job_id] = now + (decision.retry_in or planning.backoff_seconds(1))
+            self.service.wait_for_capacity(job_id, decision.wait)
+        else:
+            self._next_target_or_fail(job, spec, decision.give_up or "no offer left")
+
+    def _record(self, job: JobRecord, spec: JobSpec, offer: Offer) -> None:
+        """Write the instance down (with its reservation) before anything is created."""
+        from gpulayer.control.ids import new_id
+        from gpulayer.ssh.keys import generate_keypair
+
+        request_id = new_id("r", 12)
+        keys = generate_keypair(self.keys_dir, request_id)
+        tags = {"gpulayer:owner": self.owner, "gpulayer:job": job.id, REQUEST_TAG: request_id}
+        self.store.record_instance(
+            reason=f"offer {offer.label} for job {job.id}",
+            request_id=request_id,
+            job_id=job.id,
+            owner=self.owner,
+            provider=offer.provider,
+            region=offer.region,
+            zone=offer.zone,
+            instance_type=offer.instance_type,
+            state="requested",
+            key_path=str(keys.private_path),
+            hourly_price=offer.hourly_price,
+            currency=offer.currency,
+            spot=offer.spot,
+            tags=tags,
+            offer=offer.model_dump(mode="json"),
+        )
+        if not self.service.begin_provisioning(job.id, f"provisioning {offer.label}"):
+            return  # cancelled meanwhile: the next pass ends the record as never launched
+        self._submit(request_id, self._launch, request_id)
+
+    def _launch(self, request_id: str) -> None:
+        from gpulayer.cloud.errors import ScopedProviderError
+        from gpulayer.cloud.offer import Offer
+        from gpulayer.cloud.protocol import LaunchRequest
+        from gpulayer.spec import JobSpec
+        from gpulayer.ssh.keys import load_keypair
+
+        r = self._fresh(request_id)
+        if r.state == "requested" and not self._move(r, "launching", "calling the provider"):
+            return
+        job = self.store.get_job(r.job_id)
+        if r.state != "launching" or job.terminal:
+            return  # an ended job's record is ended by the next pass
+        spec = JobSpec.model_validate(job.spec)
+        offer = Offer.model_validate(r.offer)
+        provider = self._provider(r)
+        if provider is None:
+            return
+        keys = load_keypair(self.keys_dir, request_id)
+        release = spec.placement.provisioning.release if spec.placement.provisioning else None
+        self._note(r.job_id, f"launching {offer.label} at {_price(offer)}")
+        try:
+            request = LaunchRequest(
+                request_id=request_id,
+                job_id=r.job_id,
+                owner=self.owner,
+                tags=r.tags,
+                ssh_public_key=keys.public_key,
+                allowed_ssh_cidr=self._ssh_cidr(),
+                image_release=release,
+                image=self._image_for(offer.provider, release),
+                disk_gb=int(spec.resources.disk_gb) if spec.resources.disk_gb else None,
+                spot=offer.spot,
+                progress=lambda text: self._note(r.job_id, text),
+            )
+            instance = provider.launch(offer, request)
+        except ScopedProviderError as exc:
+            # A refusal: the provider says it created nothing, so nothing is to be torn down.
+            self._move(
+                r,
+                "never_launched",
+                f"{exc.kind}: {exc}",
+                note=planning.refusal_note(exc.kind, exc.scope, exc.message),
+                ended_at=time.time(),
+            )
+            self._gone(r)
+            self._note(r.job_id, f"{offer.label}: {exc}; blocking that {exc.scope} and moving on")
+            return
+        except UsageError as exc:  # ProviderSettingsError, an image release missing, ...
+            # Refused before any call that creates: nothing to tear down.
+            self._move(
+                r,
+                "never_launched",
+                f"configuration error: {exc}",
+                note=planning.config_note(str(exc)),
+                ended_at=time.time(),
+            )
+            self._gone(r)
+            self._note(r.job_id, f"{offer.label}: {exc}")
+            return
+        except Exception as exc:
+            # It may or may not have created something: terminate looks it up by request tag.
+            self._move(
+                r, "terminating", f"launch failed: {exc}", note=planning.failure_note(str(exc))
+            )
+            self._note(r.job_id, f"{offer.label}: {exc}; trying the next offer")
+            return
+        price = instance.hourly_price if instance.hourly_price is not None else offer.hourly_price
+        self._move(
+            r,
+            "booting",
+            f"launched {instance.id}",
+            instance_id=instance.id,
+            ssh_host=instance.ssh_host,
+            launched_at=time.time(),
+            hourly_price=price,
+            machine=instance.model_dump(mode="json"),
+        )
+
+    def _prepare(self, request_id: str) -> None:
+        """booting -> bootstrapping -> ready: wait for SSH, install and start the worker."""
+        from gpulayer.cloud.bootstrap import BootstrapPlan, bootstrap_worker
+        from gpulayer.cloud.wheelhouse import build_wheelhouse
+        from gpulayer.control.tokens import hash_token
+        from gpulayer.spec import JobSpec
+
+        r = self._fresh(request_id)
+        if r.state != "booting" or not r.machine or not r.key_path:
+            return
+        job = self.store.get_job(r.job_id)
+        spec = JobSpec.model_validate(job.spec)
+        provisioning = spec.placement.provisioning
+        budget = (
+            provisioning.provisioning_timeout_seconds
+            if provisioning
+            else DEFAULT_PROVISIONING_SECONDS
+        )
+        deadline = (r.launched_at or r.created_at) + budget
+        machine = r.machine
+        offer_label = _label(r)
+        session = None
+        link: Link | None = None
+        try:
+            self._note(
+                r.job_id,
+                f"waiting for SSH on {machine['ssh_user']}@{machine['ssh_host']}:"
+                f"{machine.get('ssh_port') or 22}",
+            )
+            session = connect(
+                machine,
+                Path(r.key_path),
+                self.keys_dir,
+                request_id,
+                _left(deadline),
+                on_progress=lambda text: self._note(r.job_id, text),
+            )
+            tags = machine.get("tags") or {}
+            install_dir = r.install_dir or (
+                f"{tags.get('gpulayer:install-root', INSTALL_ROOT)}/{r.job_id}"
+            )
+            if r.token_hash is not None:
+                self._clear_earlier_bootstrap(r, session, install_dir)
+            token = self.service.create_token("worker", f"cloud worker {request_id}")
+            self.store.update_instance(
+                request_id, token_hash=hash_token(token), install_dir=install_dir
+            )
+            if not self._move(r, "bootstrapping", "SSH answered"):
+                return
+            plan = BootstrapPlan(
+                install_dir=install_dir,
+                control_plane_port=self.control_port,
+                worker_token=token,
+                worker_name=request_id,
+                labels={"gpulayer.request": request_id, "gpulayer.job": r.job_id},
+                provider=r.provider,
+                region=r.region,
+                zone=r.zone,
+                hourly_price=r.hourly_price,
+                currency=r.currency,
+                deadman_seconds=self._deadman_seconds(),
+                deadman_action=self._deadman_action(r.provider),
+                python=tags.get("gpulayer:python", "python3"),
+                instance_request_id=request_id,
+            )
+            self._note(r.job_id, "bootstrapping the worker")
+            wheelhouse = build_wheelhouse(self.service.layout.root / "cache" / "wheelhouse")
+            remote = bootstrap_worker(
+                session,
+                plan,
+                wheelhouse,
+                on_output=lambda line: self._note(r.job_id, line),
+                timeout=_left(deadline),
+            )
+            link = Link(session, remote.tunnel, install_dir)
+            self.links.put(request_id, link)
+            self.store.update_instance(request_id, tunnel_port=remote.remote_port)
+            worker_id = self._wait_for_binding(request_id, deadline)
+            self._move(r, "ready", f"worker {worker_id} joined", ready_at=time.time())
+            self._note(r.job_id, f"worker {request_id} is ready on {machine['ssh_host']}")
+            self.service.hand_to_reserved_worker(r.job_id)
+        except Exception as exc:
+            if link is not None:
+                self.links.close(request_id)
+            elif session is not None:
+                session.close()
+            current = self._fresh(request_id)
+            if current.state in ("booting", "bootstrapping"):
+                self._move(
+                    current,
+                    "draining",
+                    f"could not be made a worker: {exc}",
+                    note=planning.failure_note(str(exc)),
+                )
+            self._note(
+                r.job_id, f"{offer_label}: {type(exc).__name__}: {exc}; trying the next offer"
+            )
+
+    def _clear_earlier_bootstrap(self, r: InstanceRecord, session: Any, install_dir: str) -> None:
+        """A restart cut a bootstrap off: end what it started, so the new one starts clean."""
+        from gpulayer.cloud.bootstrap import remove_command, stop_command
+
+        for command in (stop_command(install_dir, 2), remove_command(install_dir)):
+            with contextlib.suppress(Exception):
+                session.run(command, timeout=60)
+        if r.token_hash:
+            self.store.remove_token(r.token_hash)
+        reservation = self.store.reservation(r.request_id)
+        if reservation is not None and reservation.worker_id:
+            self.service.retire_worker(reservation.worker_id)
+        self._note(r.job_id, f"instance {r.request_id}: cleared the bootstrap a restart cut off")
+
+    def _wait_for_binding(self, request_id: str, deadline: float) -> str:
+        while True:
+            reservation = self.store.reservation(request_id)
+            if reservation is not None and reservation.worker_id:
+                return reservation.worker_id
+            _left(deadline, "the worker did not join the control plane in time")
+            self.service.wait_for_change(self.service.version, 0.5)
+
+    def _reconnect(self, request_id: str) -> None:
+        r = self._fresh(request_id)
+        reservation = self.store.reservation(request_id)
+        if r.state not in HOLDS_WORKER or not r.machine or not r.key_path or not r.tunnel_port:
+            return
+        if self._ended_outside(r):
+            return
+        try:
+            link = reopen(
+                r.machine,
+                Path(r.key_path),
+                self.keys_dir,
+                request_id,
+                control_port=self.control_port,
+                tunnel_port=r.tunnel_port,
+                install_dir=r.install_dir or "",
+                timeout=30,
+            )
+        except Exception as exc:
+            log.warning("instance %s: reopening its tunnel failed: %s", request_id, exc)
+            self._retry_at[request_id] = time.time() + 5
+            return
+        self.links.put(request_id, link)
+        worker_id = reservation.worker_id if reservation is not None else None
+        if worker_id:
+            # The worker was silent because we were gone: count from now.
+            self.service.credit_worker_silence(worker_id)
+        with self._lock:
+            self._reconnecting.discard(worker_id or "")
+        self._note(r.job_id, f"instance {request_id}: SSH tunnel reopened on port {r.tunnel_port}")
+
+    def _check(self, request_id: str) -> None:
+        r = self._fresh(request_id)
+        if r.state in HOLDS_WORKER:
+            self._ended_outside(r)
+
+    def _ended_outside(self, r: InstanceRecord) -> bool:
+        """Does the provider still have it? A reclaimed instance ends its attempt as
+        preempted. True when the instance is gone and that was dealt with."""
+        request_id = r.request_id
+        provider = self._provider(r) if r.instance_id else None
+        if provider is None:
+            return False
+        try:
+            found = [i for i in provider.describe([r.instance_id]) if i.id == r.instance_id]
+        except Exception as exc:
+            log.info("instance %s: describe failed (%s); checking again later", request_id, exc)
+            return False
+        instance = found[0] if found else None
+        if instance is not None and instance.live:
+            return False
+        reservation = self.store.reservation(request_id)
+        worker_id = reservation.worker_id if reservation is not None else None
+        where = f"{r.provider} {r.instance_id}"
+        if instance is None or instance.reclaimed:
+            if r.offer:
+                until = time.time() + float(
+                    self.settings.get("hold_reclaimed_seconds", HOLD_RECLAIMED_SECONDS)
+                )
+                self._held[planning.offer_key(r.offer)] = (until, f"reclaimed from job {r.job_id}")
+            self.store.update_instance(request_id, note=_RECLAIMED)
+            r.note = _RECLAIMED
+            self._lose(r, worker_id, "preempted", f"{where} was reclaimed by the provider")
+        else:
+            self._lose(r, worker_id, "worker_lost", f"{where} is {instance.state}")
+        return True
+
+    def _drain(self, request_id: str) -> None:
+        """Take the worker off: stop it, close the tunnel, revoke its token."""
+        from gpulayer.cloud.bootstrap import remove_command, stop_command
+
+        r = self._fresh(request_id)
+        if r.state != "draining":
+            return
+        link = self.links.pop(request_id)
+        if link is not None:
+            if link.alive and link.install_dir and r.note != _RECLAIMED:
+                for command in (
+                    stop_command(link.install_dir, 10),
+                    remove_command(link.install_dir),
+                ):
+                    try:
+                        link.session.run(command, timeout=60)
+                    except Exception as exc:
+                        log.warning("instance %s: %s", request_id, exc)
+                        break
+            link.close()
+        reservation = self.store.reservation(request_id)
+        if reservation is not None and reservation.worker_id:
+            self.service.retire_worker(reservation.worker_id)
+        self.store.release_reservation(request_id)
+        if r.token_hash:
+            self.store.remove_token(r.token_hash)
+        if self._move(r, "terminating", "worker stopped"):
+            self._terminate(request_id)
+
+    def _terminate(self, request_id: str) -> None:
+        r = self._fresh(request_id)
+        if r.state != "terminating":
+            return
+        provider = self._provider(r)
+        if provider is None:
+            return self._terminate_later(r, f"provider {r.provider} is not enabled")
+        try:
+            ids = [r.instance_id] if r.instance_id else []
+            if not ids:
+                # The launch may have gone through without an answer: find it by its tag.
+                ids = [i.id for i in provider.list_owned({REQUEST_TAG: request_id})]
+            if ids:
+                provider.terminate(ids)
+                still = [i.id for i in provider.describe(ids) if i.state != "terminated"]
+                if still:
+                    raise RuntimeError(f"{', '.join(still)} not terminated yet")
+        except Exception as exc:
+            return self._terminate_later(r, str(exc))
+        self._move(r, "terminated", "the provider confirmed", ended_at=time.time())
+        self._gone(r)
+        self._capacity_freed_at = time.time()
+        self._job_retry_at.clear()  # jobs waiting for capacity look again now
+        self._note(r.job_id, f"instance {request_id} torn down")
+
+    def _terminate_later(self, r: InstanceRecord, why: str) -> None:
+        failures = self._failures.get(r.request_id, 0) + 1
+        self._failures[r.request_id] = failures
+        self._retry_at[r.request_id] = time.time() + min(60.0, 2.0**failures)
+        self.store.update_instance(r.request_id, note=f"terminate failed: {why}")
+        log.warning("terminating %s failed (%s); retrying", r.request_id, why)
+        if failures == 1:
+            self._note(r.job_id, f"instance {r.request_id}: terminating failed ({why}); retrying")
+
+    # --- the reaper -------------------------------------------------------------------------
+
+    def reap(self, *, dry_run: bool = False) -> list[dict[str, Any]]:
+        """What is (or would be) ended: instances of ended jobs, and owned instances no record
+        knows of. Without dry_run it drives them now rather than at the next pass."""
+        ended = [
+            _entry(r.request_id, r.provider, r.instance_id, r.job_id)
+            for r in self.store.list_instances(live_only=True)
+            if self.store.get_job(r.job_id).terminal or r.state in ("draining", "terminating")
+        ]
+        ended += self._reap_unknown(dry_run=dry_run)
+        if not dry_run:
+            self._retry_at.clear()
+            self._wake.set()
+        return ended
+
+    def _reap_unknown(self, *, dry_run: bool = False) -> list[dict[str, Any]]:
+        try:
+            providers = self.load_providers(())
+        except Exception as exc:
+            log.warning("reaper: %s", exc)
+            return []
+        known = {r.request_id for r in self.store.list_instances(live_only=True)}
+        known_ids = {r.instance_id for r in self.store.list_instances(live_only=True)}
+        ended = []
+        for name, provider in providers.items():
+            try:
+                owned = provider.list_owned({"gpulayer:owner": self.owner})
+            except Exception as exc:
+                log.warning("reaper: listing %s failed: %s", name, exc)
+                continue
+            for instance in owned:
+                if instance.tags.get(REQUEST_TAG) in known or instance.id in known_ids:
+                    continue
+                ended.append(
+                    _entry(
+                        instance.tags.get(REQUEST_TAG),
+                        name,
+                        instance.id,
+                        instance.tags.get("gpulayer:job"),
+                    )
+                )
+                if not dry_run:
+                    try:
+                        provider.terminate([instance.id])
+                    except Exception as exc:
+                        log.warning("reaper: terminating %s failed: %s", instance.id, exc)
+        return ended
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    def _provider(self, r: InstanceRecord) -> Any:
+        try:
+            return self.load_providers((r.provider,)).get(r.provider)
+        except Exception as exc:
+            log.warning("instance %s: provider %s: %s", r.request_id, r.provider, exc)
+            return None
+
+    def _note(self, job_id: str, text: str) -> None:
+        self.service.log_system(job_id, 0, [text])
+
+    def _next_target_or_fail(self, job: JobRecord, spec: JobSpec, why: str) -> None:
+        target, refused = fallback_target(spec, self.service.worker_views())
+        if target is not None:
+            self._note(job.id, f"cloud: {why}; trying target {target}")
+            self.service.move_to_target(job.id, target)
+            return
+        if refused:
+            why = f"{why}; fallback: {'; '.join(refused)}"
+        self._note(job.id, f"unschedulable: {why}")
+        self.service.fail_unplaced(job.id, "unschedulable", why)
+
+    def _ssh_cidr(self) -> str:
+        configured = self.settings.get("ssh_cidr")
+        if configured:
+            return str(configured)
+        from gpulayer.cloud.network import controller_cidr
+
+        return controller_cidr()
+
+    def _image_for(self, provider: str, release: str | None) -> dict[str, Any]:
+        from gpulayer.cloud.images import resolve_release
+
+        return dict(resolve_release(provider, release).selector)
+
+    def _deadman_seconds(self) -> float:
+        return float(self.settings.get("deadman_seconds", DEFAULT_DEADMAN_SECONDS))
+
+    def _deadman_action(self, provider: str) -> str:
+        configured = os.environ.get("GPULAYER_DEADMAN_ACTION") or self.settings.get(
+            "deadman_action"
+        )
+        if configured:
+            return str(configured)
+        # Powering off is how a cloud instance stops billing; on a host we do not own, only
+        # the worker stops.
+        return "stop" if provider == "ssh" else "poweroff"
+
+
+def _left(deadline: float, why: str = "provisioning_timeout_seconds ran out") -> float:
+    from gpulayer.cloud.errors import ProvisionTimeout
+
+    left = deadline - time.time()
+    if left <= 0:
+        raise ProvisionTimeout(why)
+    return left
+
+
+def _price(offer: Offer) -> str:
+    if offer.hourly_price is None:
+        return "an unknown price"
+    return f"{offer.hourly_price} {offer.currency}/h"
+
+
+def _label(r: InstanceRecord) -> str:
+    if r.offer:
+        return planning.key_label(planning.offer_key(r.offer))
+    return f"{r.provider}/{r.zone or r.region}/{r.instance_type}"
+
+
+def _entry(
+    request_id: str | None, provider: str, instance_id: str | None, job_id: str | None
+) -> dict[str, Any]:
+    return {
+        "request_id": request_id,
+        "provider": provider,
+        "instance_id": instance_id,
+        "job_id": job_id,
+    }
+
+
+__all__ = ["GONE", "Reconciler"]

@@ -1,0 +1,100 @@
+"""The states of a rented instance, the moves allowed between them, and how long each may last.
+
+Pure: the reconciler asks this table before every move and records each one (time, reason) in
+the instance's history, so a restarted controller knows where every instance was and what is
+left to do. Modelled on Ray autoscaler v2's instance states, cut to what one job needs.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from gpulayer.errors import GpulayerError
+
+InstanceState = Literal[
+    "requested",  # written down before any cloud call; nothing exists yet
+    "launching",  # the provider's launch call is (or may have been) made
+    "booting",  # the provider has it; waiting for SSH to answer
+    "bootstrapping",  # installing and starting the worker over SSH
+    "ready",  # the worker joined; reserved for its job, which is about to be dispatched
+    "in_use",  # the job's attempt runs on its worker
+    "draining",  # the job ended: closing the tunnel, taking the worker off
+    "terminating",  # the provider's terminate call, retried until the provider confirms
+    "terminated",  # gone, as the provider confirmed
+    "never_launched",  # the provider refused the launch: nothing was created
+]
+
+STATES: tuple[InstanceState, ...] = (
+    "requested",
+    "launching",
+    "booting",
+    "bootstrapping",
+    "ready",
+    "in_use",
+    "draining",
+    "terminating",
+    "terminated",
+    "never_launched",
+)
+
+GONE: frozenset[str] = frozenset({"terminated", "never_launched"})
+"""Nothing is left in the cloud; the record stays as the ledger."""
+
+HOLDS_WORKER: frozenset[str] = frozenset({"ready", "in_use"})
+"""States in which a worker runs on the instance and needs its SSH tunnel."""
+
+_ENDING: tuple[InstanceState, ...] = ("draining", "terminating")
+
+TRANSITIONS: dict[str, frozenset[str]] = {
+    "requested": frozenset({"launching", "never_launched", "terminating"}),
+    # A launch that failed without saying whether it created something must be looked up.
+    "launching": frozenset({"booting", "never_launched", "terminating"}),
+    "booting": frozenset({"bootstrapping", *_ENDING}),
+    # A controller restart mid-bootstrap goes back to waiting for SSH and starts over.
+    "bootstrapping": frozenset({"booting", "ready", *_ENDING}),
+    "ready": frozenset({"in_use", *_ENDING}),
+    "in_use": frozenset({*_ENDING}),
+    "draining": frozenset({"terminating"}),
+    "terminating": frozenset({"terminated"}),
+    "terminated": frozenset(),
+    "never_launched": frozenset(),
+}
+
+# How long an instance may stay in a state before the reconciler gives up on it. None: as long
+# as needed (a running job, a terminate the reaper keeps retrying). Provisioning states are also
+# bounded by the job's provisioning_timeout_seconds, whichever comes first.
+STATE_TIMEOUTS: dict[str, float | None] = {
+    "requested": 60.0,
+    "launching": 900.0,
+    "booting": 900.0,
+    "bootstrapping": 900.0,
+    "ready": 300.0,
+    "in_use": None,
+    "draining": 120.0,
+    "terminating": None,
+    "terminated": None,
+    "never_launched": None,
+}
+
+
+class TransitionError(GpulayerError):
+    """A move the state table does not allow (a bug, or two controllers on one record)."""
+
+
+def check_transition(current: str, wanted: str) -> None:
+    if current not in TRANSITIONS:
+        raise TransitionError(f"unknown instance state {current!r}")
+    if wanted not in TRANSITIONS[current]:
+        allowed = ", ".join(sorted(TRANSITIONS[current])) or "none (final)"
+        raise TransitionError(
+            f"instance cannot move from {current} to {wanted} (allowed: {allowed})"
+        )
+
+
+def allowed(current: str, wanted: str) -> bool:
+    return wanted in TRANSITIONS.get(current, frozenset())
+
+
+def timed_out(state: str, since: float, now: float) -> bool:
+    limit = STATE_TIMEOUTS.get(state)
+    return limit is not None and now - since > limit
