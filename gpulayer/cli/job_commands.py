@@ -151,18 +151,24 @@ def status(
 def logs(
     job: str = typer.Argument(..., help="Job id (or a unique prefix)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the job ends."),
+    node: Optional[int] = typer.Option(
+        None, "--node", help="Only this node's lines, by node rank (multi-node jobs)."
+    ),
     as_json: bool = JsonOption,
     server: Optional[str] = ServerOption,
 ) -> None:
     """Print a job's output (stdout to stdout, stderr and gpulayer's notes to stderr)."""
     from gpulayer.cli.submit_flow import print_line
+    from gpulayer.errors import UsageError
 
+    if node is not None and node < 0:
+        raise UsageError("--node: a node rank is 0 or more")
     client = _connect(server).client
     lines: Iterator[dict[str, Any]]
     if follow:
-        lines = (item for item in client.follow_logs(job) if "job" not in item)
+        lines = (item for item in client.follow_logs(job, node=node) if "job" not in item)
     else:
-        lines = iter(_all_lines(client, job))
+        lines = iter(_all_lines(client, job, node))
     if as_json:
         print_json(list(lines))
         return
@@ -170,11 +176,11 @@ def logs(
         print_line(line)
 
 
-def _all_lines(client: ControlClient, job: str) -> list[dict[str, Any]]:
+def _all_lines(client: ControlClient, job: str, node: int | None = None) -> list[dict[str, Any]]:
     collected: list[dict[str, Any]] = []
     after = 0
     while True:
-        page = client.logs(job, after=after)
+        page = client.logs(job, after=after, node=node)
         if not page["lines"]:
             return collected
         collected.extend(page["lines"])

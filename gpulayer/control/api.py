@@ -126,8 +126,12 @@ def create_app(
         return _job(service, job.id)
 
     @app.get("/v1/jobs/{job_ref}/logs", dependencies=auth)
-    def logs(job_ref: str, after: int = 0, wait: float = 0) -> dict[str, Any]:
-        lines, job = service.read_logs(job_ref, after=after, wait=min(wait, _MAX_WAIT_SECONDS))
+    def logs(
+        job_ref: str, after: int = 0, wait: float = 0, node: int | None = None
+    ) -> dict[str, Any]:
+        lines, job = service.read_logs(
+            job_ref, after=after, wait=min(wait, _MAX_WAIT_SECONDS), node=node
+        )
         return {
             "lines": [log_view(line) for line in lines],
             "job": job_view(job),
@@ -209,9 +213,7 @@ def create_app(
             async for chunk in request.stream():
                 out.write(chunk)
         try:
-            await asyncio.to_thread(
-                service.record_output_archive, attempt_id, Path(out.name), who
-            )
+            await asyncio.to_thread(service.record_output_archive, attempt_id, Path(out.name), who)
         finally:
             Path(out.name).unlink(missing_ok=True)
         return {"ok": True}

@@ -79,7 +79,15 @@ def worker_view(worker: WorkerRecord, *, running: int = 0) -> dict[str, Any]:
 
 
 def log_view(line: LogLine) -> dict[str, Any]:
-    return {"id": line.id, "attempt": line.attempt, "stream": line.stream, "text": line.text}
+    view: dict[str, Any] = {
+        "id": line.id,
+        "attempt": line.attempt,
+        "stream": line.stream,
+        "text": line.text,
+    }
+    if line.node is not None:
+        view["node"] = line.node
+    return view
 
 
 def instance_view(record: InstanceRecord, now: float) -> dict[str, Any]:
