@@ -68,6 +68,10 @@ def test_revoked_and_expired_tokens_are_refused_on_the_next_call(store: Store) -
     assert authority(credential) is None
     expired, _ = issue_token(store, "join", expires_at=time.time() - 1)
     assert authority(expired) is None
+    removed, removed_record = issue_token(store, "admin")
+    assert authority(removed) is not None
+    store.remove_token(removed_record.hash)  # gone from the store: gone for this process too
+    assert authority(removed) is None
 
 
 def test_a_join_token_registers_no_more_workers_than_its_cap(store: Store) -> None:
