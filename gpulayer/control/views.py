@@ -53,6 +53,7 @@ def job_view(
 def attempt_view(attempt: AttemptRecord, worker: WorkerRecord | None) -> dict[str, Any]:
     return {
         "number": attempt.number,
+        "node_rank": attempt.node_rank,
         "state": attempt.state,
         "reason": attempt.reason,
         "exit_code": attempt.exit_code,
