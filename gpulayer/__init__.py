@@ -23,6 +23,9 @@ _EXPORTS = {
     "function": "gpulayer.sdk",
     "launch": "gpulayer.sdk",
     "remote": "gpulayer.sdk",
+    "Trainer": "gpulayer.sdk",
+    "TrainResult": "gpulayer.sdk",
+    "train": "gpulayer.sdk",
 }
 
 if TYPE_CHECKING:
@@ -31,11 +34,14 @@ if TYPE_CHECKING:
         JobBuilder,
         JobFailed,
         JobTimeout,
+        Trainer,
+        TrainResult,
         command,
         distributed,
         function,
         launch,
         remote,
+        train,
     )
     from gpulayer.spec import API_VERSION, PROFILES, JobSpec
 
@@ -61,10 +67,13 @@ __all__ = [
     "JobFailed",
     "JobSpec",
     "JobTimeout",
+    "TrainResult",
+    "Trainer",
     "__version__",
     "command",
     "distributed",
     "function",
     "launch",
     "remote",
+    "train",
 ]

@@ -364,7 +364,12 @@ class ControlService:
             for attempt in self.store.active_attempts(caller.worker_id):
                 spec = self.store.get_job(attempt.job_id).spec
                 for item in spec.get("inputs", []) or []:
-                    source = str(item.get("source", "")) if isinstance(item, dict) else ""
+                    # InputRef names it "artifact"; "source" is what older specs said.
+                    source = (
+                        str(item.get("artifact") or item.get("source") or "")
+                        if isinstance(item, dict)
+                        else ""
+                    )
                     if self._names_job(source, job_id):
                         return
         raise ForbiddenError(f"job {job_id}'s outputs are not an input of this worker's jobs")
