@@ -26,14 +26,21 @@ _EXPORTS = {
     "Trainer": "gpulayer.sdk",
     "TrainResult": "gpulayer.sdk",
     "train": "gpulayer.sdk",
+    "schedule": "gpulayer.sdk",
+    "Schedule": "gpulayer.sdk",
+    "ScheduleSkipped": "gpulayer.sdk",
+    "Cron": "gpulayer.sdk",
 }
 
 if TYPE_CHECKING:
     from gpulayer.sdk import (
+        Cron,
         Job,
         JobBuilder,
         JobFailed,
         JobTimeout,
+        Schedule,
+        ScheduleSkipped,
         Trainer,
         TrainResult,
         command,
@@ -41,6 +48,7 @@ if TYPE_CHECKING:
         function,
         launch,
         remote,
+        schedule,
         train,
     )
     from gpulayer.spec import API_VERSION, PROFILES, JobSpec
@@ -62,11 +70,14 @@ def __dir__() -> list[str]:
 __all__ = [
     "API_VERSION",
     "PROFILES",
+    "Cron",
     "Job",
     "JobBuilder",
     "JobFailed",
     "JobSpec",
     "JobTimeout",
+    "Schedule",
+    "ScheduleSkipped",
     "TrainResult",
     "Trainer",
     "__version__",
@@ -75,5 +86,6 @@ __all__ = [
     "function",
     "launch",
     "remote",
+    "schedule",
     "train",
 ]

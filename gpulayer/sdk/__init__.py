@@ -1,18 +1,23 @@
 """The Python SDK: builders, launch(), @remote and the Job handle."""
 
+from gpulayer.schedules.model import Cron
 from gpulayer.sdk import train
 from gpulayer.sdk.builders import JobBuilder, command, distributed, function
 from gpulayer.sdk.job import Job, JobFailed, JobTimeout
 from gpulayer.sdk.launch import launch
 from gpulayer.sdk.remote import RemoteFunction, remote
+from gpulayer.sdk.schedule import Schedule, ScheduleSkipped, schedule
 from gpulayer.sdk.trainer import Trainer, TrainResult
 
 __all__ = [
+    "Cron",
     "Job",
     "JobBuilder",
     "JobFailed",
     "JobTimeout",
     "RemoteFunction",
+    "Schedule",
+    "ScheduleSkipped",
     "TrainResult",
     "Trainer",
     "command",
@@ -20,5 +25,6 @@ __all__ = [
     "function",
     "launch",
     "remote",
+    "schedule",
     "train",
 ]
