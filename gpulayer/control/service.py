@@ -613,7 +613,11 @@ class ControlService:
         for view in views:
             found = reasons_now(spec, view.snapshot)
             reasons.extend(f"worker {view.snapshot.name}: {r}" for r in found)
-        return reasons if len(reasons) > (nodes > 1) else [*reasons, "waiting for its turn in the queue"]
+        return (
+            reasons
+            if len(reasons) > (nodes > 1)
+            else [*reasons, "waiting for its turn in the queue"]
+        )
 
     def dispatch(self) -> int:
         """Place queued jobs on workers with room. Returns how many were assigned."""

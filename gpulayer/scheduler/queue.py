@@ -124,12 +124,10 @@ def plan_pass(
             if nodes > 1:
                 gang = choose_gang(spec, index, exclude=reserved)
                 if gang is not None:
-                    for rank, placement in enumerate(gang):
-                        index.assign(spec, placement)
+                    for rank, node in enumerate(gang):
+                        index.assign(spec, node)
                         assignments.append(
-                            Assignment(
-                                item.job_id, placement.worker_id, placement.gpu_indices, rank
-                            )
+                            Assignment(item.job_id, node.worker_id, node.gpu_indices, rank)
                         )
                     continue
             else:
