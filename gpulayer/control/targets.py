@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gpulayer.scheduler import WorkerSnapshot, never_reasons
+from gpulayer.scheduler import WorkerSnapshot, never_reasons, node_count
 from gpulayer.spec import JobSpec
 
 TARGET_WORKER_KIND = {"local": "local", "remote": "remote", "cloud": "cloud"}
@@ -51,9 +51,14 @@ def choose_target(
     for position, target in enumerate(chain):
         last = position == len(chain) - 1
         if target == "cloud":
-            if cloud_available:
+            nodes = node_count(spec)
+            if nodes > 1:
+                # Refused before anything is rented: a lone machine cannot run a gang.
+                reasons = [f"num_workers: {nodes} nodes on rented machines are not supported yet"]
+            elif cloud_available:
                 return TargetDecision("cloud", notes=notes)
-            reasons = ["no cloud provider is installed or enabled"]
+            else:
+                reasons = ["no cloud provider is installed or enabled"]
         else:
             found = _why_not(spec, workers, target)
             if found is None:
