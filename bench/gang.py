@@ -108,6 +108,8 @@ def _plain_torchrun(workdir: Path, args: list[str]) -> float:
                 **__import__("os").environ,
                 "GPULAYER_OUTPUT_DIR": str(workdir / f"n{r}"),
                 "GPULAYER_NODE_RANK": str(r),
+                # The same interface gpulayer gives its nodes: a like-for-like job.
+                "GLOO_SOCKET_IFNAME": "lo",
             },
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
