@@ -464,34 +464,8 @@ class Store:
         self, job_id: str, worker_id: str, gpu_indices: Sequence[int]
     ) -> AttemptRecord | None:
         """Move a queued job to running on a worker, exactly once. None if someone else won."""
-        now = time.time()
-        with self.engine.begin() as conn:
-            won = conn.execute(
-                update(t.jobs)
-                .where(and_(t.jobs.c.id == job_id, t.jobs.c.state == "queued"))
-                .values(state="running", attempts=t.jobs.c.attempts + 1, started_at=now)
-            ).rowcount
-            if won != 1:
-                return None
-            number = conn.execute(
-                select(t.jobs.c.attempts).where(t.jobs.c.id == job_id)
-            ).scalar_one()
-            epoch = conn.execute(
-                select(t.workers.c.epoch).where(t.workers.c.id == worker_id)
-            ).scalar()
-            attempt_id = conn.execute(
-                insert(t.attempts).values(
-                    job_id=job_id,
-                    number=number,
-                    worker_id=worker_id,
-                    gpu_indices=json.dumps(list(gpu_indices)),
-                    state="assigned",
-                    created_at=now,
-                    worker_epoch=epoch,
-                )
-            ).inserted_primary_key[0]  # type: ignore[index]
-            row = conn.execute(select(t.attempts).where(t.attempts.c.id == attempt_id)).one()
-        return _attempt(row)
+        nodes = self.assign_gang(job_id, [(worker_id, gpu_indices)])
+        return nodes[0] if nodes else None
 
     # --- gangs ------------------------------------------------------------------------------
 
@@ -499,7 +473,7 @@ class Store:
         self, job_id: str, nodes: Sequence[tuple[str, Sequence[int]]]
     ) -> list[AttemptRecord] | None:
         """Move a queued job to running with one attempt per node (node rank = position), all
-        in one transaction: every node or none. None if someone else won the job."""
+        in one transaction: every node or none, exactly once. None if someone else won."""
         now = time.time()
         with self.engine.begin() as conn:
             won = conn.execute(

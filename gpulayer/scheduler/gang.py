@@ -8,7 +8,8 @@ reservation on the N workers closest to fitting it, see :mod:`gpulayer.scheduler
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import TypeVar
 
 from gpulayer.scheduler.feasibility import reasons_never
 from gpulayer.scheduler.index import WorkerIndex
@@ -29,41 +30,39 @@ def choose_gang(
     """N placements on N distinct workers, best ranked first (node rank 0), or None.
 
     Nothing in ``index`` changes; the caller assigns all N or none."""
-    picked: list[Placement] = []
-    taken = set(exclude)
-    for _ in range(node_count(job)):
-        placement = index.choose(job, exclude=taken)
-        if placement is None:
-            return None
-        picked.append(placement)
-        taken.add(placement.worker_id)
-    return picked
+    picked = _distinct(job, lambda taken: index.choose(job, exclude=taken), exclude)
+    return picked if len(picked) == node_count(job) else None
 
 
 def fitting_now(job: JobSpec, index: WorkerIndex) -> int:
     """How many distinct workers could take one node of the job now (at most N)."""
-    taken: set[str] = set()
-    for _ in range(node_count(job)):
-        placement = index.choose(job, exclude=taken)
-        if placement is None:
-            break
-        taken.add(placement.worker_id)
-    return len(taken)
+    return len(_distinct(job, lambda taken: index.choose(job, exclude=taken), ()))
 
 
 def closest_gang(
     job: JobSpec, index: WorkerIndex, *, exclude: Collection[str] = frozenset()
 ) -> list[str] | None:
     """The N ready workers nearest to fitting one node each, or None when fewer exist."""
-    chosen: list[str] = []
+    held = _distinct(job, lambda taken: index.closest(job, exclude=taken), exclude)
+    return held if len(held) == node_count(job) else None
+
+
+T = TypeVar("T", Placement, str)
+
+
+def _distinct(
+    job: JobSpec, pick: Callable[[set[str]], T | None], exclude: Collection[str]
+) -> list[T]:
+    """Up to N picks, each on a worker none of the earlier ones (or ``exclude``) holds."""
+    picked: list[T] = []
     taken = set(exclude)
     for _ in range(node_count(job)):
-        worker_id = index.closest(job, exclude=taken)
-        if worker_id is None:
-            return None
-        chosen.append(worker_id)
-        taken.add(worker_id)
-    return chosen
+        found = pick(taken)
+        if found is None:
+            break
+        picked.append(found)
+        taken.add(found if isinstance(found, str) else found.worker_id)
+    return picked
 
 
 def never_reasons(
