@@ -65,6 +65,8 @@ def job_panel(job: dict[str, Any]) -> None:
         rows.append(("cost", ", ".join(f"{v:.4f} {k}" for k, v in job_cost.items())))
     for reason in job.get("waiting_for") or []:
         rows.append(("waiting for", reason))
+    for report in _train_reports(job.get("result"))[-5:]:
+        rows.append(("report", report))
     if job.get("result") is not None:
         import json
 
@@ -84,8 +86,11 @@ def job_panel(job: dict[str, Any]) -> None:
             worker = attempt.get("worker_name") or "-"
             if attempt.get("worker_id"):
                 worker = f"{worker} ({attempt['worker_id']})"
+            number = str(attempt["number"])
+            if any(a.get("node_rank") for a in attempts):
+                number += f" node {attempt.get('node_rank', 0)}"
             detail.add_row(
-                str(attempt["number"]),
+                number,
                 _state(attempt["state"]),
                 attempt.get("reason") or "",
                 worker,
@@ -94,6 +99,18 @@ def job_panel(job: dict[str, Any]) -> None:
                 _short_time(attempt.get("finished_at")),
             )
         console.print(detail)
+
+
+def _train_reports(result: Any) -> list[str]:
+    """A Trainer run's rank-0 reports (its result carries them), one line each."""
+    import json
+
+    if not isinstance(result, dict) or "node_rank" not in result:
+        return []
+    metrics = result.get("metrics")
+    if not isinstance(metrics, list):
+        return []
+    return [json.dumps(m, sort_keys=True)[:200] for m in metrics]
 
 
 def _hardware(caps: dict[str, Any]) -> str:
