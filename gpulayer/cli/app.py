@@ -9,6 +9,7 @@ import typer
 from gpulayer.cli import (
     cleanup_commands,
     cloud_commands,
+    config_commands,
     job_commands,
     schedule_commands,
     server_commands,
@@ -32,6 +33,7 @@ cloud_commands.register(app)
 spec_commands.register(app)
 schedule_commands.register(app)
 cleanup_commands.register(app)
+config_commands.register(app)
 
 
 def main() -> None:

@@ -104,6 +104,9 @@ def logs(
     node: Optional[int] = typer.Option(
         None, "--node", help="Only this node's lines, by node rank (multi-node jobs)."
     ),
+    timestamps: bool = typer.Option(
+        False, "--timestamps", "-t", help="Prefix each line with when it arrived (UTC, ISO 8601)."
+    ),
     as_json: bool = JsonOption,
     server: Optional[str] = ServerOption,
 ) -> None:
@@ -123,7 +126,7 @@ def logs(
         print_json_items(lines)
         return
     for line in lines:
-        print_line(line)
+        print_line(line, timestamps=timestamps)
 
 
 def cancel(

@@ -85,6 +85,7 @@ def log_view(line: LogLine) -> dict[str, Any]:
         "attempt": line.attempt,
         "stream": line.stream,
         "text": line.text,
+        "at": iso(line.at),
     }
     if line.node is not None:
         view["node"] = line.node
