@@ -23,6 +23,9 @@ _EXPORTS = {
     "function": "gpulayer.sdk",
     "launch": "gpulayer.sdk",
     "remote": "gpulayer.sdk",
+    "Trainer": "gpulayer.sdk",
+    "TrainResult": "gpulayer.sdk",
+    "train": "gpulayer.sdk",
     "schedule": "gpulayer.sdk",
     "Schedule": "gpulayer.sdk",
     "ScheduleSkipped": "gpulayer.sdk",
@@ -33,11 +36,13 @@ if TYPE_CHECKING:
     # From the defining modules: gpulayer.sdk.launch and .remote are also module names, and
     # mypy, depending on the order it reads modules in, took the name for the module.
     from gpulayer.schedules.model import Cron
+    from gpulayer.sdk import train
     from gpulayer.sdk.builders import JobBuilder, command, distributed, function
     from gpulayer.sdk.job import Job, JobFailed, JobTimeout
     from gpulayer.sdk.launch import launch
     from gpulayer.sdk.remote import remote
     from gpulayer.sdk.schedule import Schedule, ScheduleSkipped, schedule
+    from gpulayer.sdk.trainer import Trainer, TrainResult
     from gpulayer.spec import API_VERSION, PROFILES, JobSpec
 
 
@@ -65,6 +70,8 @@ __all__ = [
     "JobTimeout",
     "Schedule",
     "ScheduleSkipped",
+    "TrainResult",
+    "Trainer",
     "__version__",
     "command",
     "distributed",
@@ -72,4 +79,5 @@ __all__ = [
     "launch",
     "remote",
     "schedule",
+    "train",
 ]

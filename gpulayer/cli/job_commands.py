@@ -101,6 +101,9 @@ def status(
 def logs(
     job: str = typer.Argument(..., help="Job id (or a unique prefix)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the job ends."),
+    node: Optional[int] = typer.Option(
+        None, "--node", help="Only this node's lines, by node rank (multi-node jobs)."
+    ),
     timestamps: bool = typer.Option(
         False, "--timestamps", "-t", help="Prefix each line with when it arrived (UTC, ISO 8601)."
     ),
@@ -109,13 +112,16 @@ def logs(
 ) -> None:
     """Print a job's output (stdout to stdout, stderr and gpulayer's notes to stderr)."""
     from gpulayer.cli.submit_flow import print_line
+    from gpulayer.errors import UsageError
 
+    if node is not None and node < 0:
+        raise UsageError("--node: a node rank is 0 or more")
     client = _connect(server).client
     lines: Iterator[dict[str, Any]]
     if follow:
-        lines = (item for item in client.follow_logs(job) if "job" not in item)
+        lines = (item for item in client.follow_logs(job, node=node) if "job" not in item)
     else:
-        lines = client.iter_logs(job)  # page by page: memory stays flat however long the log
+        lines = client.iter_logs(job, node=node)  # page by page: memory stays flat
     if as_json:
         print_json_items(lines)
         return

@@ -110,6 +110,8 @@ def job_panel(job: dict[str, Any]) -> None:
         rows.append(("cost", ", ".join(amount_text(v, k) for k, v in job_cost.items())))
     for reason in job.get("waiting_for") or []:
         rows.append(("waiting for", reason))
+    for report in _train_reports(job.get("result"))[-5:]:
+        rows.append(("report", report))
     if job.get("result") is not None:
         import json
 
@@ -129,8 +131,11 @@ def job_panel(job: dict[str, Any]) -> None:
             worker = attempt.get("worker_name") or "-"
             if attempt.get("worker_id"):
                 worker = f"{worker} ({attempt['worker_id']})"
+            number = str(attempt["number"])
+            if any(a.get("node_rank") for a in attempts):
+                number += f" node {attempt.get('node_rank', 0)}"
             detail.add_row(
-                str(attempt["number"]),
+                number,
                 _state(attempt["state"]),
                 attempt.get("reason") or "",
                 worker,
@@ -208,6 +213,18 @@ def instances_table(instances: list[dict[str, Any]]) -> None:
         console.print(table)
     else:
         console.print("no instances (--all shows ended ones)")
+
+
+def _train_reports(result: Any) -> list[str]:
+    """A Trainer run's rank-0 reports (its result carries them), one line each."""
+    import json
+
+    if not isinstance(result, dict) or "node_rank" not in result:
+        return []
+    metrics = result.get("metrics")
+    if not isinstance(metrics, list):
+        return []
+    return [json.dumps(m, sort_keys=True)[:200] for m in metrics]
 
 
 def _hardware(caps: dict[str, Any]) -> str:

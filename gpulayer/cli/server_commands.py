@@ -98,6 +98,12 @@ def worker_start(
         help="Output files larger than this are not uploaded (a line in the job's log says so).",
     ),
     name: Optional[str] = typer.Option(None, "--name", help="Worker name (default: host name)."),
+    address: Optional[str] = typer.Option(
+        None,
+        "--address",
+        help="Address the other nodes of a multi-node job reach this worker on "
+        "(default: this machine's address on the route to the control plane).",
+    ),
     label: list[str] = typer.Option([], "--label", help="K=V label jobs can pin to (repeatable)."),
     work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Where attempts run."),
     heartbeat_seconds: float = typer.Option(5.0, "--heartbeat-seconds", help="Heartbeat interval."),
@@ -139,6 +145,7 @@ def worker_start(
     from gpulayer.worker.agent import WorkerAgent
     from gpulayer.worker.deadman import DeadmanAction, DeadmanSwitch
     from gpulayer.worker.http_link import HttpLink
+    from gpulayer.worker.netif import address_towards
     from gpulayer.worker.probe import probe_capabilities
 
     server_url = server_url or os.environ.get("GPULAYER_SERVER")
@@ -165,6 +172,7 @@ def worker_start(
             "zone": zone,
             "hourly_price": hourly_price,
             "currency": currency,
+            "address": address or address_towards(server_url),
         }
     )
     registration = Registration(

@@ -221,8 +221,12 @@ def create_app(
         return _job(service, job.id)
 
     @app.get("/v1/jobs/{job_ref}/logs", dependencies=auth)
-    def logs(job_ref: str, after: Cursor = 0, wait: WaitSeconds = 0) -> dict[str, Any]:
-        lines, job = service.read_logs(job_ref, after=after, wait=min(wait, _MAX_WAIT_SECONDS))
+    def logs(
+        job_ref: str, after: Cursor = 0, wait: WaitSeconds = 0, node: int | None = None
+    ) -> dict[str, Any]:
+        lines, job = service.read_logs(
+            job_ref, after=after, wait=min(wait, _MAX_WAIT_SECONDS), node=node
+        )
         return {
             "lines": [log_view(line) for line in lines],
             "job": job_view(job),

@@ -101,9 +101,7 @@ class TokenAuthority:
         return self.authenticate(token)
 
     def authenticate(self, token: str) -> Principal | None:
-        if self._local_admin is not None and hmac.compare_digest(
-            token.encode(), self._local_admin
-        ):
+        if self._local_admin is not None and hmac.compare_digest(token.encode(), self._local_admin):
             return LOCAL_ADMIN
         fast = hash_token(token)
         record = self.store.token_by_hash(fast)
@@ -132,8 +130,10 @@ class TokenAuthority:
             if self._failures.get(fast) == ids:
                 return None  # the same wrong token again, and no new chosen token since
         for candidate in candidates:
-            if candidate.salt and candidate.digest and scrypt_matches(
-                token, candidate.salt, candidate.digest
+            if (
+                candidate.salt
+                and candidate.digest
+                and scrypt_matches(token, candidate.salt, candidate.digest)
             ):
                 with self._lock:
                     self._scrypt_verified[fast] = candidate.id

@@ -233,28 +233,37 @@ class ControlClient:
         result: list[dict[str, Any]] = self.request("POST", "/v1/jobs/prune", body)
         return result
 
-    def logs(self, job_ref: str, *, after: int = 0, wait: float = 0) -> dict[str, Any]:
+    def logs(
+        self, job_ref: str, *, after: int = 0, wait: float = 0, node: int | None = None
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"after": after, "wait": wait}
+        if node is not None:
+            params["node"] = node
         result: dict[str, Any] = self.request(
             "GET",
             f"/v1/jobs/{quote(job_ref, safe='')}/logs",
-            params={"after": after, "wait": wait},
+            params=params,
             timeout=wait + 30,
         )
         return result
 
-    def iter_logs(self, job_ref: str, *, after: int = 0) -> Iterator[dict[str, Any]]:
+    def iter_logs(
+        self, job_ref: str, *, after: int = 0, node: int | None = None
+    ) -> Iterator[dict[str, Any]]:
         """Every log line there is now, fetched a page at a time as the caller reads."""
         while True:
-            page = self.logs(job_ref, after=after)
+            page = self.logs(job_ref, after=after, node=node)
             if not page["lines"]:
                 return
             yield from page["lines"]
             after = page["lines"][-1]["id"]
 
-    def follow_logs(self, job_ref: str, *, after: int = 0) -> Iterator[dict[str, Any]]:
+    def follow_logs(
+        self, job_ref: str, *, after: int = 0, node: int | None = None
+    ) -> Iterator[dict[str, Any]]:
         """Yield log lines as they come, then a final {"job": ...} item once the job ended."""
         while True:
-            page = self.logs(job_ref, after=after, wait=10)
+            page = self.logs(job_ref, after=after, wait=10, node=node)
             for line in page["lines"]:
                 after = line["id"]
                 yield line

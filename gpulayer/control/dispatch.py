@@ -56,13 +56,14 @@ def _readable(job: JobRecord) -> JobSpec | None:
         return None
 
 
-def plan_assignments(store: Store) -> list[tuple[str, str, tuple[int, ...]]]:
-    """(job id, worker id, GPU indices) for queued jobs that fit now, per target pool."""
+def plan_assignments(store: Store) -> list[tuple[str, list[tuple[str, tuple[int, ...]]]]]:
+    """(job id, its nodes: (worker id, GPU indices) by node rank) for queued jobs that fit now,
+    per target pool. A job of one node has one; a gang has all of its N, never fewer."""
     queued = store.queued_jobs()
     if not queued:
         return []
     views = worker_snapshots(store, only_ready=True)
-    decisions: list[tuple[str, str, tuple[int, ...]]] = []
+    decisions: list[tuple[str, list[tuple[str, tuple[int, ...]]]]] = []
     for target, kind in TARGET_WORKER_KIND.items():
         jobs = [j for j in queued if j.target == target]
         if target == "cloud":
@@ -72,16 +73,19 @@ def plan_assignments(store: Store) -> list[tuple[str, str, tuple[int, ...]]]:
         if not jobs or not workers:
             continue
         queue = [QueuedJob(j.id, spec, j.created_at) for j in jobs if (spec := _readable(j))]
+        nodes: dict[str, list[tuple[int, str, tuple[int, ...]]]] = {}
         for assignment in plan(queue, workers):
-            decisions.append(
-                (assignment.job_id, assignment.worker_id, tuple(assignment.gpu_indices))
+            nodes.setdefault(assignment.job_id, []).append(
+                (assignment.node_rank, assignment.worker_id, tuple(assignment.gpu_indices))
             )
+        for job_id, placed in nodes.items():
+            decisions.append((job_id, [(w, g) for _, w, g in sorted(placed)]))
     return decisions
 
 
 def _reserved_assignments(
     store: Store, jobs: list[JobRecord], views: list[WorkerView]
-) -> list[tuple[str, str, tuple[int, ...]]]:
+) -> list[tuple[str, list[tuple[str, tuple[int, ...]]]]]:
     """A cloud job runs only on the worker of the instance reserved for it, once it joined.
     The machine was chosen for the job, so worker pins in its spec name other workers."""
     if not jobs:
@@ -103,6 +107,6 @@ def _reserved_assignments(
         queue = [QueuedJob(job.id, spec, job.created_at)]
         for assignment in plan(queue, [by_id[worker_id]]):
             decisions.append(
-                (assignment.job_id, assignment.worker_id, tuple(assignment.gpu_indices))
+                (assignment.job_id, [(assignment.worker_id, tuple(assignment.gpu_indices))])
             )
     return decisions

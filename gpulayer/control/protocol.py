@@ -28,6 +28,17 @@ class Message(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+class GangNode(Message):
+    """Where one node of a multi-node job stands in its gang."""
+
+    node_rank: int
+    num_nodes: int
+    master_addr: str
+    """Node rank 0's worker address: the c10d rendezvous runs there."""
+    node_addr: str
+    """This node's own worker address (its interface carries gloo/NCCL traffic)."""
+
+
 class Assignment(Message):
     attempt_id: int
     job_id: str
@@ -38,6 +49,8 @@ class Assignment(Message):
     """Run in this directory as it is (local jobs without a source bundle)."""
     has_bundle: bool = False
     """The job's source is a bundle to fetch from the control plane and unpack."""
+    gang: GangNode | None = None
+    """Set for one node of a multi-node job."""
 
 
 class LogBatch(Message):

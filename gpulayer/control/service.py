@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpulayer.control.auth import Principal, issue_token
+from gpulayer.control import gangs
+from gpulayer.control.auth import Principal, PrincipalKind, issue_token
 from gpulayer.control.ids import new_id
 from gpulayer.control.job_states import ACTIVE_ATTEMPT_STATES, JobStates
 from gpulayer.control.paths import HomeLayout
@@ -209,7 +210,7 @@ class ControlService:
         return self.store.get_job(job.id)
 
     def read_logs(
-        self, job_ref: str, *, after: int = 0, wait: float = 0.0
+        self, job_ref: str, *, after: int = 0, wait: float = 0.0, node: int | None = None
     ) -> tuple[list[LogLine], JobRecord]:
         """Lines after the given id; with wait, block up to that long for news."""
         job_id = self.resolve_job_id(job_ref)
@@ -217,7 +218,7 @@ class ControlService:
         while True:
             since = self.version
             job = self.store.get_job(job_id)
-            lines = self.store.read_logs(job_id, after=after)
+            lines = self.store.read_logs(job_id, after=after, node=node)
             remaining = deadline - time.monotonic()
             if lines or job.terminal or remaining <= 0:
                 return lines, job
@@ -358,15 +359,15 @@ class ControlService:
         max_workers: int | None = None,
     ) -> str:
         """A new admin or join token ("worker" is the API's older name for a join token)."""
-        kind = "join" if kind == "worker" else kind
-        if kind not in ("admin", "join"):
+        principal: PrincipalKind
+        if kind in ("worker", "join"):
+            principal = "join"
+        elif kind == "admin":
+            principal = "admin"
+        else:
             raise UsageError(f"kind: admin or worker, not {kind!r}")
         token, _ = issue_token(
-            self.store,
-            kind,  # type: ignore[arg-type]
-            name,
-            expires_at=expires_at,
-            max_workers=max_workers,
+            self.store, principal, name, expires_at=expires_at, max_workers=max_workers
         )
         return token
 
@@ -418,7 +419,12 @@ class ControlService:
             for attempt in self.store.active_attempts(caller.worker_id):
                 spec = self.store.get_job(attempt.job_id).spec
                 for item in spec.get("inputs", []) or []:
-                    source = str(item.get("source", "")) if isinstance(item, dict) else ""
+                    # InputRef names it "artifact"; "source" is what older specs said.
+                    source = (
+                        str(item.get("artifact") or item.get("source") or "")
+                        if isinstance(item, dict)
+                        else ""
+                    )
                     if self._names_job(source, job_id):
                         return
         raise ForbiddenError(f"job {job_id}'s outputs are not an input of this worker's jobs")
@@ -452,6 +458,7 @@ class ControlService:
                     gpu_indices=attempt.gpu_indices,
                     working_dir=job.working_dir,
                     has_bundle=job.has_bundle,
+                    gang=gangs.gang_node(self.store, job, attempt),
                 )
             )
         return claimed
@@ -460,9 +467,10 @@ class ControlService:
         self, attempt_id: int, lines: Sequence[tuple[str, str]], caller: Principal | None = None
     ) -> None:
         attempt = self.own_attempt(attempt_id, caller)  # a fenced attempt's output is not the job's
+        node = attempt.node_rank if self._is_gang(attempt) else None
         # A job may print a NUL; no line is refused for it, it is stored repaired.
         storable = [(stream, repair_text(text)) for stream, text in lines]
-        self.store.append_logs(attempt.job_id, attempt.number, storable)
+        self.store.append_logs(attempt.job_id, attempt.number, storable, node=node)
         self.notify()
 
     def finish_attempt(
@@ -473,7 +481,9 @@ class ControlService:
             attempt_id, report.state, reason=report.reason, exit_code=report.exit_code
         ):
             raise StaleAttemptError(f"attempt {attempt_id} is no longer current")
-        if report.reason in _RETRYABLE_REASONS:
+        if self._is_gang(attempt):
+            self._finish_node(attempt, report)
+        elif report.reason in _RETRYABLE_REASONS:
             self._retry_or_fail(attempt, report.reason, report.message or report.reason)
         else:
             self.states.move_job(
@@ -498,8 +508,10 @@ class ControlService:
         """Keep the files an attempt wrote under GPULAYER_OUTPUT_DIR as its job's outputs.
 
         Only the job's current attempt may: the files are staged first and swapped in while
-        the attempt is checked once more, so a stale attempt never replaces a newer one's."""
+        the attempt is checked once more, so a stale attempt never replaces a newer one's.
+        A gang's node 0 writes the top of the outputs, node r the folder ``node-<r>/``."""
         attempt = self.own_attempt(attempt_id, caller)
+        node = attempt.node_rank if self._is_gang(attempt) else None
         staging = self.layout.root / "incoming" / f"outputs-{attempt_id}-{new_id('s')}"
         try:
             entries = []
@@ -518,13 +530,27 @@ class ControlService:
             with self._outputs_lock:
                 self.own_attempt(attempt_id, caller)
                 destination = self.layout.outputs_dir(attempt.job_id)
+                prefix = None
+                if node is not None:
+                    prefix = gangs.node_output_prefix(node)
+                    if prefix:
+                        destination = destination / prefix.rstrip("/")
+                    else:
+                        gangs.carry_node_outputs(destination, staging)
                 previous = destination.with_name(destination.name + f".old-{attempt_id}")
                 if destination.exists():
                     destination.rename(previous)
                 destination.parent.mkdir(parents=True, exist_ok=True)
                 staging.rename(destination)
                 shutil.rmtree(previous, ignore_errors=True)
-                self.store.record_artifacts(attempt.job_id, sorted(entries))
+                if node is None:
+                    self.store.record_artifacts(attempt.job_id, sorted(entries))
+                else:
+                    self.store.record_node_artifacts(
+                        attempt.job_id,
+                        sorted((f"{prefix}{p}", s, h) for p, s, h in entries),
+                        prefix=prefix or "",
+                    )
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
@@ -540,6 +566,44 @@ class ControlService:
         with tempfile.TemporaryDirectory(dir=self.layout.root) as scratch:
             extract_bundle(archive, Path(scratch))
             self.record_outputs(attempt_id, _regular_files(Path(scratch)), caller)
+
+    # --- gangs ------------------------------------------------------------------------------
+
+    def _is_gang(self, attempt: AttemptRecord) -> bool:
+        return gangs.gang_size(self.store.get_job(attempt.job_id)) > 1
+
+    def _finish_node(self, attempt: AttemptRecord, report: AttemptReport) -> None:
+        """One node ended: a failure ends the whole gang at once; success waits for all."""
+        if report.state == "succeeded":
+            if report.result is not None:
+                self.store.keep_node_result(attempt.id, report.result)
+            end = gangs.after_node_success(self.store.gang_of(attempt))
+            if end.state is not None:
+                self.states.move_job(
+                    attempt.job_id, end.state, only_from=["running"], exit_code=0, result=end.result
+                )
+            return
+        self._end_gang(attempt, report.reason or "failed", report.message or report.reason or "")
+
+    def _end_gang(self, attempt: AttemptRecord, reason: str, why: str) -> None:
+        """Fail (or cancel) the job naming the node; the other nodes' attempts end with it."""
+        job = self.store.get_job(attempt.job_id)
+        where = gangs.node_label(self.store, attempt)
+        cancelled = job.cancel_requested
+        message = "cancelled" if cancelled else f"{where}: {why}"
+        if self.states.move_job(
+            job.id,
+            "cancelled" if cancelled else "failed",
+            only_from=["running"],
+            reason="cancelled" if cancelled else reason,
+            message=message,
+        ):
+            others = [a.node_rank for a in self.store.gang_of(attempt) if a.id != attempt.id]
+            self.log_system(
+                job.id,
+                attempt.number,
+                [f"{message}; ending the gang's other nodes {others}"] if not cancelled else [],
+            )
 
     # --- faults -----------------------------------------------------------------------------
 
@@ -562,7 +626,10 @@ class ControlService:
 
     def _lose_attempt(self, attempt: AttemptRecord, why: str) -> None:
         if self.states.move_attempt(attempt.id, "failed", reason="worker_lost"):
-            self._retry_or_fail(attempt, "worker_lost", why)
+            if self._is_gang(attempt):
+                self._end_gang(attempt, "worker_lost", why)
+            else:
+                self._retry_or_fail(attempt, "worker_lost", why)
 
     def _retry_or_fail(self, attempt: AttemptRecord, reason: str, why: str) -> None:
         job = self.store.get_job(attempt.job_id)
@@ -652,7 +719,7 @@ class ControlService:
     def waiting_reasons(self, job: JobRecord) -> list[str]:
         """Why a queued job has not started: per worker of its target, what does not fit now."""
         from gpulayer.control.targets import TARGET_WORKER_KIND
-        from gpulayer.scheduler import reasons_now
+        from gpulayer.scheduler import WorkerIndex, fitting_now, node_count, reasons_now
 
         try:
             spec = JobSpec.model_validate(job.spec)
@@ -664,10 +731,18 @@ class ControlService:
         if not views:
             return [f"no {job.target} worker is registered"]
         reasons: list[str] = []
+        nodes = node_count(spec)
+        if nodes > 1:
+            fit = fitting_now(spec, WorkerIndex(v.snapshot for v in views))
+            reasons.append(f"{fit} of {nodes} nodes fit now")
         for view in views:
             found = reasons_now(spec, view.snapshot)
             reasons.extend(f"worker {view.snapshot.name}: {r}" for r in found)
-        return reasons or ["waiting for its turn in the queue"]
+        return (
+            reasons
+            if len(reasons) > (nodes > 1)
+            else [*reasons, "waiting for its turn in the queue"]
+        )
 
     def dispatch(self) -> int:
         """Place queued jobs on workers with room. Returns how many were assigned."""
@@ -675,7 +750,13 @@ class ControlService:
 
         with self._dispatch_lock:
             assigned = 0
-            for job_id, worker_id, gpus in plan_assignments(self.store):
+            for job_id, nodes in plan_assignments(self.store):
+                if len(nodes) > 1:
+                    if self.store.assign_gang(job_id, nodes) is not None:
+                        assigned += 1
+                        self.log_system(job_id, 0, [gangs.placed_note(self.store, nodes)])
+                    continue
+                worker_id, gpus = nodes[0]
                 if self.store.assign(job_id, worker_id, gpus) is not None:
                     assigned += 1
         self.notify()

@@ -63,6 +63,14 @@ _STEPS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE instances ADD COLUMN install_dir TEXT",
         "ALTER TABLE instances ADD COLUMN machine TEXT",
     ),
+    6: (
+        "ALTER TABLE attempts ADD COLUMN node_rank INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE attempts ADD COLUMN result TEXT",
+        "ALTER TABLE logs ADD COLUMN node INTEGER",
+        # A gang has one attempt per node under one number.
+        "DROP INDEX IF EXISTS ix_attempts_job",
+        "CREATE UNIQUE INDEX IF NOT EXISTS ix_attempts_job ON attempts (job_id, number, node_rank)",
+    ),
 }
 
 
@@ -109,6 +117,8 @@ class AttemptRecord:
     started_at: float | None
     finished_at: float | None
     worker_epoch: int | None = None
+    node_rank: int = 0
+    result: Any = None
 
 
 @dataclass
@@ -223,6 +233,7 @@ class LogLine:
     stream: str
     text: str
     at: float
+    node: int | None = None
 
 
 def _stored_json(text: str | None, default: Any) -> Any:
@@ -277,6 +288,8 @@ def _attempt(row: Any) -> AttemptRecord:
         started_at=m["started_at"],
         finished_at=m["finished_at"],
         worker_epoch=m["worker_epoch"],
+        node_rank=m["node_rank"] or 0,
+        result=json.loads(m["result"]) if m["result"] is not None else None,
     )
 
 
@@ -489,6 +502,16 @@ class Store:
         self, job_id: str, worker_id: str, gpu_indices: Sequence[int]
     ) -> AttemptRecord | None:
         """Move a queued job to running on a worker, exactly once. None if someone else won."""
+        nodes = self.assign_gang(job_id, [(worker_id, gpu_indices)])
+        return nodes[0] if nodes else None
+
+    # --- gangs ------------------------------------------------------------------------------
+
+    def assign_gang(
+        self, job_id: str, nodes: Sequence[tuple[str, Sequence[int]]]
+    ) -> list[AttemptRecord] | None:
+        """Move a queued job to running with one attempt per node (node rank = position), all
+        in one transaction: every node or none, exactly once. None if someone else won."""
         now = time.time()
         with self.engine.begin() as conn:
             won = conn.execute(
@@ -501,26 +524,54 @@ class Store:
             number = conn.execute(
                 select(t.jobs.c.attempts).where(t.jobs.c.id == job_id)
             ).scalar_one()
-            epoch = conn.execute(
-                select(t.workers.c.epoch).where(t.workers.c.id == worker_id)
-            ).scalar()
-            attempt_id = conn.execute(
-                insert(t.attempts).values(
-                    job_id=job_id,
-                    number=number,
-                    worker_id=worker_id,
-                    gpu_indices=json.dumps(list(gpu_indices)),
-                    state="assigned",
-                    created_at=now,
-                    worker_epoch=epoch,
+            for rank, (worker_id, gpu_indices) in enumerate(nodes):
+                epoch = conn.execute(
+                    select(t.workers.c.epoch).where(t.workers.c.id == worker_id)
+                ).scalar()
+                conn.execute(
+                    insert(t.attempts).values(
+                        job_id=job_id,
+                        number=number,
+                        worker_id=worker_id,
+                        gpu_indices=json.dumps(list(gpu_indices)),
+                        state="assigned",
+                        created_at=now,
+                        worker_epoch=epoch,
+                        node_rank=rank,
+                    )
                 )
-            ).inserted_primary_key[0]  # type: ignore[index]
-            row = conn.execute(select(t.attempts).where(t.attempts.c.id == attempt_id)).one()
-        return _attempt(row)
+            rows = conn.execute(
+                select(t.attempts)
+                .where(and_(t.attempts.c.job_id == job_id, t.attempts.c.number == number))
+                .order_by(t.attempts.c.node_rank)
+            ).all()
+        return [_attempt(r) for r in rows]
+
+    def gang_of(self, attempt: AttemptRecord) -> list[AttemptRecord]:
+        """Every node's attempt of the same job and number, by node rank."""
+        query = (
+            select(t.attempts)
+            .where(
+                and_(t.attempts.c.job_id == attempt.job_id, t.attempts.c.number == attempt.number)
+            )
+            .order_by(t.attempts.c.node_rank)
+        )
+        with self.engine.connect() as conn:
+            return [_attempt(r) for r in conn.execute(query)]
+
+    def keep_node_result(self, attempt_id: int, result: Any) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(t.attempts)
+                .where(t.attempts.c.id == attempt_id)
+                .values(result=json.dumps(result))
+            )
 
     def attempts_for(self, job_id: str) -> list[AttemptRecord]:
         query = (
-            select(t.attempts).where(t.attempts.c.job_id == job_id).order_by(t.attempts.c.number)
+            select(t.attempts)
+            .where(t.attempts.c.job_id == job_id)
+            .order_by(t.attempts.c.number, t.attempts.c.node_rank)
         )
         with self.engine.connect() as conn:
             return [_attempt(r) for r in conn.execute(query)]
@@ -548,13 +599,27 @@ class Store:
 
     # --- logs -------------------------------------------------------------------------------
 
-    def append_logs(self, job_id: str, attempt: int, lines: Sequence[tuple[str, str]]) -> None:
+    def append_logs(
+        self,
+        job_id: str,
+        attempt: int,
+        lines: Sequence[tuple[str, str]],
+        *,
+        node: int | None = None,
+    ) -> None:
         """Add lines to a job's log; past the log cap its oldest lines go (see log_cap)."""
         if not lines:
             return
         now = time.time()
         rows = [
-            {"job_id": job_id, "attempt": attempt, "stream": s, "text": text, "at": now}
+            {
+                "job_id": job_id,
+                "attempt": attempt,
+                "stream": s,
+                "text": text,
+                "at": now,
+                "node": node,
+            }
             for s, text in lines
         ]
         added = sum(len(text.encode("utf-8", "replace")) for _, text in lines)
@@ -565,23 +630,28 @@ class Store:
                 self._cut_log(conn, job_id, attempt, held)
 
     def read_logs(
-        self, job_id: str, *, after: int = 0, limit: int = 2000, max_bytes: int = 4 << 20
+        self,
+        job_id: str,
+        *,
+        after: int = 0,
+        limit: int = 2000,
+        max_bytes: int = 4 << 20,
+        node: int | None = None,
     ) -> list[LogLine]:
         """Lines after the given id: at most ``limit`` of them and, past the first, about
-        ``max_bytes`` of text, so that a page of long lines stays a page."""
-        query = (
-            select(t.logs)
-            .where(and_(t.logs.c.job_id == job_id, t.logs.c.id > after))
-            .order_by(t.logs.c.id)
-            .limit(limit)
-        )
+        ``max_bytes`` of text, so that a page of long lines stays a page. With ``node``, only
+        that gang node's own lines."""
+        condition = and_(t.logs.c.job_id == job_id, t.logs.c.id > after)
+        if node is not None:
+            condition = and_(condition, t.logs.c.node == node)
+        query = select(t.logs).where(condition).order_by(t.logs.c.id).limit(limit)
         page: list[LogLine] = []
         size = 0
         with self.engine.connect() as conn:
             for r in conn.execute(query):
                 if page and size + len(r.text) > max_bytes:
                     break
-                page.append(LogLine(r.id, r.attempt, r.stream, r.text, r.at))
+                page.append(LogLine(r.id, r.attempt, r.stream, r.text, r.at, r.node))
                 size += len(r.text)
         return page
 
@@ -773,6 +843,24 @@ class Store:
     def record_artifacts(self, job_id: str, entries: Sequence[tuple[str, int, str]]) -> None:
         with self.engine.begin() as conn:
             conn.execute(t.artifacts.delete().where(t.artifacts.c.job_id == job_id))
+            if entries:
+                conn.execute(
+                    insert(t.artifacts),
+                    [{"job_id": job_id, "path": p, "size": s, "sha256": h} for p, s, h in entries],
+                )
+
+    def record_node_artifacts(
+        self, job_id: str, entries: Sequence[tuple[str, int, str]], *, prefix: str
+    ) -> None:
+        """One gang node's outputs: those under ``prefix`` (node-<r>/), or for node 0 ("")
+        all but the other nodes' folders, are replaced by ``entries``."""
+        path = t.artifacts.c.path
+        if prefix:
+            mine: ColumnElement[bool] = path.startswith(prefix, autoescape=True)
+        else:
+            mine = ~path.like("node-%/%")
+        with self.engine.begin() as conn:
+            conn.execute(t.artifacts.delete().where(and_(t.artifacts.c.job_id == job_id, mine)))
             if entries:
                 conn.execute(
                     insert(t.artifacts),

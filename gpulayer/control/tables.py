@@ -17,7 +17,7 @@ from sqlalchemy import (
     Text,
 )
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 metadata = MetaData()
 
@@ -82,8 +82,12 @@ attempts = Table(
     Column("finished_at", Float),
     # Added in schema 4: the worker's epoch when the attempt was assigned (fencing).
     Column("worker_epoch", Integer),
+    # Added in schema 6: a gang's node (one attempt per node, all with one number), and the
+    # return value of a node that ran torch rank 0, kept until the whole gang has ended.
+    Column("node_rank", Integer, nullable=False, default=0),
+    Column("result", Text),
 )
-Index("ix_attempts_job", attempts.c.job_id, attempts.c.number, unique=True)
+Index("ix_attempts_job", attempts.c.job_id, attempts.c.number, attempts.c.node_rank, unique=True)
 Index("ix_attempts_worker_state", attempts.c.worker_id, attempts.c.state)
 
 logs = Table(
@@ -95,6 +99,9 @@ logs = Table(
     Column("stream", String(8), nullable=False),
     Column("text", Text, nullable=False),
     Column("at", Float, nullable=False),
+    # Added in schema 6: the gang node that wrote the line; None for one node and for the
+    # control plane's own notes.
+    Column("node", Integer),
 )
 Index("ix_logs_job_id", logs.c.job_id, logs.c.id)
 

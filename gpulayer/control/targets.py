@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gpulayer.scheduler import WorkerSnapshot, reasons_never
+from gpulayer.scheduler import WorkerSnapshot, never_reasons, node_count
 from gpulayer.spec import JobSpec
 
 TARGET_WORKER_KIND = {"local": "local", "remote": "remote", "cloud": "cloud"}
@@ -31,15 +31,13 @@ class WorkerView:
 
 
 def _why_not(spec: JobSpec, workers: Sequence[WorkerView], target: str) -> list[str] | None:
-    """None if some worker of the target could ever run the job, else the reasons per worker."""
+    """None if enough workers of the target could ever run the job (N distinct ones for a gang
+    of N nodes), else the reasons per worker."""
     candidates = [w.snapshot for w in workers if w.kind == TARGET_WORKER_KIND[target]]
-    reasons: list[str] = []
-    for worker in candidates:
-        found = reasons_never(spec, worker)
-        if not found:
-            return None
-        label = "this machine" if target == "local" else f"worker {worker.name}"
-        reasons.extend(f"{label}: {reason}" for reason in found)
+    labels = {w.id: "this machine" for w in candidates} if target == "local" else None
+    reasons = never_reasons(spec, candidates, label=labels)
+    if reasons is None:
+        return None
     if not candidates:
         reasons.append(f"no {target} worker is registered")
     return reasons
@@ -53,9 +51,14 @@ def choose_target(
     for position, target in enumerate(chain):
         last = position == len(chain) - 1
         if target == "cloud":
-            if cloud_available:
+            nodes = node_count(spec)
+            if nodes > 1:
+                # Refused before anything is rented: a lone machine cannot run a gang.
+                reasons = [f"num_workers: {nodes} nodes on rented machines are not supported yet"]
+            elif cloud_available:
                 return TargetDecision("cloud", notes=notes)
-            reasons = ["no cloud provider is installed or enabled"]
+            else:
+                reasons = ["no cloud provider is installed or enabled"]
         else:
             found = _why_not(spec, workers, target)
             if found is None:

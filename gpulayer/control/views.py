@@ -54,6 +54,7 @@ def job_view(
 def attempt_view(attempt: AttemptRecord, worker: WorkerRecord | None) -> dict[str, Any]:
     return {
         "number": attempt.number,
+        "node_rank": attempt.node_rank,
         "state": attempt.state,
         "reason": attempt.reason,
         "exit_code": attempt.exit_code,
@@ -80,13 +81,16 @@ def worker_view(worker: WorkerRecord, *, running: int = 0) -> dict[str, Any]:
 
 
 def log_view(line: LogLine) -> dict[str, Any]:
-    return {
+    view: dict[str, Any] = {
         "id": line.id,
         "attempt": line.attempt,
         "stream": line.stream,
         "text": line.text,
         "at": iso(line.at),
     }
+    if line.node is not None:
+        view["node"] = line.node
+    return view
 
 
 def instance_view(record: InstanceRecord, now: float) -> dict[str, Any]:

@@ -8,6 +8,13 @@ from gpulayer.scheduler.errors import (
     UnknownWorker,
 )
 from gpulayer.scheduler.feasibility import CHECKS, Check, check, reasons_never, reasons_now
+from gpulayer.scheduler.gang import (
+    choose_gang,
+    closest_gang,
+    fitting_now,
+    never_reasons,
+    node_count,
+)
 from gpulayer.scheduler.gpus import pick_gpus
 from gpulayer.scheduler.index import WorkerIndex
 from gpulayer.scheduler.outcome import Explanation, Placement, Unplaced
@@ -44,8 +51,13 @@ __all__ = [
     "WorkerIndex",
     "WorkerSnapshot",
     "check",
+    "choose_gang",
+    "closest_gang",
     "explain",
+    "fitting_now",
     "idle_snapshot",
+    "never_reasons",
+    "node_count",
     "pick_gpus",
     "place",
     "place_by_scan",

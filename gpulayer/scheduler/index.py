@@ -51,7 +51,9 @@ from gpulayer.scheduler.strategies import ORDERINGS, RankKey, ordering_for
 from gpulayer.spec.capabilities import GpuDevice, WorkerCapabilities
 from gpulayer.spec.models import JobSpec, ResourceRequest
 
-PER_HOST_FIELDS: frozenset[str] = frozenset({"hostname", "zone", "hourly_price", "currency"})
+PER_HOST_FIELDS: frozenset[str] = frozenset(
+    {"hostname", "address", "zone", "hourly_price", "currency"}
+)
 """Capability fields that differ from host to host and no static or load check reads."""
 PER_DEVICE_FIELDS: frozenset[str] = frozenset({"uuid"})
 

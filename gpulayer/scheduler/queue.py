@@ -18,6 +18,11 @@ GPUs, then cores, then memory; then fewest running jobs; then lowest id). For th
 the pass no later job is placed on that worker: later jobs backfill only on other workers.
 Older jobs keep their turn, since they come first in the queue.
 
+Gangs (a distributed job of N nodes) are placed whole: N distinct workers that each fit a
+node now, all taken in one step, or none (see :mod:`gpulayer.scheduler.gang`). A starving
+gang's reservation covers the N ready workers closest to fitting a node each, so no later
+job backfills onto any of them.
+
 Why the reserved job runs eventually: only older jobs can take capacity on the reserved
 worker, and there are finitely many of them; after that the reserved worker only gains free
 capacity as its jobs end. A later pass may move the reservation, but only to a worker that is
@@ -33,6 +38,7 @@ import time
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from gpulayer.scheduler.gang import choose_gang, closest_gang, node_count
 from gpulayer.scheduler.index import WorkerIndex, fit_key
 from gpulayer.scheduler.snapshot import WorkerSnapshot
 from gpulayer.spec.models import JobSpec
@@ -53,12 +59,20 @@ class Assignment:
     job_id: str
     worker_id: str
     gpu_indices: tuple[int, ...] = ()
+    node_rank: int = 0
+    """A gang's node on this worker; 0 for a job of one node."""
 
 
 @dataclass(frozen=True)
 class Reservation:
     job_id: str
     worker_id: str
+    gang_worker_ids: tuple[str, ...] = ()
+    """Every worker a gang's reservation holds (worker_id first); empty for one node."""
+
+    @property
+    def worker_ids(self) -> tuple[str, ...]:
+        return self.gang_worker_ids or (self.worker_id,)
 
 
 @dataclass(frozen=True)
@@ -104,20 +118,37 @@ def plan_pass(
     assignments: list[Assignment] = []
     for item in ordered:
         spec = item.spec
-        key = fit_key(spec) if memo else None
+        nodes = node_count(spec)
+        key = (fit_key(spec), nodes) if memo else None
         if key is None or key not in no_room:
-            placement = index.choose(spec, exclude=reserved)
-            if placement is not None:
-                index.assign(spec, placement)
-                assignments.append(
-                    Assignment(item.job_id, placement.worker_id, placement.gpu_indices)
-                )
-                continue
+            if nodes > 1:
+                gang = choose_gang(spec, index, exclude=reserved)
+                if gang is not None:
+                    for rank, node in enumerate(gang):
+                        index.assign(spec, node)
+                        assignments.append(
+                            Assignment(item.job_id, node.worker_id, node.gpu_indices, rank)
+                        )
+                    continue
+            else:
+                placement = index.choose(spec, exclude=reserved)
+                if placement is not None:
+                    index.assign(spec, placement)
+                    assignments.append(
+                        Assignment(item.job_id, placement.worker_id, placement.gpu_indices)
+                    )
+                    continue
             if key is not None:
                 no_room.add(key)
         if reservation is None and clock - item.enqueued_at >= starvation_seconds:
-            worker_id = index.closest(spec, exclude=reserved)
-            if worker_id is not None:
-                reservation = Reservation(item.job_id, worker_id)
-                reserved.add(worker_id)
+            if nodes > 1:
+                held = closest_gang(spec, index, exclude=reserved)
+                if held is not None:
+                    reservation = Reservation(item.job_id, held[0], tuple(held))
+                    reserved.update(held)
+            else:
+                worker_id = index.closest(spec, exclude=reserved)
+                if worker_id is not None:
+                    reservation = Reservation(item.job_id, worker_id)
+                    reserved.add(worker_id)
     return PlanResult(assignments=assignments, reservation=reservation, decisions=len(ordered))

@@ -1,11 +1,13 @@
 """The Python SDK: builders, launch(), @remote and the Job handle."""
 
 from gpulayer.schedules.model import Cron
+from gpulayer.sdk import train
 from gpulayer.sdk.builders import JobBuilder, command, distributed, function
 from gpulayer.sdk.job import Job, JobFailed, JobTimeout
 from gpulayer.sdk.launch import launch
 from gpulayer.sdk.remote import RemoteFunction, remote
 from gpulayer.sdk.schedule import Schedule, ScheduleSkipped, schedule
+from gpulayer.sdk.trainer import Trainer, TrainResult
 
 __all__ = [
     "Cron",
@@ -16,10 +18,13 @@ __all__ = [
     "RemoteFunction",
     "Schedule",
     "ScheduleSkipped",
+    "TrainResult",
+    "Trainer",
     "command",
     "distributed",
     "function",
     "launch",
     "remote",
     "schedule",
+    "train",
 ]

@@ -89,5 +89,9 @@ class Job:
             after = page["lines"][-1]["id"]
         return "".join(parts)
 
+    def artifacts(self) -> list[dict[str, Any]]:
+        """The job's outputs: path, size and sha256 of each file."""
+        return self._client.artifacts(self.id)
+
     def cancel(self) -> dict[str, Any]:
         return self._client.cancel(self.id)

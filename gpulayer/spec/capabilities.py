@@ -39,6 +39,8 @@ class WorkerCapabilities(ReportModel):
     markers: list[str] = Field(default_factory=list)
     """Capabilities that hold, such as torch.cuda (a CUDA build of torch and a CUDA device)."""
     hostname: str = ""
+    address: str = ""
+    """Where the other nodes of a multi-node job reach this worker ("" : its hostname)."""
     driver_version: str | None = None
     cuda_version: str | None = None
     provider: str | None = None

@@ -15,6 +15,7 @@ from typing import Protocol
 from gpulayer.control.protocol import Assignment, AttemptReport, HeartbeatReply, Registration
 from gpulayer.errors import ForbiddenError, StaleAttemptError, UsageError
 from gpulayer.worker.containment import Containment, reap_orphans
+from gpulayer.worker.distributed import NodePlace
 from gpulayer.worker.logship import LogShipper
 from gpulayer.worker.outputs import DEFAULT_MAX_FILE_BYTES, gather_outputs
 from gpulayer.worker.process import RunAs
@@ -212,6 +213,7 @@ class WorkerAgent:
                 worker_env=self.link.job_environment(assignment.job_id),
                 group=group,
                 run_as=self.run_as,
+                node=_node_place(assignment),
             )
             run = JobRun(context, on_log=shipper.add)
             with self._runs_lock:
@@ -302,6 +304,13 @@ class WorkerAgent:
                 if self._abandon.wait(delay):
                     return
                 delay = min(delay * 2, 10.0)
+
+
+def _node_place(assignment: Assignment) -> NodePlace | None:
+    gang = assignment.gang
+    if gang is None:
+        return None
+    return NodePlace(gang.node_rank, gang.num_nodes, gang.master_addr, gang.node_addr)
 
 
 def _device_env(accelerator: str, gpu_indices: list[int]) -> dict[str, str]:

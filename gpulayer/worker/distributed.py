@@ -1,4 +1,7 @@
-"""Launch line for a distributed workload on one node: torch.distributed.run (torchrun).
+"""Launch line for a distributed workload on each node: torch.distributed.run (torchrun).
+
+A job of one node uses torchrun's standalone rendezvous; a gang's nodes meet at a c10d
+rendezvous on node 0's worker, with the job id as the rendezvous id.
 
 torchrun is started as ``<python> -m torch.distributed.run`` so its ranks use the same
 interpreter as the rest of the job, whatever ``torchrun`` is first on PATH.
@@ -7,45 +10,93 @@ interpreter as the rest of the job, whatever ``torchrun`` is first on PATH.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpulayer.errors import GpulayerError
 from gpulayer.spec.models import DistributedWorkload
+from gpulayer.worker.netif import interface_of
 
 
 class MultiNodeNotSupportedError(GpulayerError):
-    """A distributed workload with more than one worker needs a multi-node launcher."""
+    """A distributed workload of several nodes reached a worker without its gang."""
 
 
-def launch_argv(workload: DistributedWorkload, *, python: str, function_shim: Path) -> list[str]:
+@dataclass(frozen=True)
+class NodePlace:
+    """This node's place in a gang of several (none for a job of one node)."""
+
+    node_rank: int
+    num_nodes: int
+    master_addr: str
+    node_addr: str
+
+
+def launch_argv(
+    workload: DistributedWorkload,
+    *,
+    python: str,
+    function_shim: Path,
+    job_id: str = "",
+    node: NodePlace | None = None,
+) -> list[str]:
     """The argv that runs ``workload`` with torchrun on this node. A function workload runs
     ``function_shim`` in every rank."""
-    if workload.num_workers != 1:
+    if node is None and workload.num_workers != 1:
         raise MultiNodeNotSupportedError(
-            f"workload.num_workers: {workload.num_workers} workers need a multi-node launcher; "
-            "this worker runs distributed jobs on one node only (num_workers 1)"
+            f"workload.num_workers: {workload.num_workers} nodes need a multi-node launcher: "
+            "this assignment came without its gang (node rank and rendezvous address)"
         )
-    argv = [
-        python,
-        "-m",
-        "torch.distributed.run",
-        "--nnodes=1",
-        f"--nproc-per-node={workload.procs_per_worker}",
-        # One node needs no agreed port: a free local one avoids clashes between jobs
-        # sharing this machine. rendezvous.port is for jobs that span nodes.
-        "--standalone",
-        f"--rdzv-conf=join_timeout={math.ceil(workload.rendezvous.join_timeout_seconds)}",
-        # Distributed jobs are never retried, not even rank by rank.
-        "--max-restarts=0",
-    ]
+    join_timeout = math.ceil(workload.rendezvous.join_timeout_seconds)
+    argv = [python, "-m", "torch.distributed.run"]
+    if node is None:
+        argv += [
+            "--nnodes=1",
+            f"--nproc-per-node={workload.procs_per_worker}",
+            # One node needs no agreed port: a free local one avoids clashes between jobs
+            # sharing this machine. rendezvous.port is for jobs that span nodes.
+            "--standalone",
+            f"--rdzv-conf=join_timeout={join_timeout}",
+        ]
+    else:
+        # Node 0 hosts the c10d store, told explicitly: on a shared host (or loopback)
+        # every node would otherwise take the endpoint for its own.
+        is_host = "true" if node.node_rank == 0 else "false"
+        argv += [
+            f"--nnodes={node.num_nodes}",
+            f"--node-rank={node.node_rank}",
+            f"--nproc-per-node={workload.procs_per_worker}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={_host_port(node.master_addr, workload.rendezvous.port)}",
+            f"--rdzv-id={job_id}",
+            f"--rdzv-conf=join_timeout={join_timeout},is_host={is_host}",
+            f"--local-addr={node.node_addr}",
+        ]
+    # Distributed jobs are never retried, not even rank by rank.
+    argv.append("--max-restarts=0")
     if workload.function is not None:
         return [*argv, str(function_shim)]
     assert workload.entrypoint is not None  # the spec requires one of the two
     return [*argv, workload.entrypoint, *workload.args]
 
 
-def launch_env(workload: DistributedWorkload) -> dict[str, str]:
-    env: dict[str, str] = {"GPULAYER_COMM_BACKEND": workload.comm_backend or "gloo"}
+def launch_env(workload: DistributedWorkload, node: NodePlace | None = None) -> dict[str, str]:
+    env: dict[str, str] = {
+        "GPULAYER_COMM_BACKEND": workload.comm_backend or "gloo",
+        "GPULAYER_NODE_RANK": str(node.node_rank if node else 0),
+        "GPULAYER_NUM_NODES": str(node.num_nodes if node else 1),
+    }
     if workload.function is not None:
         env["GPULAYER_FUNCTION_RANKED"] = "1"
+    if node is not None:
+        interface = interface_of(node.node_addr)
+        if interface is not None:
+            # Collectives go over the interface the nodes reach each other on, not whichever
+            # gloo or NCCL would guess from the host name.
+            env["GLOO_SOCKET_IFNAME"] = interface
+            env["NCCL_SOCKET_IFNAME"] = interface
     return env
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -40,7 +40,7 @@ from gpulayer.spec.models import (
 )
 from gpulayer.worker.bundle import BundleError, extract_bundle
 from gpulayer.worker.containment import TAG_VARIABLE, AttemptGroup
-from gpulayer.worker.distributed import launch_argv, launch_env
+from gpulayer.worker.distributed import NodePlace, launch_argv, launch_env
 from gpulayer.worker.process import LogSink, OutputPump, ProcessTree, Redactor, RunAs
 from gpulayer.worker.staging import StagingError, stage_inputs
 
@@ -92,6 +92,8 @@ class RunContext:
     """Where the attempt's processes are kept together (a cgroup, or a tag they carry)."""
     run_as: RunAs | None = None
     """The unprivileged user the job runs as, when the worker runs as root."""
+    node: NodePlace | None = None
+    """This node's place in its gang, for a distributed job of several nodes."""
 
 
 @dataclass
@@ -304,14 +306,21 @@ class JobRun:
         if isinstance(workload, FunctionWorkload):
             self._write_call(workload.entrypoint, workload.args, workload.kwargs)
             return [python, str(FUNCTION_SHIM)], env
+        node = self.ctx.node
         try:
-            argv = launch_argv(workload, python=python, function_shim=FUNCTION_SHIM)
+            argv = launch_argv(
+                workload,
+                python=python,
+                function_shim=FUNCTION_SHIM,
+                job_id=self.ctx.job_id,
+                node=node,
+            )
         except GpulayerError as exc:
             raise _SetupFailed("setup_failed", str(exc)) from None
         if workload.function is None:
-            return argv, launch_env(workload)
+            return argv, launch_env(workload, node)
         self._write_call(workload.function, workload.function_args, workload.function_kwargs)
-        return argv, {**env, **launch_env(workload)}
+        return argv, {**env, **launch_env(workload, node)}
 
     def _write_call(
         self, entrypoint: str, args: list[JsonValue], kwargs: dict[str, JsonValue]
@@ -430,16 +439,28 @@ class JobRun:
                 "failed", "exit_code", exit_code=code, message=_describe_exit(code)
             )
         if isinstance(workload, DistributedWorkload):
-            return self._function_outcome(code, self._ranked_result(workload.world_size))
+            return self._function_outcome(code, self._ranked_result(workload.procs_per_worker))
         return self._function_outcome(code, _read_result(self.result_file))
 
-    def _ranked_result(self, world_size: int) -> dict[str, JsonValue] | None:
-        """Rank 0's result, unless a rank failed: then the first failure, naming its rank."""
-        results = [_read_result(Path(f"{self.result_file}.{rank}")) for rank in range(world_size)]
-        for rank, payload in enumerate(results):
+    def _ranked_result(self, local_ranks: int) -> dict[str, JsonValue] | None:
+        """This node's ranks' outcome: a failure naming its rank if one failed, else rank 0's
+        result where rank 0 ran here, else success without a value (another node ran rank 0;
+        its value is the job's). None when a rank ended without a result."""
+        prefix = self.result_file.name + "."
+        results: dict[int, dict[str, JsonValue] | None] = {}
+        for path in self.control_dir.glob(prefix + "*"):
+            suffix = path.name[len(prefix) :]
+            if suffix.isdigit():
+                results[int(suffix)] = _read_result(path)
+        for rank in sorted(results):
+            payload = results[rank]
             if payload is not None and not payload.get("ok"):
                 return {"ok": False, "error": f"rank {rank}: {payload.get('error')}"}
-        return results[0]
+        if len(results) < local_ranks or any(p is None for p in results.values()):
+            return None
+        if 0 in results:
+            return results[0]
+        return {"ok": True, "value": None}
 
     def _function_outcome(self, code: int, payload: dict[str, JsonValue] | None) -> RunOutcome:
         if payload is None:

@@ -100,7 +100,7 @@ def test_more_than_one_node_needs_a_multi_node_launcher(tmp_path: Path) -> None:
     logs = Logs()
     outcome = run(spec(entrypoint="train.py", num_workers=2), tmp_path, logs)
     assert (outcome.state, outcome.reason) == ("failed", "setup_failed")
-    assert "workload.num_workers: 2 workers need a multi-node launcher" in (outcome.message or "")
+    assert "workload.num_workers: 2 nodes need a multi-node launcher" in (outcome.message or "")
 
 
 def test_launch_line() -> None:

@@ -13,8 +13,9 @@ from gpulayer.control import tables
 from gpulayer.control.auth import TokenAuthority
 from gpulayer.control.store import Store, StoreError
 
-_SCHEMA_4_COLUMNS = {
-    "attempts": ["worker_epoch"],
+_LATER_COLUMNS = {
+    "attempts": ["worker_epoch", "node_rank", "result"],
+    "logs": ["node"],
     "tokens": [
         "id",
         "scheme",
@@ -41,9 +42,11 @@ def make_schema_2_database(path: Path) -> None:
     with sqlite3.connect(path) as conn:
         conn.execute("DROP INDEX ix_tokens_id")
         conn.execute("DROP INDEX ix_tokens_worker")
-        for table, columns in _SCHEMA_4_COLUMNS.items():
+        conn.execute("DROP INDEX ix_attempts_job")
+        for table, columns in _LATER_COLUMNS.items():
             for column in columns:
                 conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+        conn.execute("CREATE UNIQUE INDEX ix_attempts_job ON attempts (job_id, number)")
         conn.execute("INSERT INTO meta (key, value) VALUES ('schema', '2')")
         conn.execute(
             "INSERT INTO jobs (id, name, spec, state, target, has_bundle, attempts, cancel_requested,"
@@ -61,8 +64,23 @@ def test_upgrade_keeps_existing_rows_and_adds_new_tables_and_columns(tmp_path: P
     database = tmp_path / "state.db"
     make_schema_2_database(database)
     store = Store(f"sqlite:///{database}")
-    assert store.schema_version() == tables.SCHEMA_VERSION == 5
+    assert store.schema_version() == tables.SCHEMA_VERSION == 6
     assert store.get_job("j-old").name == "old"
+    # Schema 6: a gang's nodes share one attempt number, so the old unique index is gone.
+    store.upsert_worker(worker_id="w-a", name="a", kind="remote", labels={}, capabilities={})
+    store.upsert_worker(worker_id="w-b", name="b", kind="remote", labels={}, capabilities={})
+    old = store.insert_job(
+        job_id="j-gang",
+        name="gang",
+        spec={},
+        state="queued",
+        target="remote",
+        working_dir=None,
+        has_bundle=False,
+        labels={},
+    )
+    nodes = store.assign_gang(old.id, [("w-a", []), ("w-b", [])])
+    assert nodes is not None and [(a.number, a.node_rank) for a in nodes] == [(1, 0), (1, 1)]
     assert store.list_instances() == []  # the new ledger table exists and works
     (old_token,) = store.list_tokens()
     assert old_token.kind == "join" and old_token.id.startswith("t-")
@@ -108,7 +126,7 @@ def test_upgrade_from_3_adds_the_lifecycle_columns_and_tables(tmp_path: Path) ->
     database = tmp_path / "state.db"
     make_schema_3_database(database)
     store = Store(f"sqlite:///{database}")
-    assert store.schema_version() == 5
+    assert store.schema_version() == 6
     (old,) = store.list_instances()
     assert (old.request_id, old.state, old.offer, old.tunnel_port) == (
         "r-old",

@@ -38,19 +38,23 @@ class ServerProcess:
         database_url: str | None = None,
         port: int | None = None,
         heartbeat_timeout: float = 3.0,
+        host: str = "127.0.0.1",
         extra_args: tuple[str, ...] = (),
     ) -> None:
         self.home = home
+        self.host = host
         self.extra_args = extra_args
         self.database_url = database_url
         self.port = port or free_port()
         self.heartbeat_timeout = heartbeat_timeout
         self.process: subprocess.Popen[bytes] | None = None
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{host}:{self.port}"
 
     def start(self) -> ServerProcess:
         args = [
             "server",
+            "--host",
+            self.host,
             "--port",
             str(self.port),
             "--heartbeat-timeout",

@@ -72,3 +72,34 @@ def test_cloud_needs_a_provider() -> None:
     )
     assert decision.target == "local"
     assert choose_target(spec(target="cloud"), []).target is None
+
+
+def gang_spec(nodes: int, **placement: Any) -> JobSpec:
+    return JobSpec.model_validate(
+        {
+            "workload": {"kind": "distributed", "entrypoint": "t.py", "num_workers": nodes},
+            "placement": placement,
+        }
+    )
+
+
+def test_a_gang_needs_n_distinct_workers_that_could_run_it() -> None:
+    two = [view("remote", CPU_BOX, "a"), view("remote", CPU_BOX, "b")]
+    assert choose_target(gang_spec(2, target="remote"), two).target == "remote"
+    refused = choose_target(gang_spec(3, target="remote", on_unschedulable="fail"), two)
+    assert refused.target is None
+    assert refused.message is not None
+    assert "num_workers: 3 nodes need 3 distinct workers; 2 could run one" in refused.message
+    # One machine is one node: a local gang moves on to the next target.
+    local = choose_target(
+        gang_spec(2, target="local", fallback_targets=["remote"]), [view("local", CPU_BOX), *two]
+    )
+    assert local.target == "remote"
+
+
+def test_a_gang_is_refused_on_rented_machines_before_anything_is_rented() -> None:
+    decision = choose_target(
+        gang_spec(2, target="cloud"), [view("remote", CPU_BOX)], cloud_available=True
+    )
+    assert decision.target is None
+    assert decision.message == "num_workers: 2 nodes on rented machines are not supported yet"
