@@ -270,6 +270,9 @@ def create_app(
                 out.write(chunk)
         return {"bundle_id": Path(out.name).name}
 
+    from gpulayer.control.ui import mount_ui
+
+    mount_ui(app, service, authenticate)
     return app
 
 

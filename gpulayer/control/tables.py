@@ -158,3 +158,26 @@ instances = Table(
 )
 Index("ix_instances_state", instances.c.state)
 Index("ix_instances_job", instances.c.job_id)
+
+# The web dashboard's sessions, by the SHA-256 of the cookie (never the cookie itself), each
+# with its CSRF token and expiry; and one-time login links, used at most once.
+ui_sessions = Table(
+    "ui_sessions",
+    metadata,
+    Column("id_hash", String(64), primary_key=True),
+    Column("csrf", String(64), nullable=False),
+    Column("token_id", String(16)),
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("ended_at", Float),
+)
+
+ui_login_links = Table(
+    "ui_login_links",
+    metadata,
+    Column("code_hash", String(64), primary_key=True),
+    Column("token_id", String(16)),
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("used_at", Float),
+)
