@@ -6,7 +6,13 @@ import sys
 
 import typer
 
-from gpulayer.cli import cloud_commands, job_commands, server_commands, spec_commands
+from gpulayer.cli import (
+    cloud_commands,
+    job_commands,
+    server_commands,
+    spec_commands,
+    ui_commands,
+)
 from gpulayer.errors import GpulayerError, SpecError
 
 app = typer.Typer(
@@ -23,6 +29,7 @@ job_commands.register(app)
 server_commands.register(app)
 cloud_commands.register(app)
 spec_commands.register(app)
+ui_commands.register(app)
 
 
 def main() -> None:
