@@ -79,13 +79,15 @@ def daily_bars_svg(
         f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" '
         'stroke="#999"/>',
         f'<text x="{left - 4}" y="{top + 4}" text-anchor="end" font-size="10" fill="#555">'
-        f"{escape(_amount(ceiling))} {escape(unit)}</text>",
+        f"{escape(_amount(ceiling))}</text>",
+        f'<text x="{left - 4}" y="{top + 16}" text-anchor="end" font-size="10" fill="#555">'
+        f"{escape(unit)}</text>",
         f'<text x="{left - 4}" y="{top + plot_h}" text-anchor="end" font-size="10" '
         'fill="#555">0</text>',
     ]
     for i, day in enumerate(axis):
         x = left + i * slot + 1
-        y = top + plot_h
+        y = float(top + plot_h)
         for k, (key, values) in enumerate(series.items()):
             value = values[i]
             if value <= 0:
@@ -98,7 +100,7 @@ def daily_bars_svg(
                 f"<title>{escape(day.isoformat())} {escape(key)}: "
                 f"{escape(_amount(value))} {escape(unit)}</title></rect>"
             )
-        if i % 7 == 0 or i == len(axis) - 1:
+        if (i % 7 == 0 and i < len(axis) - 4) or i == len(axis) - 1:
             parts.append(
                 f'<text x="{x + slot / 2:.1f}" y="{height - 10}" text-anchor="middle" '
                 f'font-size="10" fill="#555">{escape(day.strftime("%m-%d"))}</text>'

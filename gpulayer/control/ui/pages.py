@@ -79,7 +79,8 @@ def jobs_context(service: ControlService, filters: dict[str, Any]) -> dict[str, 
     instances = store.instances_for_jobs(ids)
     for instance in instances:
         place = instance.instance_type or instance.provider
-        where[instance.job_id] = f"{place} ({instance.zone or instance.region or instance.provider})"
+        zone = instance.zone or instance.region or instance.provider
+        where[instance.job_id] = f"{place} ({zone})"
     costs = _costs(instances, now)
     rows = [
         {

@@ -148,7 +148,9 @@ def mount_ui(app: FastAPI, service: ControlService, authenticate: Authenticator)
         if principal is None:
             return login_page("wrong, revoked or expired token", 401)
         if principal.kind != "admin":
-            return login_page("this token may not open the dashboard: an admin token is needed", 403)
+            return login_page(
+                "this token may not open the dashboard: an admin token is needed", 403
+            )
         service.touch()
         return await asyncio.to_thread(signed_in, request, principal)
 
@@ -186,7 +188,7 @@ def mount_ui(app: FastAPI, service: ControlService, authenticate: Authenticator)
     def ui_static(name: str) -> Response:
         if name not in _STATIC:
             return _secured(Response("not found", status_code=404))
-        data = resources.files("gpulayer.control.ui").joinpath("static", name).read_bytes()
+        data = resources.files("gpulayer.control.ui").joinpath("static").joinpath(name).read_bytes()
         media = mimetypes.guess_type(name)[0] or "application/octet-stream"
         response = _secured(Response(data, media_type=media))
         response.headers["Cache-Control"] = "private, max-age=300"

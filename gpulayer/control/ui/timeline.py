@@ -35,7 +35,9 @@ def job_segments(
     for instance in instances:
         if instance.ready_at is None:
             continue
-        gone = instance.ended_at if instance.ended_at is not None else (now if job.terminal else None)
+        gone = instance.ended_at
+        if gone is None and job.terminal:
+            gone = now
         if gone is not None and gone > last_run:
             segments.append(("teardown", last_run, gone))
     return sorted(segments, key=lambda s: (s[1], s[2]))

@@ -42,7 +42,7 @@
       var line = JSON.parse(event.data);
       var span = document.createElement("span");
       span.className = "line stream-" + line.stream;
-      span.textContent = line.text + "\n";
+      span.textContent = line.text.replace(/\n$/, "") + "\n";
       var atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
       pre.appendChild(span);
       if (atBottom) { pre.scrollTop = pre.scrollHeight; }
