@@ -53,6 +53,7 @@ _STEPS: dict[int, tuple[str, ...]] = {
         "CREATE UNIQUE INDEX IF NOT EXISTS ix_tokens_id ON tokens (id)",
         "CREATE INDEX IF NOT EXISTS ix_tokens_worker ON tokens (worker_id)",
     ),
+    5: ("CREATE INDEX IF NOT EXISTS ix_jobs_created_id ON jobs (created_at, id)",),
 }
 
 
@@ -701,13 +702,12 @@ class Store:
             # Labels are kept as json.dumps text: the pair, encoded the same way, is a substring.
             pair = f"{json.dumps(key)}: {json.dumps(value)}"
             condition = and_(condition, t.jobs.c.labels.contains(pair, autoescape=True))
-        query = (
-            select(t.jobs)
-            .where(condition)
-            .order_by(t.jobs.c.created_at.desc(), t.jobs.c.id.desc())
-            .offset(offset)
-            .limit(limit)
-        )
+        newest_first = (t.jobs.c.created_at.desc(), t.jobs.c.id.desc())
+        # The page's ids first, from the index alone; then only those rows are read whole.
+        page_ids = select(t.jobs.c.id).where(condition).order_by(*newest_first)
+        page_ids = page_ids.offset(offset).limit(limit)
+        query = select(t.jobs).where(t.jobs.c.id.in_(page_ids.scalar_subquery()))
+        query = query.order_by(*newest_first)
         with self.engine.connect() as conn:
             total = conn.execute(select(func.count()).select_from(t.jobs).where(condition))
             count = int(total.scalar_one())

@@ -61,7 +61,7 @@ def test_upgrade_keeps_existing_rows_and_adds_new_tables_and_columns(tmp_path: P
     database = tmp_path / "state.db"
     make_schema_2_database(database)
     store = Store(f"sqlite:///{database}")
-    assert store.schema_version() == tables.SCHEMA_VERSION == 4
+    assert store.schema_version() == tables.SCHEMA_VERSION == 5
     assert store.get_job("j-old").name == "old"
     assert store.list_instances() == []  # the new ledger table exists and works
     (old_token,) = store.list_tokens()

@@ -130,3 +130,17 @@ def test_offers_filters_build_the_spec_offers_would() -> None:
     assert spec["placement"] == {"max_hourly_cost": 9.5, "providers": ["aws"]}
     with pytest.raises(UsageError, match=r"^max_hourly_cost:"):
         offers_spec({"max_hourly_cost": "cheap"})
+
+
+def test_the_command_line_loads_neither_jinja2_nor_fastapi() -> None:
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, gpulayer.cli.app; "
+        "print(','.join(m for m in ('jinja2', 'fastapi', 'starlette') if m in sys.modules))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert loaded == ""
