@@ -1,4 +1,6 @@
-"""Filtering and ranking many offers: how long one query takes over 100,000 synthetic offers.
+"""Filtering and ranking many offers: how long one query takes over 100,000 synthetic offers,
+and one query over AWS's offers alone beside the same query over AWS's and GCP's together
+(GCP's from the catalog gpulayer-gcp ships, every region and spot included).
 
 Run: python bench/offers.py [--offers N] [--repeat R]
 Prints the median and best time per query; asserts nothing.
@@ -138,6 +140,79 @@ def main() -> None:
             cpu.append(time.process_time() - c0)
             fitting = len(result.offers)
         print(f"{label:46} {fitting:>7,} {_median_ms(wall):>7} {_median_ms(cpu):>7}")
+    compare_with_gcp(offers, args.repeat)
+
+
+def _gcp_catalog_offers() -> tuple[list[Offer], float, float]:
+    """GCP's catalog offers (cpu and cuda), the seconds the first build took (catalog file
+    read included) and the median of rebuilding them."""
+    from gpulayer_gcp import GcpProvider
+
+    queries = [OfferQuery(), OfferQuery(accelerator="cuda", gpu_count_exact=False)]
+    provider = GcpProvider({})
+    t0 = time.perf_counter()
+    offers = [o for q in queries for o in provider.catalog_offers(q, everywhere=True)]
+    first = time.perf_counter() - t0
+    again = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        [o for q in queries for o in provider.catalog_offers(q, everywhere=True)]
+        again.append(time.perf_counter() - t0)
+    return offers, first, statistics.median(again)
+
+
+def compare_with_gcp(offers: list[Offer], repeat: int) -> None:
+    try:
+        gcp, first, again = _gcp_catalog_offers()
+    except ImportError:
+        print("gpulayer-gcp is not installed: no GCP comparison")
+        return
+    aws = [o for o in offers if o.provider == "aws"]
+    print()
+    print(
+        f"GCP catalog: {len(gcp):,} offers built in {first * 1000:.1f} ms the first time, "
+        f"{again * 1000:.1f} ms again (median)"
+    )
+    query = OfferQuery(accelerator="cuda", gpu_memory_gb=24, min_cuda_compute_capability="8.0")
+    label = "1 GPU >= 24 GB, cc >= 8.0, cap 5/h"
+    rows = []
+    for name, pool in (("aws alone", aws), ("aws + gcp", aws + gcp)):
+        # Process CPU time: other work on a loaded machine inflates wall time, not this.
+        rank_times, cpu = [], []
+        fitting = 0
+        for _ in range(repeat):
+            t0 = time.process_time()
+            ranked = rank(pool)
+            rank_times.append(time.process_time() - t0)
+            t0 = time.process_time()
+            result = filter_offers(ranked, query, max_hourly_cost=5.0)
+            cpu.append(time.process_time() - t0)
+            fitting = len(result.offers)
+        cheapest = result.offers[0].label if result.offers else "-"
+        rows.append(
+            (
+                name,
+                len(pool),
+                fitting,
+                statistics.median(rank_times),
+                statistics.median(cpu),
+                cheapest,
+            )
+        )
+    print(f"query: {label}")
+    print(
+        f"{'offers':12} {'count':>8} {'fit':>7} {'rank cpu ms':>12} {'query cpu ms':>13}  cheapest"
+    )
+    for name, count, fitting, ranked_s, cpu_s, cheapest in rows:
+        print(
+            f"{name:12} {count:>8,} {fitting:>7,} {ranked_s * 1000:>12.1f} "
+            f"{cpu_s * 1000:>13.1f}  {cheapest}"
+        )
+    base, both = rows[0], rows[1]
+    print(
+        f"ratio (aws + gcp) / aws alone: rank {both[3] / base[3]:.2f}x, "
+        f"query {both[4] / base[4]:.2f}x for {both[1] / base[1]:.2f}x the offers"
+    )
 
 
 if __name__ == "__main__":

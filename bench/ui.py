@@ -10,6 +10,7 @@ times the rendered page in headless Chromium from its navigation timing. Asserts
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -174,10 +175,8 @@ def open_streams(client: httpx.Client, job_ids: list[str]) -> tuple[list[Any], t
     threads = []
 
     def follow(job_id: str) -> None:
-        try:
+        with contextlib.suppress(httpx.HTTPError):  # the server stops at the end of the run
             read_stream(job_id)
-        except httpx.HTTPError:
-            pass  # the server stopped at the end of the run
 
     def read_stream(job_id: str) -> None:
         with httpx.Client(base_url=str(client.base_url), cookies=client.cookies,

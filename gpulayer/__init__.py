@@ -23,19 +23,27 @@ _EXPORTS = {
     "function": "gpulayer.sdk",
     "launch": "gpulayer.sdk",
     "remote": "gpulayer.sdk",
+    "schedule": "gpulayer.sdk",
+    "Schedule": "gpulayer.sdk",
+    "ScheduleSkipped": "gpulayer.sdk",
+    "Cron": "gpulayer.sdk",
 }
 
 if TYPE_CHECKING:
     from gpulayer.sdk import (
+        Cron,
         Job,
         JobBuilder,
         JobFailed,
         JobTimeout,
+        Schedule,
+        ScheduleSkipped,
         command,
         distributed,
         function,
         launch,
         remote,
+        schedule,
     )
     from gpulayer.spec import API_VERSION, PROFILES, JobSpec
 
@@ -56,15 +64,19 @@ def __dir__() -> list[str]:
 __all__ = [
     "API_VERSION",
     "PROFILES",
+    "Cron",
     "Job",
     "JobBuilder",
     "JobFailed",
     "JobSpec",
     "JobTimeout",
+    "Schedule",
+    "ScheduleSkipped",
     "__version__",
     "command",
     "distributed",
     "function",
     "launch",
     "remote",
+    "schedule",
 ]

@@ -9,6 +9,7 @@ import typer
 from gpulayer.cli import (
     cloud_commands,
     job_commands,
+    schedule_commands,
     server_commands,
     spec_commands,
     ui_commands,
@@ -30,6 +31,7 @@ server_commands.register(app)
 cloud_commands.register(app)
 spec_commands.register(app)
 ui_commands.register(app)
+schedule_commands.register(app)
 
 
 def main() -> None:

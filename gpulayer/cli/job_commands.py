@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
+from gpulayer.cli.job_flag_options import with_job_flags
 from gpulayer.cli.output import print_json
+from gpulayer.cli.spec_flags import SubmitFlags
 
 if TYPE_CHECKING:
     from gpulayer.control.client import ControlClient
@@ -28,52 +30,18 @@ def _connect(server: str | None) -> Connection:
     return connect(server)
 
 
+@with_job_flags()
 def submit(
     argv: Optional[list[str]] = typer.Argument(None, metavar="-- ARGV...", help="Command to run."),
     file: Optional[Path] = typer.Option(None, "--file", "-f", help="Job file (JSON or YAML)."),
-    name: Optional[str] = typer.Option(None, "--name", help="Job name."),
-    profile: Optional[str] = typer.Option(
-        None, "--profile", help="Runtime profile, e.g. pytorch-cuda, mlx."
-    ),
-    target: Optional[str] = typer.Option(None, "--target", help="local, remote or cloud."),
-    fallback: list[str] = typer.Option([], "--fallback", help="Fallback target (repeatable)."),
-    accelerator: Optional[str] = typer.Option(
-        None, "--accelerator", help="cpu, cuda, mps or rocm."
-    ),
-    gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs per node."),
-    gpu: list[str] = typer.Option(
-        [], "--gpu", help="GPU model, e.g. H100 or A100-80GB (repeatable: any of them fits)."
-    ),
-    env: list[str] = typer.Option([], "--env", help="K=V environment entry (repeatable)."),
-    secret: list[str] = typer.Option(
-        [], "--secret", help="NAME[=KEY] read from the worker's environment."
-    ),
-    input_: list[str] = typer.Option(
-        [], "--input", help="ARTIFACT:PATH staged under $GPULAYER_INPUT_DIR."
-    ),
-    timeout: Optional[float] = typer.Option(
-        None, "--timeout", help="Seconds before the job is ended."
-    ),
-    max_hourly_cost: Optional[float] = typer.Option(
-        None, "--max-hourly-cost", help="Cost cap per hour."
-    ),
-    worker_label: list[str] = typer.Option(
-        [], "--worker-label", help="K=V a worker must carry (repeatable)."
-    ),
-    label: list[str] = typer.Option(
-        [], "--label", help="K=V label of the job itself (repeatable)."
-    ),
-    provider: list[str] = typer.Option(
-        [], "--provider", help="Cloud provider to use (repeatable)."
-    ),
-    region: list[str] = typer.Option([], "--region", help="Region to use (repeatable)."),
     detach: bool = typer.Option(
         False, "--detach", "-d", help="Print the job id and return at once."
     ),
     server: Optional[str] = ServerOption,
+    job_flags: SubmitFlags = SubmitFlags(),
 ) -> None:
     """Run a job from a job file or the command after `--`; stream it, exit as it did."""
-    from gpulayer.cli.spec_flags import SubmitFlags, apply_flags
+    from gpulayer.cli.spec_flags import apply_flags
     from gpulayer.cli.submit_flow import describe_end, exit_code_of, send_job, stream_until_done
     from gpulayer.sdk.paths import absolutize_paths
 
@@ -82,26 +50,7 @@ def submit(
         from gpulayer.spec.loader import load_spec_data
 
         base = absolutize_paths(load_spec_data(file), str(file.resolve().parent))
-    flags = SubmitFlags(
-        argv=list(argv or []),
-        name=name,
-        profile=profile,
-        target=target,
-        fallback=fallback,
-        accelerator=accelerator,
-        gpus=gpus,
-        gpu_models=gpu,
-        env=env,
-        secrets=secret,
-        inputs=input_,
-        timeout=timeout,
-        max_hourly_cost=max_hourly_cost,
-        worker_labels=worker_label,
-        labels=label,
-        providers=provider,
-        regions=region,
-    )
-    data = absolutize_paths(apply_flags(base, flags), os.getcwd())
+    data = absolutize_paths(apply_flags(base, job_flags), os.getcwd())
     connection = _connect(server)
     job = send_job(connection, data)
     if detach:

@@ -29,8 +29,15 @@ def validate(
         typer.echo(yaml.safe_dump(data, sort_keys=False).rstrip())
 
 
-def schema() -> None:
-    """Print the JobSpec JSON Schema, for editors that check job files."""
+def schema(
+    schedule: bool = typer.Option(False, "--schedule", help="The Schedule's schema instead."),
+) -> None:
+    """Print the JobSpec JSON Schema (or the Schedule's), for editors that check files."""
+    if schedule:
+        from gpulayer.schedules.validate import schedule_json_schema
+
+        typer.echo(json.dumps(schedule_json_schema(), indent=2))
+        return
     from gpulayer.spec import JobSpec
 
     document = JobSpec.model_json_schema()

@@ -28,6 +28,24 @@ def default_cache_dir(provider: str) -> Path:
     return Path(platformdirs.user_cache_dir("gpulayer")) / provider
 
 
+def write_json_atomically(path: Path, value: Any, *, indent: int | None = None) -> Path:
+    """Write ``value`` as JSON to ``path`` through a temporary file in the same folder, so a
+    concurrent reader sees the old file or the new one, never half of one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(value, handle, indent=indent)
+            if indent is not None:
+                handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
 class DiskCache:
     """Values are JSON documents, one file per key, replaced atomically so that concurrent
     readers never see half a file. ``clock`` returns seconds since the epoch."""
@@ -54,16 +72,8 @@ class DiskCache:
         return record.get("value")
 
     def put(self, key: str, value: Any) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
         record = {"key": key, "stored_at": self._clock(), "value": value}
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".json")
-        try:
-            with os.fdopen(fd, "w") as handle:
-                json.dump(record, handle)
-            os.replace(tmp, self.path(key))
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_json_atomically(self.path(key), record)
 
     def get_or_fetch(self, key: str, ttl_seconds: float, fetch: Callable[[], T]) -> T:
         cached = self.get(key, ttl_seconds)

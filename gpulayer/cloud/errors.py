@@ -3,6 +3,8 @@ above the provider (ranking, orchestration) decides on the type and scope, never
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import ClassVar, Literal
 
 from gpulayer.errors import GpulayerError, UsageError
@@ -93,3 +95,21 @@ class ProviderSettingsError(ProviderError, UsageError):
     """A provider's settings do not validate; the message names the field."""
 
     exit_code = 2
+
+
+Translator = Callable[..., Exception]
+
+
+@contextmanager
+def translated(
+    translate: Translator, region: str | None = None, zone: str | None = None
+) -> Iterator[None]:
+    """Raise failures inside the block as ``translate`` types them (called with the exception
+    and ``region=``/``zone=``); exceptions it returns unchanged pass through as they are."""
+    try:
+        yield
+    except Exception as exc:
+        typed = translate(exc, region=region, zone=zone)
+        if typed is exc:
+            raise
+        raise typed from exc

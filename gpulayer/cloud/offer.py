@@ -73,6 +73,8 @@ class Offer(BaseModel):
     """None when the price is unknown; such offers never pass a cost cap."""
     currency: CurrencyCode = "USD"
     spot: bool = False
+    price_as_of: str | None = None
+    """The date of the price catalog the price comes from; None for a price read live."""
 
     @field_validator("cuda_compute_capability")
     @classmethod

@@ -103,12 +103,31 @@ class Instance(BaseModel):
     hourly_price: float | None = None
     currency: str = "USD"
     spot: bool = False
+    preempted: bool = False
+    """The provider reclaimed this (spot) instance: its attempt ends as ``preempted``."""
     tags: dict[str, str] = Field(default_factory=dict)
     launched_at: datetime | None = None
 
     @property
     def live(self) -> bool:
         return self.state in ("pending", "running")
+
+
+def launch_zone(offer: Offer, request: LaunchRequest, provider: str) -> str:
+    """The zone a launch of ``offer`` for ``request`` goes to, after the checks every provider
+    makes: the offer is the provider's, spot only for a request that accepts it, a zone named."""
+    from gpulayer.cloud.errors import ProviderError
+
+    if offer.provider != provider:
+        raise ProviderError(f"offer {offer.label} is not a {provider} offer", provider=provider)
+    if offer.spot and not request.spot:
+        raise ProviderError(
+            f"offer {offer.label} is spot capacity but the request does not accept spot",
+            provider=provider,
+        )
+    if offer.zone is None:
+        raise ProviderError(f"offer {offer.label} names no zone", provider=provider)
+    return offer.zone
 
 
 @runtime_checkable

@@ -4,13 +4,41 @@ field, so every plugin reports bad configuration the same way."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import AfterValidator, BaseModel, ValidationError
 
 from gpulayer.cloud.errors import ProviderSettingsError
 
 M = TypeVar("M", bound=BaseModel)
+
+
+def check_python(value: str | None) -> str | None:
+    """A provider's ``python`` setting: the interpreter the worker bootstrap runs on
+    instances, one word (it goes into a shell command line)."""
+    if value is not None and (not value or any(c.isspace() or c in "\0'\"" for c in value)):
+        raise ValueError(f"{value!r} must be one non-empty word")
+    return value
+
+
+def check_install_root(value: str | None) -> str | None:
+    """A provider's ``install_root`` setting, without its trailing slash."""
+    if value is None:
+        return None
+    from gpulayer.cloud.bootstrap import install_dir_problem
+
+    value = value.rstrip("/") or "/"
+    # The root itself is never removed, but every job dir below it must be removable.
+    problem = install_dir_problem(f"{value}/job")
+    if problem is not None:
+        raise ValueError(f"job directories below {value!r}: {problem}")
+    return value
+
+
+PythonSetting = Annotated[str | None, AfterValidator(check_python)]
+"""Type of a provider's ``python`` setting."""
+InstallRootSetting = Annotated[str | None, AfterValidator(check_install_root)]
+"""Type of a provider's ``install_root`` setting."""
 
 
 def load_settings(model: type[M], data: M | Mapping[str, Any] | None, *, provider: str) -> M:

@@ -261,6 +261,10 @@ def create_app(
             return []
         return list(service.provisioner.reap(dry_run=dry_run))
 
+    from gpulayer.control.schedule_api import add_schedule_routes
+
+    add_schedule_routes(app, service, auth, embedded=embedded)
+
     @app.put("/v1/bundles", dependencies=auth)
     async def upload_bundle(request: Request) -> dict[str, Any]:
         incoming = service.layout.root / "incoming"

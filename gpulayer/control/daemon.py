@@ -109,6 +109,7 @@ def _run(layout: HomeLayout, listener: socket.socket, token: str, idle_seconds: 
 
     from gpulayer.control.api import create_app
     from gpulayer.control.provisioner import attach_provisioner
+    from gpulayer.control.schedule_firing import attach_schedules
     from gpulayer.control.service import ControlService
     from gpulayer.control.store import Store
 
@@ -116,6 +117,7 @@ def _run(layout: HomeLayout, listener: socket.socket, token: str, idle_seconds: 
     service = ControlService(store, layout)
     agent = start_local_worker(service, layout)
     provisioner = attach_provisioner(service, control_port=listener.getsockname()[1])
+    firing = attach_schedules(service)
     app = create_app(service, local_tokens(token, store), embedded=True)
     # Long polls (logs -f, idle workers) would hold a graceful shutdown for their full wait.
     config = uvicorn.Config(
@@ -130,8 +132,9 @@ def _run(layout: HomeLayout, listener: socket.socket, token: str, idle_seconds: 
                 service.sweep_lost_workers()  # cloud workers reach this one through SSH tunnels
                 service.dispatch()
                 idle_for = time.monotonic() - service.last_call
-                if idle_for > idle_seconds and service.live_jobs() == 0 and agent.running == 0:
-                    log.info("idle for %.0f s with no live job; exiting", idle_for)
+                busy = service.live_jobs() or agent.running or service.schedules.active_count()
+                if idle_for > idle_seconds and not busy:
+                    log.info("idle for %.0f s with no live job or schedule; exiting", idle_for)
                     server.should_exit = True
             except Exception:
                 log.exception("watchdog pass failed")
@@ -140,6 +143,7 @@ def _run(layout: HomeLayout, listener: socket.socket, token: str, idle_seconds: 
     try:
         server.run(sockets=[listener])
     finally:
+        firing.stop()
         provisioner.stop()
         agent.stop(cancel_running=True)
         store.close()

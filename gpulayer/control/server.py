@@ -62,6 +62,7 @@ def run_server(
 
     from gpulayer.control.api import create_app
     from gpulayer.control.provisioner import attach_provisioner
+    from gpulayer.control.schedule_firing import attach_schedules
     from gpulayer.control.service import ControlService
     from gpulayer.control.store import Store
 
@@ -84,6 +85,7 @@ def run_server(
 
     service = ControlService(store, layout, heartbeat_timeout=heartbeat_timeout)
     provisioner = attach_provisioner(service, control_port=port)
+    firing = attach_schedules(service)
     app = create_app(service, authenticate, embedded=False)
     stop = threading.Event()
 
@@ -111,6 +113,7 @@ def run_server(
         )
     finally:
         stop.set()
+        firing.stop()
         provisioner.stop()
         store.close()
         log.info("server stopped after %.0f s", time.monotonic() - started)

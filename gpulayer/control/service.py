@@ -55,6 +55,7 @@ class ControlService:
         self._started = time.time()
         self.cloud_available: Callable[[], bool] = lambda: False
         self.provisioner: Any = None
+        self.schedules: Any = None  # a ScheduleService, once attach_schedules ran
         # The submitting shell's environment for local jobs: memory only, never the store.
         self._client_env: dict[str, dict[str, str]] = {}
         self._outputs_lock = threading.Lock()

@@ -17,6 +17,7 @@ from sqlalchemy import (
     ColumnElement,
     Engine,
     and_,
+    bindparam,
     create_engine,
     event,
     func,
@@ -244,6 +245,39 @@ def _worker(row: Any) -> WorkerRecord:
     )
 
 
+def job_row(
+    *,
+    job_id: str,
+    name: str,
+    spec: dict[str, Any],
+    state: str,
+    target: str,
+    working_dir: str | None,
+    has_bundle: bool,
+    labels: dict[str, str],
+    reason: str | None = None,
+    message: str | None = None,
+) -> dict[str, Any]:
+    """The jobs row of a new job."""
+    now = time.time()
+    return {
+        "id": job_id,
+        "name": name,
+        "spec": json.dumps(spec),
+        "state": state,
+        "reason": reason,
+        "message": message,
+        "target": target,
+        "working_dir": working_dir,
+        "has_bundle": has_bundle,
+        "attempts": 0,
+        "cancel_requested": False,
+        "created_at": now,
+        "finished_at": now if state in TERMINAL_STATES else None,
+        "labels": json.dumps(labels),
+    }
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
@@ -309,41 +343,12 @@ class Store:
 
     # --- jobs -------------------------------------------------------------------------------
 
-    def insert_job(
-        self,
-        *,
-        job_id: str,
-        name: str,
-        spec: dict[str, Any],
-        state: str,
-        target: str,
-        working_dir: str | None,
-        has_bundle: bool,
-        labels: dict[str, str],
-        reason: str | None = None,
-        message: str | None = None,
-    ) -> JobRecord:
-        now = time.time()
+    def insert_job(self, **fields: Any) -> JobRecord:
+        """Insert a new job; `fields` are job_row's."""
+        values = job_row(**fields)
         with self.engine.begin() as conn:
-            conn.execute(
-                insert(t.jobs).values(
-                    id=job_id,
-                    name=name,
-                    spec=json.dumps(spec),
-                    state=state,
-                    reason=reason,
-                    message=message,
-                    target=target,
-                    working_dir=working_dir,
-                    has_bundle=has_bundle,
-                    attempts=0,
-                    cancel_requested=False,
-                    created_at=now,
-                    finished_at=now if state in TERMINAL_STATES else None,
-                    labels=json.dumps(labels),
-                )
-            )
-        return self.get_job(job_id)
+            conn.execute(insert(t.jobs).values(**values))
+        return self.get_job(values["id"])
 
     def get_job(self, job_id: str) -> JobRecord:
         with self.engine.connect() as conn:
@@ -683,6 +688,170 @@ class Store:
         with self.engine.connect() as conn:
             return [_instance(r) for r in conn.execute(query)]
 
+    # --- schedules and their runs -----------------------------------------------------------
+
+    def insert_schedule(self, **values: Any) -> ScheduleRecord:
+        now = time.time()
+        values = {**values, "spec": json.dumps(values["spec"])}
+        values.setdefault("watermark", now)
+        with self.engine.begin() as conn:
+            conn.execute(insert(t.schedules).values(created_at=now, updated_at=now, **values))
+        return self.get_schedule(values["id"])
+
+    def update_schedule(self, schedule_id: str, **values: Any) -> bool:
+        if "spec" in values:
+            values["spec"] = json.dumps(values["spec"])
+        with self.engine.begin() as conn:
+            changed = conn.execute(
+                update(t.schedules)
+                .where(t.schedules.c.id == schedule_id)
+                .values(updated_at=time.time(), **values)
+            ).rowcount
+        return bool(changed == 1)
+
+    def get_schedule(self, schedule_id: str) -> ScheduleRecord:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(t.schedules).where(t.schedules.c.id == schedule_id)).first()
+        if row is None:
+            raise NotFoundError(f"schedule {schedule_id!r} not found")
+        return _schedule(row)
+
+    def find_schedule(self, name: str) -> ScheduleRecord:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(t.schedules).where(t.schedules.c.name == name)).first()
+        if row is None:
+            raise NotFoundError(f"NAME: no schedule named {name!r}")
+        return _schedule(row)
+
+    def list_schedules(self) -> list[ScheduleRecord]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(t.schedules).order_by(t.schedules.c.name))
+            return [_schedule(r) for r in rows]
+
+    def schedule_heads(self) -> list[tuple[str, float, float]]:
+        """(id, updated_at, watermark) of every schedule: what the firing loop reads each pass."""
+        query = select(t.schedules.c.id, t.schedules.c.updated_at, t.schedules.c.watermark)
+        with self.engine.connect() as conn:
+            return [(r[0], r[1], r[2]) for r in conn.execute(query)]
+
+    def count_active_schedules(self) -> int:
+        query = (
+            select(func.count()).select_from(t.schedules).where(t.schedules.c.suspend == False)  # noqa: E712 (SQL, not Python)
+        )
+        with self.engine.connect() as conn:
+            return int(conn.execute(query).scalar_one())
+
+    def put_schedule_source(self, schedule_id: str, bundle: bytes | None) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                t.schedule_sources.delete().where(t.schedule_sources.c.schedule_id == schedule_id)
+            )
+            if bundle is not None:
+                conn.execute(
+                    insert(t.schedule_sources).values(schedule_id=schedule_id, bundle=bundle)
+                )
+
+    def schedule_source(self, schedule_id: str) -> bytes | None:
+        query = select(t.schedule_sources.c.bundle).where(
+            t.schedule_sources.c.schedule_id == schedule_id
+        )
+        with self.engine.connect() as conn:
+            found = conn.execute(query).scalar()
+        return None if found is None else bytes(found)
+
+    def delete_schedule(self, schedule_id: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                t.schedule_sources.delete().where(t.schedule_sources.c.schedule_id == schedule_id)
+            )
+            conn.execute(
+                t.schedule_runs.delete().where(t.schedule_runs.c.schedule_id == schedule_id)
+            )
+            conn.execute(t.schedules.delete().where(t.schedules.c.id == schedule_id))
+
+    def record_tick(
+        self,
+        schedule_id: str,
+        tick: float,
+        *,
+        outcome: str,
+        message: str | None = None,
+        manual: bool = False,
+        job: dict[str, Any] | None = None,
+    ) -> bool:
+        """Decide a tick once: its run row, the job it creates (a `job_row`), and the
+        schedule's watermark, in one transaction. False when the tick was decided already
+        (another control plane, or before a restart): then nothing is written."""
+        from sqlalchemy.exc import IntegrityError
+
+        run = {
+            "schedule_id": schedule_id,
+            "tick": tick,
+            "manual": manual,
+            "outcome": outcome,
+            "job_id": None if job is None else job["id"],
+            "message": message,
+            "created_at": time.time(),
+        }
+        # Statements with their values passed apart compile once and are reused: the firing
+        # loop of a control plane with a thousand schedules runs this many times a second.
+        try:
+            with self.engine.begin() as conn:
+                if job is not None:
+                    conn.execute(insert(t.jobs), job)
+                conn.execute(insert(t.schedule_runs), run)
+                if not manual:
+                    conn.execute(_ADVANCE_WATERMARK, {"schedule": schedule_id, "to": tick})
+        except IntegrityError:
+            return False
+        return True
+
+    def advance_watermark(self, schedule_id: str, tick: float) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(_ADVANCE_WATERMARK, {"schedule": schedule_id, "to": tick})
+
+    def schedule_runs(self, schedule_id: str, *, limit: int = 50) -> list[ScheduleRunRecord]:
+        """Newest first, each with its job's state when it made one."""
+        query = (
+            select(t.schedule_runs, t.jobs.c.state.label("job_state"))
+            .select_from(t.schedule_runs.outerjoin(t.jobs, t.jobs.c.id == t.schedule_runs.c.job_id))
+            .where(t.schedule_runs.c.schedule_id == schedule_id)
+            .order_by(t.schedule_runs.c.tick.desc())
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [_schedule_run(r) for r in conn.execute(query)]
+
+    def live_schedule_jobs(self, schedule_id: str) -> list[str]:
+        with self.engine.connect() as conn:
+            return [r[0] for r in conn.execute(_LIVE_SCHEDULE_JOBS, {"schedule": schedule_id})]
+
+    def schedule_jobs_since(self, schedule_id: str, since: float) -> list[JobRecord]:
+        """The schedule's jobs still live or ended at or after `since` (a budget period)."""
+        query = (
+            select(t.jobs)
+            .select_from(t.schedule_runs.join(t.jobs, t.jobs.c.id == t.schedule_runs.c.job_id))
+            .where(
+                and_(
+                    t.schedule_runs.c.schedule_id == schedule_id,
+                    (t.jobs.c.finished_at == None) | (t.jobs.c.finished_at >= since),  # noqa: E711
+                )
+            )
+        )
+        with self.engine.connect() as conn:
+            return [_job(r) for r in conn.execute(query)]
+
+    def prune_schedule_runs(self, schedule_id: str, keep: int) -> int:
+        """Forget ended runs beyond the newest `keep`; live runs always stay."""
+        runs = self.schedule_runs(schedule_id, limit=keep + 1000)
+        ended = [r for r in runs if r.job_state is None or r.job_state in TERMINAL_STATES]
+        doomed = [r.id for r in ended[keep:]]
+        if not doomed:
+            return 0
+        with self.engine.begin() as conn:
+            conn.execute(t.schedule_runs.delete().where(t.schedule_runs.c.id.in_(doomed)))
+        return len(doomed)
+
 
     # --- web dashboard: pages of jobs, usage, sessions and login links -----------------------
 
@@ -832,3 +1001,66 @@ def _instance(row: Any) -> InstanceRecord:
     m["tags"] = json.loads(m["tags"] or "{}")
     m["spot"] = bool(m["spot"])
     return InstanceRecord(**m)
+
+
+_ADVANCE_WATERMARK = (
+    update(t.schedules)
+    .where(
+        and_(
+            t.schedules.c.id == bindparam("schedule"),
+            t.schedules.c.watermark < bindparam("to"),
+        )
+    )
+    .values(watermark=bindparam("to"))
+)
+_LIVE_SCHEDULE_JOBS = (
+    select(t.jobs.c.id)
+    .select_from(t.schedule_runs.join(t.jobs, t.jobs.c.id == t.schedule_runs.c.job_id))
+    .where(
+        and_(
+            t.schedule_runs.c.schedule_id == bindparam("schedule"),
+            t.jobs.c.state.in_(sorted(LIVE_STATES)),
+        )
+    )
+    .order_by(t.jobs.c.created_at)
+)
+
+
+@dataclass
+class ScheduleRecord:
+    id: str
+    name: str
+    spec: dict[str, Any]
+    suspend: bool
+    working_dir: str | None
+    has_bundle: bool
+    watermark: float
+    created_at: float
+    updated_at: float
+
+
+@dataclass
+class ScheduleRunRecord:
+    id: int
+    schedule_id: str
+    tick: float
+    manual: bool
+    outcome: str
+    job_id: str | None
+    message: str | None
+    created_at: float
+    job_state: str | None
+
+
+def _schedule(row: Any) -> ScheduleRecord:
+    m = dict(row._mapping)
+    m["spec"] = json.loads(m["spec"])
+    m["suspend"] = bool(m["suspend"])
+    m["has_bundle"] = bool(m["has_bundle"])
+    return ScheduleRecord(**m)
+
+
+def _schedule_run(row: Any) -> ScheduleRunRecord:
+    m = dict(row._mapping)
+    m["manual"] = bool(m["manual"])
+    return ScheduleRunRecord(**m)

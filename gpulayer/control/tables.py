@@ -9,6 +9,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -160,6 +161,48 @@ instances = Table(
 )
 Index("ix_instances_state", instances.c.state)
 Index("ix_instances_job", instances.c.job_id)
+
+# Schedules (new tables, so create_all adds them to an existing store): each schedule with its
+# watermark (ticks at or before it are decided), and one row per decided tick. The UNIQUE
+# (schedule_id, tick) row is written in the same transaction as the job it creates, which is
+# what makes a tick fire once across restarts and server processes.
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("name", String(63), nullable=False, unique=True),
+    Column("spec", Text, nullable=False),
+    Column("suspend", Boolean, nullable=False, default=False),
+    Column("working_dir", Text),
+    Column("has_bundle", Boolean, nullable=False, default=False),
+    Column("watermark", Float, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
+schedule_runs = Table(
+    "schedule_runs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("schedule_id", String(32), ForeignKey("schedules.id"), nullable=False),
+    Column("tick", Float, nullable=False),
+    Column("manual", Boolean, nullable=False, default=False),
+    Column("outcome", String(24), nullable=False),
+    Column("job_id", String(32)),
+    Column("message", Text),
+    Column("created_at", Float, nullable=False),
+)
+Index("ux_schedule_runs_tick", schedule_runs.c.schedule_id, schedule_runs.c.tick, unique=True)
+Index("ix_schedule_runs_job", schedule_runs.c.job_id)
+
+# The source a schedule's jobs run, snapshotted at apply: in the store rather than one server's
+# disk, so whichever server fires a tick can hand it to the job.
+schedule_sources = Table(
+    "schedule_sources",
+    metadata,
+    Column("schedule_id", String(32), ForeignKey("schedules.id"), primary_key=True),
+    Column("bundle", LargeBinary, nullable=False),
+)
 
 # The web dashboard's sessions, by the SHA-256 of the cookie (never the cookie itself), each
 # with its CSRF token and expiry; and one-time login links, used at most once.

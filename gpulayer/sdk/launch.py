@@ -49,9 +49,19 @@ def launch(
     For a function, keyword arguments that are not spec fields go to the function.
     """
     from gpulayer.control.connect import connect
+    from gpulayer.sdk.submission import send_job
+
+    data = job_data(what, args, overrides)
+    connection = connect(server)
+    job = send_job(connection, data)
+    return Job(connection.client, job["id"])
+
+
+def job_data(what: Any, args: tuple[Any, ...], overrides: dict[str, Any]) -> dict[str, Any]:
+    """The spec data launch() would submit: validated (SpecError names the field), with
+    relative paths made absolute against the current directory."""
     from gpulayer.sdk.builders import PLACEMENT_KEYS as _PLACEMENT
     from gpulayer.sdk.builders import RESOURCE_ALIASES, RESOURCE_KEYS, TOP_KEYS
-    from gpulayer.sdk.submission import send_job
 
     call_kwargs: dict[str, Any] = {}
     if callable(what) and not isinstance(what, (JobBuilder, type, dict)):
@@ -69,9 +79,7 @@ def launch(
     data = builder.to_dict()
     builder.spec()  # bad input fails here, in the caller, naming the field
     _absolutize(data)
-    connection = connect(server)
-    job = send_job(connection, data)
-    return Job(connection.client, job["id"])
+    return data
 
 
 def _absolutize(data: dict[str, Any]) -> None:

@@ -10,11 +10,14 @@ import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from gpulayer.errors import UsageError
 from gpulayer.sdk.builders import JobBuilder, ensure_json
 from gpulayer.sdk.job import Job
+
+if TYPE_CHECKING:
+    from gpulayer.sdk.schedule import Schedule
 
 R = TypeVar("R")
 
@@ -82,6 +85,22 @@ class RemoteFunction(Generic[R]):
         from gpulayer.sdk.launch import launch
 
         return launch(self.builder(*args, **kwargs), server=self._server)
+
+    def schedule(self, cron: Any, *args: Any, name: str | None = None, **kwargs: Any) -> Schedule:
+        """Run as a function job with these arguments on a cron (a string, a list or a
+        gl.Cron); keywords named like schedule fields (timezone, concurrency, budget,
+        catch_up, ...) set those, the rest go to the function."""
+        from gpulayer.sdk.schedule import SCHEDULE_OPTIONS, schedule
+
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in SCHEDULE_OPTIONS}
+        builder = self.builder(*args, **kwargs)
+        return schedule(
+            builder,
+            name=name or self._fn.__name__[:63].strip("_") or "function",
+            cron=cron,
+            server=self._server,
+            **options,
+        )
 
     def options(self, **overrides: Any) -> RemoteFunction[R]:
         """A copy with some options changed, e.g. f.options(gpus=4).remote(...)."""

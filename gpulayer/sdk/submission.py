@@ -11,24 +11,29 @@ from gpulayer.control.connect import Connection
 from gpulayer.errors import UsageError
 
 
-def send_job(connection: Connection, data: dict[str, Any]) -> dict[str, Any]:
-    """Submit spec data; sources are handed over as a directory (local) or a bundle (server)."""
-    workload = data.get("workload") if isinstance(data.get("workload"), dict) else None
+def source_fields(connection: Connection, job: dict[str, Any]) -> dict[str, Any]:
+    """How the job's source travels: a directory the local control plane reads (or the
+    current one to run in), or a bundle uploaded to a server. Keyword arguments of submit."""
+    workload = job.get("workload") if isinstance(job.get("workload"), dict) else None
     source = workload.get("source") if workload else None
     if isinstance(source, str) and not Path(source).is_dir():
         raise UsageError(f"workload.source: {source!r} is not a directory")
-    client = connection.client
     if connection.embedded:
-        return client.submit(
-            data,
-            working_dir=os.getcwd() if source is None else None,
-            source_dir=source if isinstance(source, str) else None,
-            client_env=dict(os.environ),
-        )
+        return {
+            "working_dir": os.getcwd() if source is None else None,
+            "source_dir": source if isinstance(source, str) else None,
+        }
     from gpulayer.worker.bundle import create_bundle
 
     with tempfile.TemporaryDirectory(prefix="gpulayer-bundle-") as scratch:
         bundle = Path(scratch) / "source.tar.gz"
         create_bundle(Path(source) if isinstance(source, str) else Path.cwd(), bundle)
-        bundle_id = client.upload_bundle(bundle)
-    return client.submit(data, bundle_id=bundle_id)
+        return {"bundle_id": connection.client.upload_bundle(bundle)}
+
+
+def send_job(connection: Connection, data: dict[str, Any]) -> dict[str, Any]:
+    """Submit spec data; sources are handed over as a directory (local) or a bundle (server)."""
+    fields = source_fields(connection, data)
+    if connection.embedded:
+        fields["client_env"] = dict(os.environ)
+    return connection.client.submit(data, **fields)

@@ -21,8 +21,10 @@ _FRIENDLY = {
 def _path(loc: tuple[Any, ...]) -> list[str]:
     parts = [str(p) for p in loc]
     # A discriminated union puts the chosen tag in the location: workload.command.command.
-    if len(parts) >= 2 and parts[0] == "workload" and parts[1] in _WORKLOAD_KINDS:
-        del parts[1]
+    # A schedule holds its JobSpec under job: job.workload.command.command.
+    at = 1 if parts[:1] == ["job"] else 0
+    if len(parts) >= at + 2 and parts[at] == "workload" and parts[at + 1] in _WORKLOAD_KINDS:
+        del parts[at + 1]
     return parts
 
 

@@ -356,6 +356,13 @@ class RetryPolicy(StrictModel):
     retry_on: list[RetryEvent] = Field(default_factory=lambda: list(_DEFAULT_RETRY_ON))
 
 
+def check_name(name: str) -> str:
+    """A job's (or a schedule's) name."""
+    if not _NAME_RE.match(name):
+        raise ValueError("1 to 63 of letters, digits, '_', '.' and '-'")
+    return name
+
+
 class JobSpec(StrictModel):
     api_version: Literal["gpulayer.dev/v1alpha1"] = API_VERSION
     name: str = "job"
@@ -372,9 +379,7 @@ class JobSpec(StrictModel):
     @field_validator("name")
     @classmethod
     def _name_form(cls, name: str) -> str:
-        if not _NAME_RE.match(name):
-            raise ValueError("1 to 63 of letters, digits, '_', '.' and '-'")
-        return name
+        return check_name(name)
 
     @field_validator("env")
     @classmethod

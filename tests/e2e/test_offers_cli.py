@@ -30,7 +30,10 @@ def test_offline_offers_list_a100_and_say_how_to_enable(shared_home: Path) -> No
 
     as_json = run_cli(["offers", "--gpu", "a100", "--json", "-n", "100"])
     rows = json.loads(as_json.stdout)
-    assert {row["instance_type"] for row in rows} == {"p4d.24xlarge", "p4de.24xlarge"}
+    aws_rows = [row for row in rows if row["provider"] == "aws"]
+    assert {row["instance_type"] for row in aws_rows} == {"p4d.24xlarge", "p4de.24xlarge"}
+    # Every installed plugin's catalog is listed (gpulayer-gcp's A2 machines among them).
+    assert {row["provider"] for row in rows} <= {"aws", "gcp"}
     assert all(row["zones"] and row["enabled"] is False for row in rows)
     assert "no provider is enabled" in as_json.stderr
     prices = [row["hourly_price"] for row in rows]

@@ -71,13 +71,17 @@ def aws_environment(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """One environment for the whole module: the control plane keeps the one it started with."""
     folder = tmp_path_factory.mktemp("aws-env")
     images = write_image_catalog(folder / "images", "lab-1", {**UBUNTU_AMIS, "ssh_user": "root"})
+    return {**dummy_aws_env(folder), "GPULAYER_IMAGES_DIR": str(images)}
+
+
+def dummy_aws_env(folder: Path) -> dict[str, str]:
+    """moto's dummy credentials, and no AWS configuration of this user read."""
     return {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_CONFIG_FILE": str(folder / "no-aws-config"),
         "AWS_SHARED_CREDENTIALS_FILE": str(folder / "no-aws-credentials"),
         "AWS_EC2_METADATA_DISABLED": "true",
-        "GPULAYER_IMAGES_DIR": str(images),
     }
 
 
@@ -120,22 +124,9 @@ def cloud_init(aws_lab: AwsLab) -> Iterator[CloudInit]:
 
 def write_providers(home: Path, aws: AwsLab, work: Path, **orchestrator: Any) -> Path:
     """providers.yaml with the aws provider on moto; returns the dead-man switch's record."""
-    install_root = work / "installs"
-    install_root.mkdir(parents=True, exist_ok=True)
     record = work / "deadman.jsonl"
     config = {
-        "aws": {
-            "regions": ["us-east-1"],
-            "endpoint_url": aws.moto.url,
-            "use_private_ip": True,
-            "subnet_ids": aws.subnets,
-            "price_source": "catalog",
-            "cache_dir": str(aws.cache_dir),
-            "python": sys.executable,  # the instances share this machine's interpreter
-            "install_root": str(install_root),
-            "poll_seconds": 0.1,
-            "terminate_timeout_seconds": 30,
-        },
+        "aws": aws_settings(aws, work),
         "gpulayer": {
             "deadman_seconds": 600,
             # Never the real power-off: the "instances" are this very machine.
@@ -146,6 +137,24 @@ def write_providers(home: Path, aws: AwsLab, work: Path, **orchestrator: Any) ->
     }
     (home / "providers.yaml").write_text(yaml.safe_dump(config))
     return record
+
+
+def aws_settings(aws: AwsLab, work: Path) -> dict[str, Any]:
+    """The aws provider on moto, launching into the lab's subnets."""
+    install_root = work / "installs"
+    install_root.mkdir(parents=True, exist_ok=True)
+    return {
+        "regions": ["us-east-1"],
+        "endpoint_url": aws.moto.url,
+        "use_private_ip": True,
+        "subnet_ids": aws.subnets,
+        "price_source": "catalog",
+        "cache_dir": str(aws.cache_dir),
+        "python": sys.executable,  # the instances share this machine's interpreter
+        "install_root": str(install_root),
+        "poll_seconds": 0.1,
+        "terminate_timeout_seconds": 30,
+    }
 
 
 def aws_offers() -> list[dict[str, Any]]:

@@ -89,18 +89,23 @@ def subnet_cidrs(ec2: Any, subnets: Mapping[str, str]) -> dict[str, ipaddress.IP
 def write_image_catalog(folder: Path, release: str, aws_selector: Mapping[str, Any]) -> Path:
     """An images folder (for GPULAYER_IMAGES_DIR) whose only release names ``aws_selector``;
     the bootstrap script and cloud-init template are the project's own, linked."""
+    return write_release(folder, release, {"aws": aws_selector})
+
+
+def write_release(folder: Path, release: str, selectors: Mapping[str, Mapping[str, Any]]) -> Path:
+    """An images folder whose only release has ``selectors`` (provider -> image selector)."""
     from gpulayer.cloud.images import find_images_dir
 
     source = find_images_dir()
     folder.mkdir(parents=True, exist_ok=True)
     catalog = {
         "schema": 1,
-        "description": "The lab's image: moto's AMI, booted as a namespace host of this machine.",
+        "description": "The lab's images, booted as namespace hosts of this machine.",
         "releases": {
             release: {
                 "date": "2030-01-01",
                 "notes": "Instances boot as sshd hosts of the test lab.",
-                "providers": {"aws": dict(aws_selector)},
+                "providers": {name: dict(selector) for name, selector in selectors.items()},
             }
         },
     }

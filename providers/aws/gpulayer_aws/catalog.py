@@ -18,8 +18,6 @@ Zones are availability zone ids (use1-az1), which name the same place in every a
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -127,19 +125,9 @@ def load_catalog(cache_dir: Path) -> PriceCatalog:
 
 
 def save_catalog(catalog: PriceCatalog, cache_dir: Path) -> Path:
-    cache_dir = Path(cache_dir)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    target = cache_dir / REFRESHED_NAME
-    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(catalog.to_json(), handle, indent=1)
-            handle.write("\n")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    from gpulayer.cloud.cache import write_json_atomically
+
+    return write_json_atomically(Path(cache_dir) / REFRESHED_NAME, catalog.to_json(), indent=1)
 
 
 @dataclass

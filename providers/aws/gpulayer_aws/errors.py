@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 from gpulayer.cloud.errors import (
     AuthError,
@@ -11,6 +10,7 @@ from gpulayer.cloud.errors import (
     ImageNotFoundError,
     ProviderError,
     QuotaError,
+    translated,
 )
 
 PROVIDER = "aws"
@@ -116,16 +116,9 @@ def translate(exc: Exception, *, region: str | None = None, zone: str | None = N
     return exc
 
 
-@contextmanager
-def aws_errors(region: str | None = None, zone: str | None = None) -> Iterator[None]:
+def aws_errors(region: str | None = None, zone: str | None = None) -> AbstractContextManager[None]:
     """Raise botocore failures inside the block as typed errors scoped to ``region``/``zone``."""
-    try:
-        yield
-    except Exception as exc:
-        typed = translate(exc, region=region, zone=zone)
-        if typed is exc:
-            raise
-        raise typed from exc
+    return translated(translate, region, zone)
 
 
 def is_not_found(exc: BaseException) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 
 from gpulayer.cloud.errors import ProviderError, ProviderSettingsError
 from gpulayer.cloud.offer import Offer
-from gpulayer.cloud.protocol import Instance, LaunchRequest
+from gpulayer.cloud.protocol import Instance, LaunchRequest, launch_zone
 from gpulayer_aws import tags as t
 from gpulayer_aws.errors import PROVIDER, aws_errors, error_code
 from gpulayer_aws.images import Image, resolve_image
@@ -33,16 +33,7 @@ class Placement:
 
 
 def launch(ec2: Any, settings: AwsSettings, offer: Offer, request: LaunchRequest) -> Instance:
-    if offer.provider != PROVIDER:
-        raise ProviderError(f"offer {offer.label} is not an AWS offer", provider=PROVIDER)
-    if offer.spot and not request.spot:
-        raise ProviderError(
-            f"offer {offer.label} is spot capacity but the request does not accept spot",
-            provider=PROVIDER,
-        )
-    region, zone = offer.region, offer.zone
-    if zone is None:
-        raise ProviderError(f"offer {offer.label} names no availability zone", provider=PROVIDER)
+    region, zone = offer.region, launch_zone(offer, request, PROVIDER)
     with aws_errors(region, zone):
         existing = live_by_tags(ec2, {t.REQUEST: request.request_id})
     if existing:

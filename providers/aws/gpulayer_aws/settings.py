@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from gpulayer.cloud.settings import InstallRootSetting, PythonSetting
+
 _REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
 
 
@@ -48,10 +50,10 @@ class AwsSettings(BaseModel):
     """Image selector used when a launch request brings none (see images.py)."""
     ssh_user: str = "ubuntu"
     """Login user when the image selector names none."""
-    python: str | None = None
+    python: PythonSetting = None
     """The python the worker bootstrap runs on instances, for images whose ``python3`` on the
     login PATH is not the one to use (e.g. /opt/conda/bin/python3); None: ``python3``."""
-    install_root: str | None = None
+    install_root: InstallRootSetting = None
     """Where workers are installed on instances, one directory per job below it (e.g. a
     larger data disk); None: the orchestrator's default, /var/tmp/gpulayer."""
     poll_seconds: Annotated[float, Field(gt=0)] = 5
@@ -66,27 +68,6 @@ class AwsSettings(BaseModel):
             if not _REGION_RE.match(region):
                 raise ValueError(f"{region!r} is not an AWS region name such as us-east-1")
         return list(dict.fromkeys(regions))
-
-    @field_validator("python")
-    @classmethod
-    def _python(cls, value: str | None) -> str | None:
-        if value is not None and (not value or any(c.isspace() or c in "\0'\"" for c in value)):
-            raise ValueError(f"{value!r} must be one non-empty word")
-        return value
-
-    @field_validator("install_root")
-    @classmethod
-    def _install_root(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        from gpulayer.cloud.bootstrap import install_dir_problem
-
-        value = value.rstrip("/") or "/"
-        # The root itself is never removed, but every job dir below it must be removable.
-        problem = install_dir_problem(f"{value}/job")
-        if problem is not None:
-            raise ValueError(f"job directories below {value!r}: {problem}")
-        return value
 
     def default_cache_dir(self) -> Path:
         from gpulayer.cloud.cache import default_cache_dir

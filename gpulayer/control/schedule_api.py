@@ -1,0 +1,85 @@
+"""The control plane's schedule routes. Thin: parse, call the schedule service, shape."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+
+from gpulayer.control.schedule_service import ScheduleService, TickSkipped
+from gpulayer.control.schedule_views import run_view, schedule_detail, schedule_summary
+from gpulayer.errors import UsageError
+
+
+def add_schedule_routes(app: FastAPI, service: Any, auth: list[Any], *, embedded: bool) -> None:
+    def schedules() -> ScheduleService:
+        found = service.schedules
+        if found is None:
+            raise UsageError("schedules: this control plane does not run schedules")
+        assert isinstance(found, ScheduleService)
+        return found
+
+    @app.post("/v1/schedules", dependencies=auth)
+    def apply(body: dict[str, Any]) -> dict[str, Any]:
+        from gpulayer.control.api import _incoming_bundle
+
+        document = body.get("schedule")
+        if not isinstance(document, dict):
+            raise UsageError("schedule: a Schedule object is required")
+        source_dir = body.get("source_dir")
+        if source_dir is not None and not embedded:
+            raise UsageError("source_dir: only the local control plane reads local directories")
+        bundle = _incoming_bundle(service, body.get("bundle_id"))
+        record, created = schedules().apply(
+            document,
+            working_dir=body.get("working_dir"),
+            source_dir=Path(source_dir) if source_dir else None,
+            bundle=bundle,
+        )
+        loaded = schedules().load(record.name)
+        return {"created": created, "schedule": schedule_detail(schedules(), loaded)}
+
+    @app.get("/v1/schedules", dependencies=auth)
+    def list_schedules() -> list[dict[str, Any]]:
+        found = schedules()
+        return [schedule_summary(found, loaded) for loaded in found.all()]
+
+    @app.get("/v1/schedules/{name}", dependencies=auth)
+    def show(name: str) -> dict[str, Any]:
+        return schedule_detail(schedules(), schedules().load(name))
+
+    @app.get("/v1/schedules/{name}/runs", dependencies=auth)
+    def runs(name: str, limit: int = 50) -> list[dict[str, Any]]:
+        import time
+
+        found = schedules()
+        loaded = found.load(name)
+        now = time.time()
+        return [
+            run_view(found, run, loaded.schedule.timezone, now)
+            for run in found.store.schedule_runs(loaded.record.id, limit=max(1, min(limit, 1000)))
+        ]
+
+    @app.post("/v1/schedules/{name}/pause", dependencies=auth)
+    def pause(name: str) -> dict[str, Any]:
+        record = schedules().pause(name)
+        return schedule_summary(schedules(), schedules().load(record.name))
+
+    @app.post("/v1/schedules/{name}/resume", dependencies=auth)
+    def resume(name: str) -> dict[str, Any]:
+        record = schedules().resume(name)
+        return schedule_summary(schedules(), schedules().load(record.name))
+
+    @app.post("/v1/schedules/{name}/trigger", dependencies=auth)
+    def trigger(name: str) -> dict[str, Any]:
+        try:
+            job_id = schedules().trigger(name)
+        except TickSkipped as skipped:
+            return {"job_id": None, "skipped": skipped.reason, "message": str(skipped)}
+        return {"job_id": job_id, "skipped": None, "message": None}
+
+    @app.delete("/v1/schedules/{name}", dependencies=auth)
+    def delete(name: str) -> dict[str, Any]:
+        record = schedules().delete(name)
+        return {"name": record.name, "id": record.id, "deleted": True}

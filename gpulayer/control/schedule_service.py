@@ -1,0 +1,339 @@
+"""Schedules in the control plane: apply, pause, resume, delete, trigger, and firing a tick.
+
+Each tick is decided once through the store: the run row (UNIQUE schedule, tick) and the job it
+creates commit in one transaction, so a restarted control plane or a second server sharing the
+database that decides the same tick again loses the insert and does nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gpulayer.control.ids import new_id
+from gpulayer.control.store import ScheduleRecord, job_row
+from gpulayer.control.targets import choose_target
+from gpulayer.errors import GpulayerError, NotFoundError, UsageError
+from gpulayer.schedules.decisions import (
+    BudgetState,
+    Decision,
+    LedgerEntry,
+    RunCost,
+    Skip,
+    Start,
+    budget_period,
+    decide_start,
+    epoch,
+    from_epoch,
+    period_spend,
+    triage,
+)
+from gpulayer.schedules.model import SCHEDULE_LABEL, TICK_LABEL, Schedule, worst_case_cost
+from gpulayer.schedules.ticks import next_ticks, ticks_between, zone
+from gpulayer.schedules.validate import validate_schedule
+from gpulayer.spec import JobSpec
+
+log = logging.getLogger("gpulayer.schedules")
+
+# How many skipped ticks of one pass are written down one by one (a long outage of a
+# per-second schedule would otherwise write ~86,400 rows).
+_RECORDED_TICKS = 100
+
+
+class TickSkipped(GpulayerError):
+    """A trigger that concurrency or the budget turned down; `reason` says which."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"skipped ({reason}): {message}" if message else f"skipped ({reason})")
+        self.reason = reason
+
+
+@dataclass
+class Loaded:
+    record: ScheduleRecord
+    schedule: Schedule
+
+
+class ScheduleService:
+    def __init__(self, service: Any) -> None:
+        self.service = service
+        self.store = service.store
+        self.layout = service.layout
+        self._listeners: list[Any] = []
+
+    def on_change(self, listener: Any) -> None:
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        for listener in self._listeners:
+            listener()
+
+    # --- the resource -----------------------------------------------------------------------
+
+    def apply(
+        self,
+        data: dict[str, Any],
+        *,
+        working_dir: str | None = None,
+        source_dir: Path | None = None,
+        bundle: Path | None = None,
+    ) -> tuple[ScheduleRecord, bool]:
+        """Create the schedule, or replace the one of that name (future ticks only).
+
+        Nothing is written when the document does not validate or its source cannot be read.
+        """
+        try:
+            schedule = validate_schedule(data)
+            source = _read_source(source_dir, bundle)
+        finally:
+            if bundle is not None:
+                bundle.unlink(missing_ok=True)
+        spec = schedule.model_dump(mode="json")
+        fields = {
+            "spec": spec,
+            "suspend": schedule.suspend,
+            "working_dir": working_dir if source is None else None,
+            "has_bundle": source is not None,
+        }
+        from sqlalchemy.exc import IntegrityError
+
+        created = False
+        try:
+            existing = self.store.find_schedule(schedule.name)
+        except NotFoundError:
+            try:
+                existing = self.store.insert_schedule(id=new_id("s"), name=schedule.name, **fields)
+                created = True
+            except IntegrityError:  # applied at the same moment elsewhere: update that one
+                existing = self.store.find_schedule(schedule.name)
+        if not created:
+            if existing.suspend and not schedule.suspend:
+                fields["watermark"] = max(existing.watermark, time.time())  # resumed: no catch-up
+            self.store.update_schedule(existing.id, **fields)
+        self.store.put_schedule_source(existing.id, source)
+        self._changed()
+        return self.store.get_schedule(existing.id), created
+
+    def load(self, name: str) -> Loaded:
+        record = self.store.find_schedule(name)
+        return Loaded(record, Schedule.model_validate(record.spec))
+
+    def all(self) -> list[Loaded]:
+        return [Loaded(r, Schedule.model_validate(r.spec)) for r in self.store.list_schedules()]
+
+    def active_count(self) -> int:
+        return int(self.store.count_active_schedules())
+
+    def delete(self, name: str) -> ScheduleRecord:
+        record = self.store.find_schedule(name)
+        self.store.delete_schedule(record.id)
+        self._changed()
+        return record
+
+    def pause(self, name: str) -> ScheduleRecord:
+        return self._set_suspend(name, True)
+
+    def resume(self, name: str) -> ScheduleRecord:
+        return self._set_suspend(name, False)
+
+    def _set_suspend(self, name: str, suspend: bool) -> ScheduleRecord:
+        loaded = self.load(name)
+        spec = {**loaded.record.spec, "suspend": suspend}
+        values: dict[str, Any] = {"spec": spec, "suspend": suspend}
+        if not suspend and loaded.record.suspend:
+            # Resuming does not catch up: ticks while suspended are decided as skipped.
+            values["watermark"] = max(loaded.record.watermark, time.time())
+        self.store.update_schedule(loaded.record.id, **values)
+        self._changed()
+        return self.store.get_schedule(loaded.record.id)
+
+    def trigger(self, name: str) -> str:
+        """Run one now, outside the cron, under concurrency and budget. Returns the job id."""
+        loaded = self.load(name)
+        now = time.time()
+        tick = round(now, 3)
+        decision = self._decide(loaded, from_epoch(tick), from_epoch(now), manual=True)
+        if isinstance(decision, Skip):
+            self.store.record_tick(
+                loaded.record.id,
+                tick,
+                outcome=decision.reason,
+                message=decision.message,
+                manual=True,
+            )
+            raise TickSkipped(decision.reason, decision.message)
+        job_id = self._start(loaded, decision, manual=True)
+        if job_id is None:
+            raise UsageError(f"NAME: schedule {name} has a run for this instant already")
+        return job_id
+
+    # --- firing -----------------------------------------------------------------------------
+
+    def fire_due(
+        self, loaded: Loaded, now: float, loop_started: float, workers: list[Any] | None = None
+    ) -> tuple[float | None, int]:
+        """Decide every tick after the watermark up to now: (its next tick, jobs made).
+
+        The caller dispatches the jobs made, once for a whole pass; `workers` is the pass's
+        snapshot of workers to choose targets with.
+        """
+        schedule, record = loaded.schedule, loaded.record
+        due, older_left_out, following = ticks_between(
+            schedule.expressions,
+            zone(schedule.timezone),
+            from_epoch(record.watermark),
+            from_epoch(now),
+            _RECORDED_TICKS,
+        )
+        if not due:
+            return None if following is None else epoch(following), 0
+        if older_left_out:
+            log.info(
+                "schedule %s: recording only the newest %d missed ticks", record.name, len(due)
+            )
+        skips, candidates = triage(
+            due,
+            suspended=record.suspend,
+            catch_up=schedule.catch_up,
+            loop_started=from_epoch(loop_started),
+        )
+        for skip in skips:
+            self._record_skip(record, skip)
+        made = 0
+        for tick in candidates:
+            decision = self._decide(loaded, tick, from_epoch(time.time()))
+            if isinstance(decision, Skip):
+                self._record_skip(record, decision)
+            elif self._start(loaded, decision, workers=workers, dispatch=False) is not None:
+                made += 1
+        self.store.advance_watermark(record.id, epoch(due[-1]))
+        return None if following is None else epoch(following), made
+
+    def _record_skip(self, record: ScheduleRecord, skip: Skip) -> None:
+        self.store.record_tick(
+            record.id, epoch(skip.tick), outcome=skip.reason, message=skip.message
+        )
+
+    def _decide(
+        self, loaded: Loaded, tick: datetime, now: datetime, manual: bool = False
+    ) -> Decision:
+        schedule = loaded.schedule
+        return decide_start(
+            tick,
+            now=now,
+            starting_deadline_seconds=schedule.starting_deadline_seconds,
+            concurrency=schedule.concurrency,
+            # allow needs no look at live runs, so a tick of such a schedule costs one query less
+            live_runs=[]
+            if schedule.concurrency == "allow"
+            else self.store.live_schedule_jobs(loaded.record.id),
+            budget=self.budget_state(loaded, epoch(now)),
+            manual=manual,
+        )
+
+    def _start(
+        self,
+        loaded: Loaded,
+        decision: Start,
+        *,
+        manual: bool = False,
+        workers: list[Any] | None = None,
+        dispatch: bool = True,
+    ) -> str | None:
+        """Create the tick's job, once. None when the tick was decided elsewhere first."""
+        record, schedule = loaded.record, loaded.schedule
+        tick_text = decision.tick.isoformat(timespec="milliseconds" if manual else "seconds")
+        labels = {**schedule.job.labels, SCHEDULE_LABEL: record.name, TICK_LABEL: tick_text}
+        spec = schedule.job.model_copy(update={"labels": labels})  # validated with the schedule
+        service = self.service
+        if workers is None:
+            workers = service.worker_views()
+        target = choose_target(spec, workers, cloud_available=service.cloud_available())
+        job_id = new_id("j")
+        has_bundle = False
+        if record.has_bundle:
+            source = self.store.schedule_source(record.id)
+            if source is not None:
+                destination = self.layout.bundle_file(job_id)
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                destination.write_bytes(source)
+                has_bundle = True
+        row = job_row(
+            job_id=job_id,
+            name=spec.name,
+            spec=spec.model_dump(mode="json"),
+            state="queued" if target.target else "failed",
+            target=target.target or spec.placement.target,
+            working_dir=record.working_dir,
+            has_bundle=has_bundle,
+            labels=dict(spec.labels),
+            reason=None if target.target else "unschedulable",
+            message=target.message,
+        )
+        if not self.store.record_tick(
+            record.id, epoch(decision.tick), outcome="created", manual=manual, job=row
+        ):
+            shutil.rmtree(self.layout.job_dir(job_id), ignore_errors=True)
+            return None
+        kind = "triggered" if manual else f"tick {tick_text}"
+        service.log_system(job_id, 0, [f"schedule {record.name}: {kind}", *target.notes])
+        for live in decision.replace:
+            service.log_system(live, 0, [f"schedule {record.name}: replaced by {job_id}"])
+            service.cancel(live)
+        if target.target and dispatch:
+            service.dispatch()
+        return job_id
+
+    # --- budget -----------------------------------------------------------------------------
+
+    def budget_state(self, loaded: Loaded, now: float) -> BudgetState | None:
+        schedule = loaded.schedule
+        if schedule.budget is None:
+            return None
+        start, end = budget_period(schedule.budget.period, zone(schedule.timezone), from_epoch(now))
+        return BudgetState(
+            max_cost=schedule.budget.max_cost,
+            spent=self.period_spend(loaded.record.id, epoch(start), epoch(end), now),
+            next_run=worst_case_cost(schedule.job),
+        )
+
+    def period_spend(self, schedule_id: str, start: float, end: float, now: float) -> float:
+        runs = []
+        for job in self.store.schedule_jobs_since(schedule_id, start):
+            instances = self.store.list_instances(job_id=job.id)
+            runs.append(
+                RunCost(
+                    live=not job.terminal,
+                    worst_case=worst_case_cost(JobSpec.model_validate(job.spec)),
+                    instances=tuple(
+                        LedgerEntry(i.hourly_price, i.launched_at, i.ended_at) for i in instances
+                    ),
+                )
+            )
+        return period_spend(runs, start, end, now)
+
+    def next_ticks(self, loaded: Loaded, count: int, after: float | None = None) -> list[datetime]:
+        schedule = loaded.schedule
+        tz = zone(schedule.timezone)
+        start = from_epoch(max(loaded.record.watermark, after if after is not None else 0.0))
+        return [t.astimezone(tz) for t in next_ticks(schedule.expressions, tz, start, count)]
+
+
+def _read_source(source_dir: Path | None, bundle: Path | None) -> bytes | None:
+    """The schedule's source as bundle bytes: a local folder snapshotted now, or an upload."""
+    if bundle is not None:
+        return bundle.read_bytes()
+    if source_dir is None:
+        return None
+    from gpulayer.worker.bundle import create_bundle
+
+    with tempfile.TemporaryDirectory(prefix="gpulayer-schedule-") as scratch:
+        path = Path(scratch) / "source.tar.gz"
+        create_bundle(source_dir, path)
+        return path.read_bytes()

@@ -1,0 +1,363 @@
+"""`gpulayer submit --target cloud --provider gcp` end to end against a Compute REST server.
+
+The test server (tests/support/gce_server.py) gives each inserted instance the next internal
+address of the sshd lab's network and boots it as a network-namespace sshd host with the key
+from its ``ssh-keys`` metadata; the orchestrator reaches it, bootstraps a worker over SSH, runs
+the job there and deletes it. Afterwards the server holds no instance or firewall rule.
+
+Credentials come through google-auth's default chain: GOOGLE_APPLICATION_CREDENTIALS names a
+service-account key whose token endpoint is the test server's. The image comes from a test
+image catalog (GPULAYER_IMAGES_DIR) naming an image family the server has; its login user is
+root, the user namespace hosts admit. The instances share this machine, so the settings name
+this interpreter as their python and an install root in the test's folder, and the dead-man
+switch only records what it would do.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e_cloud.journey import last_job, ledger, wait_until
+from tests.e2e_cloud.test_aws_journey import (
+    UBUNTU_AMIS,
+    AwsLab,
+    aws_lab,
+    aws_settings,
+    cloud_init,
+    dummy_aws_env,
+    moto,
+    offer_cache,
+)
+from tests.support.cli import run_cli
+from tests.support.gce_server import (
+    PROJECT,
+    ComputeServer,
+    ZoneShape,
+    compute_server,
+    isolated_google_env,
+    service_account_file,
+)
+from tests.support.moto_lab import CloudInit, write_release
+from tests.support.sshd_hosts import SshdLab
+
+__all__ = ["aws_lab", "cloud_init", "moto", "offer_cache"]
+
+IMAGE_PROJECT = "gpulayer-lab-images"
+FAMILY = "lab-worker"
+CPU_TYPES = {
+    "n1-standard-1": (1, 3840, None, 0),
+    "n1-standard-2": (2, 7680, None, 0),
+    "e2-standard-2": (2, 8192, None, 0),
+}
+ZONES = {
+    "us-central1-a": ZoneShape(dict(CPU_TYPES), {"nvidia-tesla-t4": 4}),
+    "us-central1-b": ZoneShape(dict(CPU_TYPES), {"nvidia-tesla-t4": 4}),
+    "us-east4-a": ZoneShape(dict(CPU_TYPES), {}),
+}
+PRINT_HOST = (
+    "import socket, os; print('ran on', socket.gethostname(), os.environ['GPULAYER_JOB_ID'])"
+)
+
+
+@pytest.fixture(scope="module")
+def gce(sshd_lab: SshdLab) -> Iterator[ComputeServer]:
+    if sshd_lab.mode != "netns":
+        pytest.skip("instances boot as network namespaces, which need root and iproute2")
+    with compute_server(
+        ZONES, lab=sshd_lab, images={(IMAGE_PROJECT, FAMILY): "lab-worker-20300101"}
+    ) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def cloud_environment(
+    tmp_path_factory: pytest.TempPathFactory, gce: ComputeServer
+) -> dict[str, str]:
+    """One environment for the whole module: the control plane keeps the one it started
+    with. It has Google credentials (a service account of the test server) and AWS's dummy
+    ones, so that one control plane serves both providers."""
+    folder = tmp_path_factory.mktemp("gcp-env")
+    images = write_release(
+        folder / "images",
+        "lab-1",
+        {
+            "gcp": {"project": IMAGE_PROJECT, "family": FAMILY, "ssh_user": "root"},
+            "aws": {**UBUNTU_AMIS, "ssh_user": "root"},
+        },
+    )
+    key = service_account_file(folder / "google", f"{gce.url}/token")
+    return {
+        **isolated_google_env(folder),
+        "GOOGLE_APPLICATION_CREDENTIALS": str(key),
+        **dummy_aws_env(folder),
+        "GPULAYER_IMAGES_DIR": str(images),
+    }
+
+
+@pytest.fixture(scope="module")
+def aws_environment(cloud_environment: dict[str, str]) -> dict[str, str]:
+    # The AWS journey's fixtures, with this module's environment (both providers' images).
+    return cloud_environment
+
+
+@pytest.fixture
+def gcp_lab(
+    gce: ComputeServer,
+    cloud_environment: dict[str, str],
+    cloud_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[ComputeServer]:
+    for name, value in cloud_environment.items():
+        monkeypatch.setenv(name, value)
+    gce.reset()
+    yield gce
+    assert gce.errors == []
+
+
+def gcp_settings(gce: ComputeServer, work: Path) -> dict[str, Any]:
+    install_root = work / "installs"
+    install_root.mkdir(parents=True, exist_ok=True)
+    return {
+        "project": PROJECT,
+        "regions": ["us-central1", "us-east4"],
+        "endpoint_url": gce.url,
+        "use_private_ip": True,
+        "cache_dir": str(work / "gcp-cache"),
+        "python": sys.executable,  # the instances share this machine's interpreter
+        "install_root": str(install_root),
+        "operation_timeout_seconds": 60,
+    }
+
+
+def write_providers(
+    home: Path, gce: ComputeServer, work: Path, *, aws: AwsLab | None = None
+) -> Path:
+    """providers.yaml with gcp on the test server (and aws on moto when given); returns the
+    dead-man switch's record."""
+    record = work / "deadman.jsonl"
+    config: dict[str, Any] = {
+        "gcp": gcp_settings(gce, work),
+        "gpulayer": {
+            "deadman_seconds": 600,
+            # Never the real power-off: the "instances" are this very machine.
+            "deadman_action": f"record:{record}",
+            "ssh_cidr": f"{gce.lab.gateway if gce.lab else '127.0.0.1'}/32",
+        },
+    }
+    if aws is not None:
+        config["aws"] = aws_settings(aws, work)
+    (home / "providers.yaml").write_text(yaml.safe_dump(config))
+    return record
+
+
+def gcp_offers(*extra: str) -> list[dict[str, Any]]:
+    result = run_cli(["offers", "--provider", "gcp", "--json", *extra])
+    assert result.returncode == 0, result.stderr
+    return list(json.loads(result.stdout))
+
+
+def catalog_price(machine_type: str, region: str = "us-central1") -> float:
+    import gpulayer_gcp
+
+    path = Path(gpulayer_gcp.__file__).parent / "data" / "price_catalog.json"
+    return float(json.loads(path.read_text())["regions"][region]["machines"][machine_type][0])
+
+
+def held(gce: ComputeServer) -> dict[str, list[str]]:
+    return {
+        "instances": sorted(name for _, name in gce.instances),
+        "firewalls": sorted(gce.firewalls),
+    }
+
+
+def wait_for_teardown(job_id: str, gce: ComputeServer) -> list[dict[str, Any]]:
+    # The job's end is reported at once; teardown follows in the control plane.
+    wait_until(
+        lambda: all(i["state"] == "terminated" for i in ledger(job_id)["instances"]),
+        what="teardown",
+    )
+    wait_until(lambda: not gce.hosts(), what="the instance's host to go")
+    return list(ledger(job_id)["instances"])
+
+
+def submit_gcp(*extra: str, command: tuple[str, ...] = ("python", "-c", PRINT_HOST)) -> Any:
+    return run_cli(
+        ["submit", "--target", "cloud", "--provider", "gcp", *extra, "--", *command],
+        timeout=300,
+    )
+
+
+def test_gcp_job_runs_on_an_instance_booted_as_a_lab_host(
+    gcp_lab: ComputeServer, cloud_home: Path, tmp_path: Path
+) -> None:
+    record = write_providers(cloud_home, gcp_lab, tmp_path)
+    cheapest = gcp_offers()[0]
+    assert (cheapest["zone"], cheapest["instance_type"]) == ("us-central1-a", "n1-standard-1")
+    assert cheapest["enabled"] is True
+
+    result = submit_gcp()
+    assert result.returncode == 0, result.stderr
+    job = last_job()
+    assert job["state"] == "succeeded"
+    request_id = job["attempts"][0]["worker_name"]
+
+    (boot,) = gcp_lab.booted
+    assert f"ran on {boot.host_name} {job['id']}" in result.stdout
+    assert boot.name == f"gpulayer-{request_id}" and boot.zone == "us-central1-a"
+    assert gcp_lab.lab is not None and gcp_lab.lab.subnet is not None
+    assert ipaddress.IPv4Address(boot.address) in gcp_lab.lab.subnet
+    assert boot.ssh_cidrs == (f"{gcp_lab.lab.gateway}/32",)  # SSH from the controller only
+
+    (insert,) = gcp_lab.calls("instances.insert")
+    body = insert["body"]
+    assert body["machineType"].endswith("/n1-standard-1")
+    assert body["disks"][0]["initializeParams"]["sourceImage"].endswith(
+        f"/projects/{IMAGE_PROJECT}/global/images/lab-worker-20300101"
+    )
+    assert body["labels"]["gpulayer-job"] == job["id"]
+    assert body["labels"]["gpulayer-request"] == request_id
+    assert body["tags"]["items"] == [boot.name]
+    assert insert["requestId"]  # idempotent inserts
+    (rule,) = [c["body"] for c in gcp_lab.calls("firewalls.insert")]
+    assert rule["targetTags"] == [boot.name] and rule["sourceRanges"] == list(boot.ssh_cidrs)
+
+    (instance,) = wait_for_teardown(job["id"], gcp_lab)
+    assert instance["provider"] == "gcp" and instance["state"] == "terminated"
+    assert instance["instance_id"] == f"us-central1-a/{boot.name}"
+    assert instance["hourly_price"] == catalog_price("n1-standard-1")
+    assert instance["launched_at"] and instance["ready_at"] and instance["ended_at"]
+
+    assert held(gcp_lab) == {"instances": [], "firewalls": []}
+    assert [c["name"] for c in gcp_lab.calls("firewalls.delete")] == [boot.name]
+    assert not (tmp_path / "installs" / job["id"]).exists()
+    assert not record.exists()  # the worker never lost its control plane
+    assert not list((cloud_home / "keys").glob(f"{request_id}*"))
+
+
+def test_an_exhausted_first_zone_moves_to_the_next(
+    gcp_lab: ComputeServer, cloud_home: Path, tmp_path: Path
+) -> None:
+    write_providers(cloud_home, gcp_lab, tmp_path)
+    gcp_lab.fault(
+        "instances.insert",
+        "ZONE_RESOURCE_POOL_EXHAUSTED",
+        message="The zone 'projects/gpulayer-lab/zones/us-central1-a' does not have enough "
+        "resources available to fulfill the request.",
+        match={"zone": "us-central1-a"},
+    )
+    result = submit_gcp()
+    assert result.returncode == 0, result.stderr
+    job = last_job()
+    assert job["state"] == "succeeded"
+    assert "ZONE_RESOURCE_POOL_EXHAUSTED" in result.stderr
+    assert "blocking that zone" in result.stderr
+
+    zones = [c["zone"] for c in gcp_lab.calls("instances.insert")]
+    assert zones == ["us-central1-a", "us-central1-b"]
+    (boot,) = gcp_lab.booted
+    assert boot.zone == "us-central1-b"
+    assert f"ran on {boot.host_name} {job['id']}" in result.stdout
+
+    instances = wait_for_teardown(job["id"], gcp_lab)
+    assert [(i["zone"], i["state"]) for i in instances] == [
+        ("us-central1-a", "terminated"),
+        ("us-central1-b", "terminated"),
+    ]
+    # The failed launch's firewall rule went with it.
+    assert held(gcp_lab) == {"instances": [], "firewalls": []}
+
+
+def test_a_quota_error_moves_to_the_next_region(
+    gcp_lab: ComputeServer, cloud_home: Path, tmp_path: Path
+) -> None:
+    write_providers(cloud_home, gcp_lab, tmp_path)
+    gcp_lab.fault(
+        "instances.insert",
+        "QUOTA_EXCEEDED",
+        message="Quota 'CPUS' exceeded.  Limit: 0.0 in region us-central1.",
+        match={"zone": "us-central1-a"},
+    )
+    result = submit_gcp()
+    assert result.returncode == 0, result.stderr
+    assert "QUOTA_EXCEEDED" in result.stderr and "blocking that region" in result.stderr
+    job = last_job()
+    assert job["state"] == "succeeded"
+    # The region's other zone is never tried: quotas hold for the whole region.
+    zones = [c["zone"] for c in gcp_lab.calls("instances.insert")]
+    assert zones == ["us-central1-a", "us-east4-a"]
+    (boot,) = gcp_lab.booted
+    assert boot.zone == "us-east4-a"
+    (_, second) = wait_for_teardown(job["id"], gcp_lab)
+    assert second["hourly_price"] == catalog_price("n1-standard-1", "us-east4")
+    assert held(gcp_lab) == {"instances": [], "firewalls": []}
+
+
+def test_rejected_credentials_fall_back_to_aws_then_to_local(
+    gcp_lab: ComputeServer,
+    aws_lab: AwsLab,
+    cloud_init: CloudInit,
+    cloud_home: Path,
+    tmp_path: Path,
+) -> None:
+    write_providers(cloud_home, gcp_lab, tmp_path, aws=aws_lab)
+    gcp_lab.reject_credentials()
+    script = "import socket; print('ran on', socket.gethostname())"
+    result = run_cli(
+        ["submit", "--target", "cloud", "--fallback", "local", "--", "python", "-c", script],
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "gcp: no offers" in result.stderr and "credentials rejected" in result.stderr
+    job = last_job()
+    assert job["state"] == "succeeded" and job["target"] == "cloud"
+    (boot,) = cloud_init.booted  # an AWS instance on moto
+    assert f"ran on {boot.host_name}" in result.stdout
+    (instance,) = ledger(job["id"])["instances"]
+    assert instance["provider"] == "aws"
+    assert gcp_lab.calls("instances.insert") == [] and gcp_lab.booted == []
+    wait_until(lambda: not cloud_init.hosts(), what="the AWS instance's host to go")
+
+    # AWS refuses too (at launch; its offers come from the cache): the job runs here.
+    aws_lab.moto.fault("ImportKeyPair", "UnauthorizedOperation", message="not allowed")
+    fallback = run_cli(
+        ["submit", "--target", "cloud", "--fallback", "local", "--", "python", "-c", script],
+        timeout=300,
+    )
+    assert fallback.returncode == 0, fallback.stderr
+    assert f"ran on {socket.gethostname()}" in fallback.stdout
+    assert "trying target local" in fallback.stderr
+    assert "credentials rejected (UnauthorizedOperation" in fallback.stderr
+    job = last_job()
+    assert job["state"] == "succeeded" and job["target"] == "local"
+    assert gcp_lab.calls("instances.insert") == [] and held(gcp_lab) == {
+        "instances": [],
+        "firewalls": [],
+    }
+    aws_lab.moto.reset()
+
+
+def test_a_cap_below_every_gcp_offer_fails_at_once_naming_the_cheapest(
+    gcp_lab: ComputeServer, cloud_home: Path, tmp_path: Path
+) -> None:
+    write_providers(cloud_home, gcp_lab, tmp_path)
+    cheapest = gcp_offers()[0]
+    cap = 0.01
+    assert cheapest["hourly_price"] > cap
+    result = submit_gcp("--max-hourly-cost", str(cap), command=("true",))
+    assert result.returncode == 1
+    assert f"max_hourly_cost {cap} USD is below every offer" in result.stderr
+    assert cheapest["instance_type"] in result.stderr
+    assert f"{cheapest['hourly_price']} USD/h" in result.stderr
+    job = last_job()
+    assert job["state"] == "failed" and job["reason"] == "unschedulable"
+    assert ledger(job["id"])["instances"] == []
+    assert gcp_lab.calls("instances.insert") == gcp_lab.calls("firewalls.insert") == []

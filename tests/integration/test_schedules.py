@@ -1,0 +1,325 @@
+"""Schedules fired by real `gpulayer server` processes: each tick once, on time, across kill -9
+and two servers on one PostgreSQL; concurrency policies with a job longer than the period.
+
+Six-field crons (seconds first) keep these fast: a tick every 2 s.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpulayer.control.schedule_client import ScheduleClient
+from tests.e2e_cloud.journey import wait_until
+from tests.support.cli import run_cli
+from tests.support.servers import (
+    ADMIN_TOKEN,
+    ServerProcess,
+    WorkerProcess,
+    postgres_bin,
+    postgres_cluster,
+    wait_for_job,
+    wait_for_workers,
+)
+
+EVERY_2S = "*/2 * * * * *"
+
+
+def document(name: str, argv: list[str], **fields: Any) -> dict[str, Any]:
+    job = {"workload": {"kind": "command", "command": argv}, "placement": {"target": "remote"}}
+    return {"name": name, "cron": EVERY_2S, "job": job, **fields}
+
+
+def tick_time(run: dict[str, Any]) -> float:
+    return datetime.fromisoformat(run["tick"]).timestamp()
+
+
+def created(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in runs if r["outcome"] == "created"]
+
+
+def scheduled_jobs(server: ServerProcess, name: str) -> list[dict[str, Any]]:
+    jobs = server.client().jobs(limit=1000)
+    return [j for j in jobs if j["labels"].get("gpulayer.dev/schedule") == name]
+
+
+def assert_each_tick_once(runs: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> None:
+    ticks = [r["tick"] for r in runs]
+    assert len(ticks) == len(set(ticks)), Counter(ticks).most_common(3)
+    labels = [j["labels"]["gpulayer.dev/tick"] for j in jobs]
+    assert len(labels) == len(set(labels)), Counter(labels).most_common(3)
+    assert {r["job_id"] for r in created(runs)} == {j["id"] for j in jobs}
+
+
+def assert_no_gap(runs: list[dict[str, Any]]) -> None:
+    """Every 2 s tick between the first and the last one decided is decided (run or skip)."""
+    times = sorted(tick_time(r) for r in runs if not r["manual"])
+    assert times, runs
+    steps = {round(b - a) for a, b in itertools.pairwise(times)}
+    assert steps <= {2}, sorted(times)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    process = ServerProcess(tmp_path / "server").start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def worker(server: ServerProcess, tmp_path: Path) -> Iterator[WorkerProcess]:
+    token = server.client().request("POST", "/v1/tokens", {"kind": "worker"})["token"]
+    process = WorkerProcess(server.url, token, tmp_path / "worker", "w0").start()
+    wait_for_workers(server.client(), 1)
+    yield process
+    process.stop()
+
+
+def test_a_schedule_every_two_seconds_fires_each_tick_once_and_on_time(
+    server: ServerProcess, worker: WorkerProcess
+) -> None:
+    schedules = ScheduleClient(server.client())
+    answer = schedules.apply(document("every2", ["python", "-c", "pass"], concurrency="allow"))
+    assert answer["created"] and len(answer["schedule"]["next_ticks"]) == 5
+    runs = wait_until(
+        lambda: (found := schedules.runs("every2")) and len(created(found)) >= 5 and found,
+        timeout=30,
+        what="five runs",
+    )
+    made = created(runs)[-5:]  # newest first: the first five ticks
+    assert_each_tick_once(runs, scheduled_jobs(server, "every2"))
+    assert_no_gap(runs)
+    assert all(r["late_seconds"] < 1.0 for r in made), [r["late_seconds"] for r in made]
+    for run in made:
+        job = wait_for_job(server.client(), run["job_id"], {"succeeded", "failed"})
+        assert job["state"] == "succeeded", job
+        assert job["labels"]["gpulayer.dev/schedule"] == "every2"
+        assert datetime.fromisoformat(job["labels"]["gpulayer.dev/tick"]).timestamp() == (
+            tick_time(run)
+        )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("catch_up", ["latest", "none"])
+def test_kill_9_of_the_control_plane_for_7_s(tmp_path: Path, catch_up: str) -> None:
+    server = ServerProcess(tmp_path / "server").start()
+    try:
+        schedules = ScheduleClient(server.client())
+        # No worker: the jobs stay queued; what counts is which ticks made one.
+        schedules.apply(document("outage", ["true"], concurrency="allow", catch_up=catch_up))
+        wait_until(lambda: len(created(schedules.runs("outage"))) >= 2, 30, "two runs")
+        server.kill()
+        killed_at = time.time()
+        time.sleep(7)  # the outage itself
+        server.start()
+        restarted_at = time.time()
+        schedules = ScheduleClient(server.client())
+        runs = wait_until(
+            lambda: (
+                (found := schedules.runs("outage", limit=100))
+                and any(tick_time(r) > restarted_at + 1 for r in created(found))
+                and found
+            ),
+            30,
+            "a tick after the restart",
+        )
+        jobs = scheduled_jobs(server, "outage")
+    finally:
+        server.stop()
+    assert_each_tick_once(runs, jobs)
+    assert_no_gap(runs)
+    missed = [r for r in runs if killed_at < tick_time(r) < restarted_at]
+    assert len(missed) >= 3, missed  # a tick every 2 s for 7 s
+    made = created(missed)
+    if catch_up == "latest":
+        assert len(made) == 1, missed  # one catch-up run, the newest missed tick
+        assert tick_time(made[0]) == max(tick_time(r) for r in missed)
+    else:
+        assert made == [], made
+    assert {r["outcome"] for r in missed if r not in made} == {"catch_up"}
+
+
+@pytest.mark.slow
+def test_two_servers_on_one_postgresql_fire_each_tick_once(tmp_path: Path) -> None:
+    if postgres_bin() is None:
+        pytest.fail("PostgreSQL is not installed: .ci/run installs it (apt-get install postgresql)")
+    with postgres_cluster() as url:
+        first = ServerProcess(tmp_path / "a", database_url=url).start()
+        second = ServerProcess(tmp_path / "b", database_url=url).start()
+        try:
+            schedules = ScheduleClient(first.client())
+            schedules.apply(document("shared", ["true"], concurrency="allow", cron="* * * * * *"))
+            # The second server sees the schedule on its next reload (5 s); from then on both
+            # decide every tick and only one insert of each (schedule, tick) can win.
+            wait_until(lambda: len(schedules.runs("shared")) >= 10, 40, "ten ticks")
+            first.kill()  # the survivor alone goes on, without a gap
+            died = time.time()
+            other = ScheduleClient(second.client())
+            runs = wait_until(
+                lambda: (
+                    (found := other.runs("shared", limit=200))
+                    and sum(tick_time(r) > died for r in found) >= 3
+                    and found
+                ),
+                30,
+                "ticks after one server died",
+            )
+            jobs = scheduled_jobs(second, "shared")
+        finally:
+            first.stop()
+            second.stop()
+    assert_each_tick_once(runs, jobs)
+    times = sorted(tick_time(r) for r in runs)
+    assert {round(b - a) for a, b in itertools.pairwise(times)} == {1}  # not one tick lost
+    assert {r["outcome"] for r in runs} == {"created"}
+    assert "Traceback" not in (first.home / "server.log").read_text()
+    assert "Traceback" not in (second.home / "server.log").read_text()
+
+
+def _job_pid(marker_dir: Path, job_id: str) -> int | None:
+    path = marker_dir / job_id
+    return int(path.read_text()) if path.exists() else None
+
+
+def _pid_running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def long_job(marker_dir: Path, seconds: float) -> list[str]:
+    marker_dir.mkdir(parents=True, exist_ok=True)
+    script = (
+        "import os, pathlib, time; "
+        f"pathlib.Path({str(marker_dir)!r}, os.environ['GPULAYER_JOB_ID'])"
+        ".write_text(str(os.getpid())); "
+        f"time.sleep({seconds})"
+    )
+    return ["python", "-c", script]
+
+
+@pytest.mark.slow
+def test_forbid_skips_ticks_while_a_run_is_live(
+    server: ServerProcess, worker: WorkerProcess, tmp_path: Path
+) -> None:
+    schedules = ScheduleClient(server.client())
+    schedules.apply(document("forbid", long_job(tmp_path / "pids", 5), concurrency="forbid"))
+    runs = wait_until(
+        lambda: (found := schedules.runs("forbid")) and len(created(found)) >= 2 and found,
+        40,
+        "two runs",
+    )
+    skipped = [r for r in runs if r["outcome"] == "concurrency"]
+    assert skipped, runs
+    made = sorted(created(runs), key=tick_time)
+    first = wait_for_job(server.client(), made[0]["job_id"], {"succeeded", "failed"})
+    assert first["state"] == "succeeded"
+    # The second run started only after the first had ended.
+    assert datetime.fromisoformat(made[1]["decided_at"]) >= datetime.fromisoformat(
+        first["finished_at"]
+    )
+    between = [r for r in skipped if tick_time(made[0]) < tick_time(r) < tick_time(made[1])]
+    assert between, runs  # the ticks while the first ran were skipped
+    assert_each_tick_once(runs, scheduled_jobs(server, "forbid"))
+
+
+@pytest.mark.slow
+def test_replace_cancels_the_live_run_and_ends_its_process(
+    server: ServerProcess, worker: WorkerProcess, tmp_path: Path
+) -> None:
+    pids = tmp_path / "pids"
+    schedules = ScheduleClient(server.client())
+    schedules.apply(document("replace", long_job(pids, 30), concurrency="replace"))
+    runs = wait_until(
+        lambda: (found := schedules.runs("replace")) and len(created(found)) >= 3 and found,
+        40,
+        "three runs",
+    )
+    made = sorted(created(runs), key=tick_time)
+    client = server.client()
+    for older in made[:-1]:
+        job = wait_for_job(client, older["job_id"], {"cancelled", "succeeded", "failed"})
+        assert job["state"] == "cancelled", job
+        logs = [line["text"] for line in client.logs(older["job_id"])["lines"]]
+        assert any("replaced by" in text for text in logs), logs
+        pid = _job_pid(pids, older["job_id"])
+        if pid is not None:  # it had started: its process is ended with it
+            wait_until(lambda pid=pid: not _pid_running(pid), 20, f"pid {pid} to end")
+    assert {r["outcome"] for r in runs} == {"created"}  # replace never skips
+    schedules.delete("replace")
+    live = made[-1]["job_id"]
+    client.cancel(live)
+    wait_for_job(client, live, {"cancelled", "succeeded", "failed"})
+
+
+@pytest.mark.slow
+def test_allow_runs_overlapping_jobs(
+    server: ServerProcess, worker: WorkerProcess, tmp_path: Path
+) -> None:
+    pids = tmp_path / "pids"
+    schedules = ScheduleClient(server.client())
+    schedules.apply(document("allow", long_job(pids, 5), concurrency="allow"))
+    client = server.client()
+
+    def two_running() -> bool:
+        jobs = scheduled_jobs(server, "allow")
+        return sum(1 for j in jobs if j["state"] == "running") >= 2
+
+    wait_until(two_running, 40, "two runs at once")
+    schedules.action("allow", "pause")
+    runs = schedules.runs("allow")
+    assert all(r["outcome"] in ("created", "suspended") for r in runs), runs
+    assert_each_tick_once(runs, scheduled_jobs(server, "allow"))
+    for job in scheduled_jobs(server, "allow"):
+        client.cancel(job["id"])
+
+
+def test_a_schedule_applied_to_a_server_ships_its_source_once_for_every_run(
+    server: ServerProcess, worker: WorkerProcess, tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "report.py").write_text("print('report from the bundle')\n")
+    env = {"GPULAYER_SERVER": server.url, "GPULAYER_TOKEN": ADMIN_TOKEN}
+    result = run_cli(
+        [
+            "schedule",
+            "create",
+            "shipped",
+            "--cron",
+            EVERY_2S,
+            "--target",
+            "remote",
+            "--json",
+            "--",
+            "python",
+            "report.py",
+        ],
+        env=env,
+        cwd=project,
+    )
+    assert result.returncode == 0, result.stderr
+    (project / "report.py").write_text("print('edited after apply')\n")  # runs use the snapshot
+    schedules = ScheduleClient(server.client())
+    runs = wait_until(
+        lambda: (found := schedules.runs("shipped")) and len(created(found)) >= 2 and found,
+        30,
+        "two runs",
+    )
+    schedules.action("shipped", "pause")
+    for run in created(runs)[:2]:
+        job = wait_for_job(server.client(), run["job_id"], {"succeeded", "failed"})
+        assert job["state"] == "succeeded", job
+        lines = [line["text"] for line in server.client().logs(run["job_id"])["lines"]]
+        assert any("report from the bundle" in text for text in lines), lines
+    listing = run_cli(["schedule", "ls"], env=env)
+    assert "shipped" in listing.stdout and "stays up" not in listing.stderr

@@ -1,0 +1,238 @@
+"""The GCP provider's pure parts: the shipped catalog, offers from it, instance-type names,
+SKU parsing, error classification, labels, settings. No network, no SDK client."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from gpulayer_gcp.billing import parse_sku, reprice
+from gpulayer_gcp.catalog import PriceCatalog, shipped_catalog
+from gpulayer_gcp.errors import classify
+from gpulayer_gcp.instances import from_labels, label_filter, to_labels
+from gpulayer_gcp.offers import (
+    Machine,
+    ZoneTypes,
+    build_offers,
+    catalog_zones,
+    machines_for,
+    parse_instance_type,
+    price_of,
+)
+from gpulayer_gcp.settings import GcpSettings, resource_name
+
+from gpulayer.cloud.errors import CapacityError, ProviderSettingsError, QuotaError
+from gpulayer.cloud.settings import load_settings
+
+
+@pytest.fixture(scope="module")
+def catalog() -> PriceCatalog:
+    return shipped_catalog()
+
+
+def test_the_shipped_catalog_is_dated_sourced_and_consistent(catalog: PriceCatalog) -> None:
+    assert catalog.as_of and catalog.currency == "USD"
+    assert catalog.sources and all(s.startswith("https://") for s in catalog.sources)
+    for region, prices in catalog.regions.items():
+        assert prices.zones and all(z.startswith(f"{region}-") for z in prices.zones)
+        for name, (on_demand, spot) in prices.machines.items():
+            shape = catalog.machine_types[name]
+            assert on_demand and on_demand > 0 and (spot is None or 0 < spot < on_demand), name
+            if shape.accelerator:
+                assert shape.accelerator in prices.gpus, (region, name)
+        for accelerator, zones in prices.accelerator_zones.items():
+            assert accelerator in catalog.accelerators
+            assert set(zones) <= set(prices.zones)
+            on_demand, spot = prices.gpus[accelerator]
+            assert on_demand and spot and spot < on_demand
+
+
+def test_catalog_offers_cover_the_families(catalog: PriceCatalog) -> None:
+    zones = catalog_zones(catalog, "us-central1")
+    offers = build_offers(zones, catalog, "us-central1", accelerator="cuda", allow_spot=True)
+    by_type = {o.instance_type: o for o in offers if not o.spot}
+    a100 = by_type["a2-highgpu-8g"]
+    assert (a100.gpu_name, a100.gpu_count, a100.gpu_memory_gb) == ("A100", 8, 40)
+    assert by_type["a2-ultragpu-1g"].gpu_memory_gb == 80
+    assert by_type["a3-highgpu-8g"].cuda_compute_capability == "9.0"
+    assert by_type["g2-standard-4"].gpu_name == "L4"
+    for gpu in ("t4", "v100", "p100", "p4"):
+        assert f"n1-standard-8+1x{gpu}" in by_type
+    # V100 allows at most 12 vCPUs per GPU with one GPU; T4 allows 48.
+    assert "n1-standard-16+1xv100" not in by_type and "n1-standard-16+2xv100" in by_type
+    assert "n1-standard-32+1xt4" in by_type and "n1-standard-64+1xt4" not in by_type
+    assert "n1-standard-8+3xt4" not in by_type
+    spot = next(o for o in offers if o.instance_type == "g2-standard-4" and o.spot)
+    assert (
+        spot.hourly_price is not None and spot.hourly_price < by_type["g2-standard-4"].hourly_price
+    )  # type: ignore[operator]
+    # Price = host + GPUs.
+    prices = catalog.regions["us-central1"]
+    t4 = by_type["n1-standard-8+2xt4"]
+    assert t4.hourly_price == pytest.approx(
+        prices.machines["n1-standard-8"][0] + 2 * prices.gpus["nvidia-tesla-t4"][0]
+    )
+
+
+def test_instance_type_names_round_trip(catalog: PriceCatalog) -> None:
+    for machine in (
+        Machine("n1-standard-8", "nvidia-tesla-t4", 2, attached=True),
+        Machine("a2-highgpu-1g", "nvidia-tesla-a100", 1),
+        Machine("e2-standard-2"),
+    ):
+        assert parse_instance_type(machine.instance_type, catalog) == machine
+    with pytest.raises(ValueError, match="unknown GPU"):
+        parse_instance_type("n1-standard-8+1xk80", catalog)
+
+
+def test_unpriced_gpu_machines_are_offered_without_a_price(catalog: PriceCatalog) -> None:
+    zones = {
+        "us-central1-a": ZoneTypes(
+            {"n1-ultramem-40": catalog.machine_types["n1-standard-32"]},
+            {"nvidia-tesla-t4": 4},
+        )
+    }
+    gpu = build_offers(zones, catalog, "us-central1", accelerator="cuda", allow_spot=False)
+    cpu = build_offers(zones, catalog, "us-central1", accelerator="cpu", allow_spot=False)
+    assert gpu and all(o.hourly_price is None for o in gpu)
+    assert cpu == []  # CPU machines are placed by price: none without one
+    assert (
+        price_of(
+            Machine("a2-highgpu-1g", "nvidia-tesla-a100", 1), catalog, "mars-north1", spot=False
+        )
+        is None
+    )
+    assert list(machines_for(zones["us-central1-a"], catalog, "rocm")) == []
+
+
+SKUS: list[dict[str, Any]] = [
+    {
+        "description": "N1 Predefined Instance Core running in Americas",
+        "category": {"resource_family": "Compute", "usage_type": "OnDemand"},
+        "service_regions": ["us-central1", "us-west1"],
+        "pricing_info": [
+            {
+                "pricing_expression": {
+                    "tiered_rates": [
+                        {"unit_price": {"units": "0", "nanos": 40_000_000, "currency_code": "USD"}}
+                    ]
+                }
+            }
+        ],
+    },
+    {
+        "description": "N1 Predefined Instance Ram running in Americas",
+        "category": {"resource_family": "Compute", "usage_type": "OnDemand"},
+        "service_regions": ["us-central1"],
+        "pricing_info": [
+            {"pricing_expression": {"tiered_rates": [{"unit_price": {"nanos": 5_000_000}}]}}
+        ],
+    },
+    {
+        "description": "Spot Preemptible Nvidia Tesla T4 GPU running in Americas",
+        "category": {"resource_family": "Compute", "usage_type": "Preemptible"},
+        "service_regions": ["us-central1"],
+        "pricing_info": [
+            {"pricing_expression": {"tiered_rates": [{"unit_price": {"nanos": 111_000_000}}]}}
+        ],
+    },
+    {
+        "description": "Commitment v1: Nvidia Tesla T4 GPU running in Americas",
+        "category": {"resource_family": "Compute", "usage_type": "Commit1Yr"},
+        "service_regions": ["us-central1"],
+        "pricing_info": [{"pricing_expression": {"tiered_rates": [{"unit_price": {"nanos": 1}}]}}],
+    },
+    {
+        "description": "Nvidia L4 GPU running in Americas",
+        "category": {"resource_family": "Compute", "usage_type": "OnDemand"},
+        "service_regions": ["us-central1"],
+        "pricing_info": [
+            {"pricing_expression": {"tiered_rates": [{"unit_price": {"nanos": 600_000_000}}]}}
+        ],
+    },
+]
+
+
+def test_skus_become_rates_and_reprice_the_catalog(catalog: PriceCatalog) -> None:
+    core = parse_sku(SKUS[0])
+    assert [(r.kind, r.key, r.spot, r.region) for r in core] == [
+        ("core", "n1", False, "us-central1"),
+        ("core", "n1", False, "us-west1"),
+    ]
+    assert core[0].usd_per_hour == pytest.approx(0.04)
+    assert parse_sku(SKUS[3]) == []  # commitments are not what a launch pays
+    spot_t4 = parse_sku(SKUS[2])[0]
+    assert (spot_t4.kind, spot_t4.key, spot_t4.spot) == ("gpu", "nvidia-tesla-t4", True)
+
+    repriced = reprice(catalog, SKUS, ["us-central1"])
+    prices = repriced.regions["us-central1"]
+    assert prices.machines["n1-standard-4"][0] == pytest.approx(4 * 0.04 + 15 * 0.005)
+    # A price the SKUs do not give keeps its value.
+    old = catalog.regions["us-central1"]
+    assert prices.machines["n1-standard-4"][1] == old.machines["n1-standard-4"][1]
+    assert prices.gpus["nvidia-tesla-t4"] == (old.gpus["nvidia-tesla-t4"][0], 0.111)
+    assert prices.gpus["nvidia-l4"][0] == pytest.approx(0.6)
+    assert repriced.regions["us-west1"] == catalog.regions["us-west1"]  # not asked for
+    assert repriced.as_of and "Cloud Billing Catalog API" in repriced.source
+    assert PriceCatalog.from_json(repriced.to_json()).regions == repriced.regions
+
+
+def test_error_codes_classify_by_place() -> None:
+    capacity = classify(["ZONE_RESOURCE_POOL_EXHAUSTED"], "no", region="r", zone="r-a")
+    assert isinstance(capacity, CapacityError) and capacity.scope == "zone"
+    wording = classify(
+        [], "The zone does not have enough resources available", region="r", zone="r-a"
+    )
+    assert isinstance(wording, CapacityError)
+    quota = classify(["QUOTA_EXCEEDED"], "Quota 'CPUS' exceeded", region="r", zone="r-a")
+    assert isinstance(quota, QuotaError) and quota.scope == "region" and quota.region == "r"
+    assert classify(["INVALID_FIELD_VALUE"], "bad", region="r", zone="r-a") is None
+
+
+def test_labels_and_names_fit_gce_rules() -> None:
+    labels = to_labels({"gpulayer:owner": "o-abc", "Team:Name": "ML Infra/2"})
+    assert labels == {"gpulayer-owner": "o-abc", "team-name": "ml-infra-2"}
+    assert from_labels({"gpulayer-job": "j-1"}) == {"gpulayer:job": "j-1"}
+    assert label_filter({"gpulayer:job": "j-1"}) == '(labels.gpulayer-job = "j-1")'
+    assert resource_name("r-abc123") == "gpulayer-r-abc123"
+    assert resource_name("R_Mixed.Case") == "gpulayer-r-mixed-case"
+    assert len(resource_name("r" * 64)) <= 63
+
+
+@pytest.mark.parametrize(
+    ("settings", "field"),
+    [
+        ({"regions": ["us_central"]}, "regions"),
+        ({"zones": ["europe-west4-a"]}, "zones"),
+        ({"image": {"family": "x"}}, "image"),
+        ({"image": {"project": "p", "family": "f", "arch": "x"}}, "image"),
+        ({"ssh_user": "Root User"}, "ssh_user"),
+        ({"offers_source": "guess"}, "offers_source"),
+        ({"colour": "blue"}, "colour"),
+    ],
+)
+def test_bad_settings_name_their_field(settings: dict[str, Any], field: str) -> None:
+    with pytest.raises(ProviderSettingsError, match=field):
+        load_settings(GcpSettings, settings, provider="gcp")
+
+
+def test_the_plugin_and_its_catalog_offers_import_no_google_client() -> None:
+    script = (
+        "import json, sys\n"
+        "import gpulayer.cli.app\n"
+        "from gpulayer.cloud.registry import get_provider\n"
+        "from gpulayer.cloud.offer import OfferQuery\n"
+        "p = get_provider('gcp', {})\n"
+        "n = len(p.catalog_offers(OfferQuery(accelerator='cuda')))\n"
+        "print(json.dumps({'offers': n, 'google': sorted(m for m in sys.modules\n"
+        "  if m.startswith('google.cloud') or m.startswith('google.auth'))}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout
+    seen = json.loads(out)
+    assert seen["offers"] > 0
+    assert seen["google"] == []
