@@ -107,6 +107,30 @@ def test_job_from_the_cli_appears_streams_logs_and_cancels(
     assert driver.find_elements(By.CSS_SELECTOR, "#cancel-form") == []
     screenshot(driver, shots, "job-cancelled")
 
+    # A schedule from the CLI, run once by hand: its page shows the next ticks and the run.
+    schedule_file = tmp_path / "nightly.json"
+    schedule_file.write_text(json.dumps({
+        "name": "ui-nightly",
+        "cron": "0 4 * * *",
+        "job": {"workload": {"kind": "command", "command": ["true"]}},
+    }))
+    applied = run_cli(["schedule", "apply", "-f", str(schedule_file)])
+    assert applied.returncode == 0, applied.stderr
+    triggered = run_cli(["schedule", "trigger", "ui-nightly"])
+    assert triggered.returncode == 0, triggered.stderr
+    scheduled_job = triggered.stdout.strip()
+    driver.get(base_url + "/ui/schedules")
+    section = "section[data-schedule='ui-nightly']"
+    wait_until(
+        driver,
+        lambda d: scheduled_job in d.find_element(By.CSS_SELECTOR, section).text,
+        message="the schedule's run never showed",
+    )
+    assert "04:00:00" in driver.find_element(By.CSS_SELECTOR, section).text  # next ticks
+    driver.get(base_url + "/ui/jobs?schedule=ui-nightly")
+    assert driver.find_elements(By.CSS_SELECTOR, f"tr[data-job='{scheduled_job}']")
+    assert not driver.find_elements(By.CSS_SELECTOR, row)
+
     for name in ("workers", "instances", "schedules", "offers"):
         driver.get(f"{base_url}/ui/{name}")
         wait_until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "main h1"))

@@ -253,8 +253,13 @@ def offers_context(service: ControlService, query: Mapping[str, str]) -> dict[st
 
 
 def schedules_context(service: ControlService) -> dict[str, Any]:
-    """Schedules with their next ticks, recent runs and budget, where the store keeps them."""
-    lister = getattr(service.store, "list_schedules", None)
-    if lister is None:
+    """Each schedule with its next ticks, its recent runs (state or skip reason) and budget."""
+    schedules = getattr(service, "schedules", None)
+    if schedules is None:
         return {"rows": [], "supported": False}
-    return {"rows": [{"record": s} for s in lister()], "supported": True}
+    from gpulayer.control.schedule_views import schedule_detail
+
+    return {
+        "rows": [schedule_detail(schedules, loaded, runs=8) for loaded in schedules.all()],
+        "supported": True,
+    }
