@@ -178,3 +178,23 @@ def test_bad_filters_name_the_field(plane: Any) -> None:
     assert client.get("/ui/jobs/j-doesnotexist").status_code == 404
     offers = client.get("/ui/offers?gpus=two")
     assert offers.status_code == 400 and "gpus:" in offers.text
+
+
+def test_instances_page_shows_the_ledger_and_the_spend_chart(plane: Any) -> None:
+    client, service = plane
+    log_in(client)
+    job_id = queued_job(service)
+    now = time.time()
+    service.store.record_instance(
+        request_id="req-ui-1", job_id=job_id, owner="me", provider="aws", region="us-east-1",
+        instance_type="g5.xlarge", instance_id="i-0abc", state="running", hourly_price=1.5,
+        created_at=now - 7300, launched_at=now - 7200, ready_at=now - 7000,
+    )
+    page = client.get("/ui/instances").text
+    assert "i-0abc" in page and "g5.xlarge" in page and "1.5000 USD" in page
+    accrued = re.search(r"(\d+\.\d{4}) USD</td>\s*</tr>", page)
+    assert accrued and float(accrued.group(1)) == pytest.approx(3.0, abs=0.01)  # 2 h at 1.5/h
+    assert re.search(r"<rect [^>]*><title>\d{4}-\d\d-\d\d aws: ", page), "no spend bar for aws"
+    job_page = client.get(f"/ui/jobs/{job_id}").text
+    assert 'id="phases"' in job_page and "booting" in job_page and "in use (now)" in job_page
+    assert 'class="phase phase-provisioning"' in job_page
