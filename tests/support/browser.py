@@ -1,19 +1,16 @@
-"""A headless Chromium (Debian's chromium and chromium-driver) driven by selenium, with a fresh
-profile per test, and one local control plane per module."""
+"""Headless Chromium (Debian's chromium and chromium-driver) driven by selenium, with a fresh
+profile each time, and what the browser tests read from it."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests.support.cli import run_cli
-from tests.support.daemon import stop_local_control_plane
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -27,30 +24,8 @@ def _browser_available() -> bool:
     return Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()
 
 
-@pytest.fixture(scope="module")
-def dashboard_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    home = tmp_path_factory.mktemp("gpulayer-ui-home")
-    yield home
-    stop_local_control_plane(home)
-
-
-@pytest.fixture(autouse=True)
-def _use_dashboard_home(dashboard_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GPULAYER_HOME", str(dashboard_home))
-    monkeypatch.setenv("GPULAYER_IDLE_SECONDS", "120")
-
-
-@pytest.fixture()
-def base_url(dashboard_home: Path) -> str:
-    """The local control plane's address, started through the CLI as a user would."""
-    result = run_cli(["ui", "--no-browser"])
-    assert result.returncode == 0, result.stderr
-    info = json.loads((dashboard_home / "server.json").read_text())
-    return str(info["url"])
-
-
-@pytest.fixture()
-def browser(tmp_path: Path) -> Iterator[Any]:
+@contextmanager
+def headless_chromium(profile: Path) -> Iterator[Any]:
     if not _browser_available():
         pytest.skip("chromium, chromium-driver and selenium are installed by .ci/run")
     from selenium import webdriver
@@ -68,7 +43,7 @@ def browser(tmp_path: Path) -> Iterator[Any]:
         "--no-first-run",
         "--disable-dev-shm-usage",
         "--window-size=1280,900",
-        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+        f"--user-data-dir={profile}",
     ):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
@@ -86,9 +61,25 @@ def console_errors(driver: Any) -> list[dict[str, Any]]:
 
 
 def wait_until(driver: Any, condition: Any, timeout: float = 60, message: str = "") -> Any:
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition, message)
+    # A live section's HTML is replaced as it updates: an element found a moment ago may be
+    # gone by the time it is read, which means "look again", not failure.
+    ignored = (NoSuchElementException, StaleElementReferenceException)
+    waiting = WebDriverWait(driver, timeout, poll_frequency=0.1, ignored_exceptions=ignored)
+    return waiting.until(condition, message)
+
+
+def click(driver: Any, selector: str, timeout: float = 60) -> None:
+    """Click what the selector finds, again if a live update replaced it under the click."""
+    from selenium.webdriver.common.by import By
+
+    def clicked(d: Any) -> bool:
+        d.find_element(By.CSS_SELECTOR, selector).click()
+        return True
+
+    wait_until(driver, clicked, timeout, message=f"could not click {selector}")
 
 
 def screenshot(driver: Any, folder: Path, name: str) -> Path:

@@ -5,15 +5,42 @@ every page rendered without a console error, with a screenshot of each."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.browser.conftest import console_errors, screenshot, unique_marker, wait_until
+from tests.support.browser import (
+    click,
+    console_errors,
+    headless_chromium,
+    screenshot,
+    unique_marker,
+    wait_until,
+)
 from tests.support.cli import run_cli
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture()
+def dashboard_home(shared_home: Path) -> Path:
+    return shared_home
+
+
+@pytest.fixture()
+def base_url(shared_home: Path) -> str:
+    """The local control plane's address, started through the CLI as a user would."""
+    result = run_cli(["ui", "--no-browser"])
+    assert result.returncode == 0, result.stderr
+    return str(json.loads((shared_home / "server.json").read_text())["url"])
+
+
+@pytest.fixture()
+def browser(tmp_path: Path) -> Iterator[Any]:
+    with headless_chromium(tmp_path / "chromium-profile") as driver:
+        yield driver
 
 
 def admin_token(home: Path) -> str:
@@ -81,7 +108,7 @@ def test_job_from_the_cli_appears_streams_logs_and_cancels(
     )
     screenshot(driver, shots, "jobs")
 
-    driver.find_element(By.CSS_SELECTOR, f"{row} a").click()
+    click(driver, f"{row} a")
     wait_until(driver, lambda d: d.current_url.endswith(f"/ui/jobs/{job_id}"))
     wait_until(
         driver,
@@ -96,7 +123,7 @@ def test_job_from_the_cli_appears_streams_logs_and_cancels(
     assert lines == [f"{marker} line {i}" for i in range(1, 6)], lines  # each once, in order
     screenshot(driver, shots, "job-running")
 
-    driver.find_element(By.CSS_SELECTOR, "#cancel-form button").click()
+    click(driver, "#cancel-form button")
     wait_until(
         driver,
         lambda d: d.find_element(By.ID, "job-state").text == "cancelled",
@@ -126,7 +153,9 @@ def test_job_from_the_cli_appears_streams_logs_and_cancels(
         lambda d: scheduled_job in d.find_element(By.CSS_SELECTOR, section).text,
         message="the schedule's run never showed",
     )
-    assert "04:00:00" in driver.find_element(By.CSS_SELECTOR, section).text  # next ticks
+    wait_until(  # its next ticks
+        driver, lambda d: "04:00:00" in d.find_element(By.CSS_SELECTOR, section).text
+    )
     driver.get(base_url + "/ui/jobs?schedule=ui-nightly")
     assert driver.find_elements(By.CSS_SELECTOR, f"tr[data-job='{scheduled_job}']")
     assert not driver.find_elements(By.CSS_SELECTOR, row)
