@@ -198,3 +198,28 @@ def test_instances_page_shows_the_ledger_and_the_spend_chart(plane: Any) -> None
     job_page = client.get(f"/ui/jobs/{job_id}").text
     assert 'id="phases"' in job_page and "booting" in job_page and "in use (now)" in job_page
     assert 'class="phase phase-provisioning"' in job_page
+
+
+@pytest.mark.slow
+def test_the_team_server_serves_the_dashboard_and_logs_no_token(tmp_path: Path) -> None:
+    import httpx
+
+    from tests.support.servers import ADMIN_TOKEN, ServerProcess
+
+    server = ServerProcess(tmp_path / "server-home").start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=30, follow_redirects=True) as client:
+            form = client.get("/ui/login")
+            assert form.status_code == 200
+            answer = client.post(
+                "/ui/login", data={"csrf": csrf_of(form.text), "token": ADMIN_TOKEN}
+            )
+            assert answer.status_code == 200 and 'id="jobs"' in answer.text
+            assert str(answer.url).endswith("/ui/jobs") and ADMIN_TOKEN not in str(answer.url)
+            link = client.post(
+                "/v1/ui/login-links", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
+            )
+            assert link.status_code == 200 and link.json()["path"].startswith("/ui/login/link?")
+    finally:
+        server.stop()
+    assert ADMIN_TOKEN not in (server.home / "server.log").read_text()
