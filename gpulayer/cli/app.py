@@ -7,6 +7,7 @@ import sys
 import typer
 
 from gpulayer.cli import (
+    cleanup_commands,
     cloud_commands,
     job_commands,
     schedule_commands,
@@ -32,6 +33,7 @@ cloud_commands.register(app)
 spec_commands.register(app)
 ui_commands.register(app)
 schedule_commands.register(app)
+cleanup_commands.register(app)
 
 
 def main() -> None:

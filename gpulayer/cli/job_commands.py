@@ -11,11 +11,10 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 
 from gpulayer.cli.job_flag_options import with_job_flags
-from gpulayer.cli.output import print_json
+from gpulayer.cli.output import print_json, print_json_items
 from gpulayer.cli.spec_flags import SubmitFlags
 
 if TYPE_CHECKING:
-    from gpulayer.control.client import ControlClient
     from gpulayer.control.connect import Connection
 
 ServerOption = typer.Option(
@@ -53,6 +52,8 @@ def submit(
     data = absolutize_paths(apply_flags(base, job_flags), os.getcwd())
     connection = _connect(server)
     job = send_job(connection, data)
+    for warning in job.get("warnings", []):
+        sys.stderr.write(f"warning: {warning}\n")
     if detach:
         typer.echo(job["id"])
         if job["state"] == "failed":
@@ -111,23 +112,12 @@ def logs(
     if follow:
         lines = (item for item in client.follow_logs(job) if "job" not in item)
     else:
-        lines = iter(_all_lines(client, job))
+        lines = client.iter_logs(job)  # page by page: memory stays flat however long the log
     if as_json:
-        print_json(list(lines))
+        print_json_items(lines)
         return
     for line in lines:
         print_line(line)
-
-
-def _all_lines(client: ControlClient, job: str) -> list[dict[str, Any]]:
-    collected: list[dict[str, Any]] = []
-    after = 0
-    while True:
-        page = client.logs(job, after=after)
-        if not page["lines"]:
-            return collected
-        collected.extend(page["lines"])
-        after = page["lines"][-1]["id"]
 
 
 def cancel(

@@ -33,6 +33,11 @@ def server(
     heartbeat_timeout: float = typer.Option(
         30.0, "--heartbeat-timeout", help="Seconds of silence before a worker counts as lost."
     ),
+    max_log_bytes: Optional[str] = typer.Option(
+        None,
+        "--max-log-bytes",
+        help="Output kept per job, newest first (default 1GiB, or $GPULAYER_MAX_LOG_BYTES).",
+    ),
 ) -> None:
     """Run the team control plane: a queue that registered workers take jobs from."""
     import logging
@@ -44,9 +49,18 @@ def server(
         raise typer.BadParameter("must be 1-65535", param_hint="--port")
     if heartbeat_timeout <= 0:
         raise typer.BadParameter("must be > 0", param_hint="--heartbeat-timeout")
+    from gpulayer.control.log_cap import MAX_LOG_BYTES_ENV, parse_byte_size
+
+    size_text = max_log_bytes or os.environ.get(MAX_LOG_BYTES_ENV)
+    cap = parse_byte_size(size_text) if size_text else None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     run_server(
-        home(), host=host, port=port, database_url=database_url, heartbeat_timeout=heartbeat_timeout
+        home(),
+        host=host,
+        port=port,
+        database_url=database_url,
+        heartbeat_timeout=heartbeat_timeout,
+        max_log_bytes=cap,
     )
 
 

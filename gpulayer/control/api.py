@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import logging
 import tempfile
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Path as PathParam
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpulayer import __version__
 from gpulayer.control.auth import LOCAL_ADMIN, Principal
@@ -22,6 +27,7 @@ from gpulayer.control.protocol import (
     TokenRequest,
 )
 from gpulayer.control.service import ControlService
+from gpulayer.control.text_checks import repaired, unsafe_text
 from gpulayer.control.views import cost_view, job_view, log_view, token_view, worker_view
 from gpulayer.errors import (
     ForbiddenError,
@@ -32,6 +38,8 @@ from gpulayer.errors import (
     UsageError,
 )
 
+log = logging.getLogger("gpulayer.api")
+
 _MAX_WAIT_SECONDS = 30.0
 _STATUS: dict[type[GpulayerError], int] = {
     NotFoundError: 404,
@@ -39,6 +47,56 @@ _STATUS: dict[type[GpulayerError], int] = {
     StaleAttemptError: 409,
     UsageError: 400,
 }
+
+# The store's id columns are INTEGER: 32 bits in PostgreSQL, so that is the largest id.
+_ID_MAX = 2**31 - 1
+# Routes that take a file rather than JSON say so in the OpenAPI document.
+_ARCHIVE_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
+
+# Every number a route takes fits the store's columns: a bigger one is the caller's mistake
+# (422), not the database driver's overflow (500).
+RowId = Annotated[int, PathParam(ge=0, le=_ID_MAX)]
+Cursor = Annotated[int, Query(ge=0, le=_ID_MAX)]
+Limit = Annotated[int, Query(ge=1, le=10_000)]
+WaitSeconds = Annotated[float, Query(ge=0, allow_inf_nan=False)]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class SubmitBody(_Body):
+    spec: dict[str, Any]
+    working_dir: str | None = None
+    bundle_id: str | None = None
+    source_dir: str | None = None
+    client_env: dict[str, str] | None = None
+
+
+class DeleteBody(_Body):
+    jobs: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(min_length=1)
+    dry_run: bool = False
+
+
+class PruneBody(_Body):
+    older_than_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    dry_run: bool = False
+
+
+class SafeJSONResponse(JSONResponse):
+    """A JSON answer that renders whatever a row holds: text a client cannot decode or a NaN
+    stored before input was checked is repaired rather than failing the whole listing."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except (UnicodeEncodeError, ValueError):
+            return super().render(repaired(content))
 
 
 Authenticator = Callable[[str], "Principal | None"]
@@ -54,7 +112,11 @@ def create_app(
     service: ControlService, authenticate: Authenticator, *, embedded: bool = False
 ) -> FastAPI:
     app = FastAPI(
-        title="gpulayer control plane", version=__version__, docs_url=None, redoc_url=None
+        title="gpulayer control plane",
+        version=__version__,
+        docs_url=None,
+        redoc_url=None,
+        default_response_class=SafeJSONResponse,
     )
 
     def caller(request: Request) -> Principal:
@@ -73,14 +135,22 @@ def create_app(
     async def _unauthorized(_request: Request, exc: _Unauthorized) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=401)
 
-    @app.exception_handler(GpulayerError)
-    async def _typed_error(_request: Request, exc: GpulayerError) -> JSONResponse:
-        if isinstance(exc, SpecError):
-            return JSONResponse({"error": str(exc), "errors": exc.lines}, status_code=422)
-        status = next((code for kind, code in _STATUS.items() if isinstance(exc, kind)), 500)
-        return JSONResponse({"error": str(exc), "kind": type(exc).__name__}, status_code=status)
+    _install_error_handlers(app)
 
-    auth = [Depends(admin_only)]
+    async def storable_text(request: Request) -> None:
+        """Refuse, naming the field, strings that no store can hold (see text_checks)."""
+        problems = unsafe_text(dict(request.path_params)) + unsafe_text(dict(request.query_params))
+        if request.headers.get("content-type", "").startswith("application/json"):
+            try:
+                body = await request.json()
+            except Exception:
+                body = None  # the route's own parsing answers for a body that is not JSON
+            problems += unsafe_text(body)
+        if problems:
+            raise SpecError(problems)
+
+    checked = Depends(storable_text)
+    auth = [Depends(admin_only), checked]
 
     @app.get("/v1/health")
     def health() -> dict[str, Any]:
@@ -90,31 +160,44 @@ def create_app(
 
     # --- jobs ---------------------------------------------------------------------------------
 
-    @app.post("/v1/jobs", dependencies=auth, status_code=201)
-    def submit(body: dict[str, Any]) -> dict[str, Any]:
-        spec = body.get("spec")
-        if not isinstance(spec, dict):
-            raise UsageError("spec: a JobSpec object is required")
-        bundle = _incoming_bundle(service, body.get("bundle_id"))
-        source_dir = body.get("source_dir")
-        if source_dir is not None and not embedded:
+    # Checked inside (service.submit for the spec): a refused job must not leave its bundle.
+    @app.post("/v1/jobs", dependencies=[Depends(admin_only)], status_code=201)
+    def submit(body: SubmitBody) -> dict[str, Any]:
+        bundle = _incoming_bundle(service, body.bundle_id)
+        problems = unsafe_text(body.model_dump(exclude={"spec"}))
+        if problems:
+            if bundle is not None:
+                bundle.unlink(missing_ok=True)
+            raise SpecError(problems)
+        if body.source_dir is not None and not embedded:
             raise UsageError("source_dir: only the local control plane reads local directories")
-        client_env = body.get("client_env")
-        if not embedded or not isinstance(client_env, dict):
-            client_env = None
+        warnings: list[str] = []
         job = service.submit(
-            spec,
-            working_dir=body.get("working_dir"),
+            body.spec,
+            working_dir=body.working_dir,
             bundle=bundle,
-            source_dir=Path(source_dir) if source_dir else None,
-            client_env=client_env,
+            source_dir=Path(body.source_dir) if body.source_dir else None,
+            client_env=body.client_env if embedded else None,
+            warnings=warnings,
         )
-        return _job(service, job.id)
+        view = _job(service, job.id)
+        if warnings:
+            view["warnings"] = warnings
+        return view
 
     @app.get("/v1/jobs", dependencies=auth)
-    def list_jobs(limit: int = 50, state: str | None = None) -> list[dict[str, Any]]:
+    def list_jobs(limit: Limit = 50, state: str | None = None) -> list[dict[str, Any]]:
         states = state.split(",") if state else None
         return [job_view(j) for j in service.list_jobs(states=states, limit=limit)]
+
+    @app.post("/v1/jobs/delete", dependencies=auth)
+    def delete_jobs(body: DeleteBody) -> list[dict[str, Any]]:
+        return [job_view(j) for j in service.delete_jobs(body.jobs, dry_run=body.dry_run)]
+
+    @app.post("/v1/jobs/prune", dependencies=auth)
+    def prune_jobs(body: PruneBody) -> list[dict[str, Any]]:
+        pruned = service.prune(older_than_seconds=body.older_than_seconds, dry_run=body.dry_run)
+        return [job_view(j) for j in pruned]
 
     @app.get("/v1/jobs/{job_ref}", dependencies=auth)
     def get_job(job_ref: str) -> dict[str, Any]:
@@ -126,19 +209,19 @@ def create_app(
         return _job(service, job.id)
 
     @app.get("/v1/jobs/{job_ref}/logs", dependencies=auth)
-    def logs(job_ref: str, after: int = 0, wait: float = 0) -> dict[str, Any]:
+    def logs(job_ref: str, after: Cursor = 0, wait: WaitSeconds = 0) -> dict[str, Any]:
         lines, job = service.read_logs(job_ref, after=after, wait=min(wait, _MAX_WAIT_SECONDS))
         return {
             "lines": [log_view(line) for line in lines],
             "job": job_view(job),
         }
 
-    @app.get("/v1/jobs/{job_ref}/artifacts")
+    @app.get("/v1/jobs/{job_ref}/artifacts", dependencies=[checked])
     def artifacts(job_ref: str, who: Principal = Depends(caller)) -> list[dict[str, Any]]:
         service.check_artifact_access(service.resolve_job_id(job_ref), who)
         return service.artifacts(job_ref)
 
-    @app.get("/v1/jobs/{job_ref}/artifacts/{path:path}")
+    @app.get("/v1/jobs/{job_ref}/artifacts/{path:path}", dependencies=[checked])
     def artifact(job_ref: str, path: str, who: Principal = Depends(caller)) -> FileResponse:
         service.check_artifact_access(service.resolve_job_id(job_ref), who)
         return FileResponse(service.artifact_path(job_ref, path))
@@ -150,21 +233,21 @@ def create_app(
         running = Counter(a.worker_id for a in service.store.active_attempts())
         return [worker_view(w, running=running[w.id]) for w in service.list_workers()]
 
-    @app.post("/v1/workers")
+    @app.post("/v1/workers", dependencies=[checked])
     def register(registration: Registration, who: Principal = Depends(caller)) -> dict[str, Any]:
         worker, credential = service.register_worker(registration, who)
         return {"worker_id": worker.id, "epoch": worker.epoch, "token": credential}
 
-    @app.post("/v1/workers/{worker_id}/heartbeat")
+    @app.post("/v1/workers/{worker_id}/heartbeat", dependencies=[checked])
     def heartbeat(
         worker_id: str, body: Heartbeat | None = None, who: Principal = Depends(caller)
     ) -> dict[str, Any]:
         running = body.running if body is not None else []
         return service.heartbeat(worker_id, running=running, caller=who).model_dump()
 
-    @app.post("/v1/workers/{worker_id}/claim")
+    @app.post("/v1/workers/{worker_id}/claim", dependencies=[checked])
     def claim(
-        worker_id: str, wait: float = 0, who: Principal = Depends(caller)
+        worker_id: str, wait: WaitSeconds = 0, who: Principal = Depends(caller)
     ) -> list[dict[str, Any]]:
         since = service.version
         found = service.claim(worker_id, who)
@@ -173,21 +256,22 @@ def create_app(
             found = service.claim(worker_id, who)
         return [a.model_dump() for a in found]
 
+    # Not `checked`: a job's output is repaired rather than refused (service.append_logs).
     @app.post("/v1/attempts/{attempt_id}/logs")
     def attempt_logs(
-        attempt_id: int, batch: LogBatch, who: Principal = Depends(caller)
+        attempt_id: RowId, batch: LogBatch, who: Principal = Depends(caller)
     ) -> dict[str, Any]:
         service.append_logs(attempt_id, batch.lines, who)
         return {"ok": True}
 
-    @app.post("/v1/attempts/{attempt_id}/finish")
+    @app.post("/v1/attempts/{attempt_id}/finish", dependencies=[checked])
     def finish(
-        attempt_id: int, report: AttemptReport, who: Principal = Depends(caller)
+        attempt_id: RowId, report: AttemptReport, who: Principal = Depends(caller)
     ) -> dict[str, Any]:
         service.finish_attempt(attempt_id, report, who)
         return {"ok": True}
 
-    @app.get("/v1/jobs/{job_id}/bundle")
+    @app.get("/v1/jobs/{job_id}/bundle", dependencies=[checked])
     def bundle(job_id: str, who: Principal = Depends(caller)) -> FileResponse:
         resolved = service.resolve_job_id(job_id)
         service.check_job_access(resolved, who)
@@ -196,24 +280,16 @@ def create_app(
             raise NotFoundError(f"job {job_id} has no source bundle")
         return FileResponse(path)
 
-    @app.put("/v1/attempts/{attempt_id}/outputs")
+    @app.put("/v1/attempts/{attempt_id}/outputs", openapi_extra=_ARCHIVE_BODY)
     async def upload_outputs(
-        attempt_id: int, request: Request, who: Principal = Depends(caller)
+        attempt_id: RowId, request: Request, who: Principal = Depends(caller)
     ) -> dict[str, Any]:
-        import asyncio
-
         await asyncio.to_thread(service.own_attempt, attempt_id, who)
-        incoming = service.layout.root / "incoming"
-        incoming.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=incoming, suffix=".tar.gz", delete=False) as out:
-            async for chunk in request.stream():
-                out.write(chunk)
+        out = await _receive_file(service, request)
         try:
-            await asyncio.to_thread(
-                service.record_output_archive, attempt_id, Path(out.name), who
-            )
+            await asyncio.to_thread(service.record_output_archive, attempt_id, out, who)
         finally:
-            Path(out.name).unlink(missing_ok=True)
+            out.unlink(missing_ok=True)
         return {"ok": True}
 
     @app.get("/v1/tokens", dependencies=auth)
@@ -265,19 +341,86 @@ def create_app(
 
     add_schedule_routes(app, service, auth, embedded=embedded)
 
-    @app.put("/v1/bundles", dependencies=auth)
+    @app.put("/v1/bundles", dependencies=auth, openapi_extra=_ARCHIVE_BODY)
     async def upload_bundle(request: Request) -> dict[str, Any]:
-        incoming = service.layout.root / "incoming"
-        incoming.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=incoming, suffix=".tar.gz", delete=False) as out:
-            async for chunk in request.stream():
-                out.write(chunk)
-        return {"bundle_id": Path(out.name).name}
+        from gpulayer.worker.bundle import check_archive
+
+        out = await _receive_file(service, request)
+        try:
+            await asyncio.to_thread(check_archive, out)
+        except Exception:
+            out.unlink(missing_ok=True)  # refused whole: nothing is kept of it
+            raise
+        return {"bundle_id": out.name}
 
     from gpulayer.control.ui import mount_ui
 
     mount_ui(app, service, authenticate)
     return app
+
+
+async def _receive_file(service: ControlService, request: Request) -> Path:
+    incoming = service.layout.root / "incoming"
+    incoming.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=incoming, suffix=".tar.gz", delete=False) as out:
+        async for chunk in request.stream():
+            out.write(chunk)
+    return Path(out.name)
+
+
+def _field_line(error: Any) -> str:
+    where = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
+    return f"{where or 'request'}: {error.get('msg', 'invalid')}"
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    """One strategy for every route: the caller's mistakes are 4xx naming the field; only a
+    fault of the control plane itself is a 500, logged here and answered in one line."""
+
+    def refused(errors: list[Any], status: int = 422) -> JSONResponse:
+        lines = [_field_line(e) for e in errors] or ["request: invalid"]
+        detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in errors]
+        return SafeJSONResponse(
+            {"error": "; ".join(lines), "detail": repaired(detail)}, status_code=status
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def _request_invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return refused(list(exc.errors()))
+
+    @app.exception_handler(ValidationError)
+    async def _model_invalid(_request: Request, exc: ValidationError) -> JSONResponse:
+        return refused(list(exc.errors()))
+
+    @app.exception_handler(GpulayerError)
+    async def _typed_error(_request: Request, exc: GpulayerError) -> JSONResponse:
+        if isinstance(exc, SpecError):
+            return SafeJSONResponse({"error": str(exc), "errors": exc.lines}, status_code=422)
+        status = next((code for kind, code in _STATUS.items() if isinstance(exc, kind)), 500)
+        return SafeJSONResponse({"error": str(exc), "kind": type(exc).__name__}, status_code=status)
+
+    @app.exception_handler(OverflowError)
+    async def _overflow(_request: Request, exc: OverflowError) -> JSONResponse:
+        return SafeJSONResponse({"error": f"a number is out of range: {exc}"}, status_code=400)
+
+    @app.exception_handler(RecursionError)
+    async def _too_deep(_request: Request, _exc: RecursionError) -> JSONResponse:
+        return SafeJSONResponse({"error": "request: nested too deeply"}, status_code=400)
+
+    from sqlalchemy.exc import DataError
+
+    @app.exception_handler(DataError)
+    async def _out_of_range(_request: Request, exc: DataError) -> JSONResponse:
+        # A value the database's column types refuse: the caller's, as the store says.
+        first = str(exc.orig).strip().splitlines()[0] if exc.orig else "invalid value"
+        return SafeJSONResponse(
+            {"error": f"a value is out of range for the store: {first}"}, status_code=400
+        )
+
+    @app.exception_handler(Exception)
+    async def _fault(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("%s %s failed", request.method, request.url.path)
+        return SafeJSONResponse({"error": f"internal error: {type(exc).__name__}"}, status_code=500)
 
 
 class _Unauthorized(Exception):

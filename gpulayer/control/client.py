@@ -221,6 +221,18 @@ class ControlClient:
         result: dict[str, Any] = self.request("POST", f"/v1/jobs/{quote(job_ref, safe='')}/cancel")
         return result
 
+    def delete_jobs(self, job_refs: list[str], *, dry_run: bool = False) -> list[dict[str, Any]]:
+        body = {"jobs": job_refs, "dry_run": dry_run}
+        result: list[dict[str, Any]] = self.request("POST", "/v1/jobs/delete", body)
+        return result
+
+    def prune_jobs(
+        self, older_than_seconds: float, *, dry_run: bool = False
+    ) -> list[dict[str, Any]]:
+        body = {"older_than_seconds": older_than_seconds, "dry_run": dry_run}
+        result: list[dict[str, Any]] = self.request("POST", "/v1/jobs/prune", body)
+        return result
+
     def logs(self, job_ref: str, *, after: int = 0, wait: float = 0) -> dict[str, Any]:
         result: dict[str, Any] = self.request(
             "GET",
@@ -229,6 +241,15 @@ class ControlClient:
             timeout=wait + 30,
         )
         return result
+
+    def iter_logs(self, job_ref: str, *, after: int = 0) -> Iterator[dict[str, Any]]:
+        """Every log line there is now, fetched a page at a time as the caller reads."""
+        while True:
+            page = self.logs(job_ref, after=after)
+            if not page["lines"]:
+                return
+            yield from page["lines"]
+            after = page["lines"][-1]["id"]
 
     def follow_logs(self, job_ref: str, *, after: int = 0) -> Iterator[dict[str, Any]]:
         """Yield log lines as they come, then a final {"job": ...} item once the job ended."""

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpulayer.control.client import ControlClient
@@ -15,6 +16,34 @@ from gpulayer.control.tokens import read_token
 from gpulayer.errors import ControlPlaneError, UsageError
 
 START_TIMEOUT_SECONDS = 20.0
+
+# What the local control plane keeps of the environment of the `submit` that starts it: what
+# a process needs to run at all, gpulayer's own settings, and the cloud SDKs' credential chains
+# that its provisioning reads. Everything else (another shell's secrets, unrelated keys) stays
+# out of its /proc environ; each local job gets its own submitter's environment, in memory.
+_DAEMON_NAMES = frozenset(
+    {
+        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ",
+        "TMPDIR", "TEMP", "TMP", "LD_LIBRARY_PATH",
+        "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "CONDA_PREFIX",
+        "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR",
+        "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
+        "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+    }
+)  # fmt: skip
+_DAEMON_PREFIXES = ("LC_", "GPULAYER_", "AWS_", "GOOGLE_", "CLOUDSDK_")
+_CLIENT_ONLY = frozenset({"GPULAYER_TOKEN", "GPULAYER_SERVER"})
+
+
+def daemon_environment(environ: Mapping[str, str], home_root: str) -> dict[str, str]:
+    """The scrubbed environment the local control plane starts with."""
+    kept = {
+        name: value
+        for name, value in environ.items()
+        if (name in _DAEMON_NAMES or name.startswith(_DAEMON_PREFIXES)) and name not in _CLIENT_ONLY
+    }
+    kept["GPULAYER_HOME"] = home_root
+    return kept
 
 
 @dataclass
@@ -59,6 +88,7 @@ def local_control_plane() -> ControlClient:
     client = _running_client(layout)
     if client is not None:
         return client
+    _check_daemon_settings()
     log = layout.daemon_log.open("ab")
     daemon = subprocess.Popen(
         [sys.executable, "-m", "gpulayer.control.daemon"],
@@ -67,7 +97,7 @@ def local_control_plane() -> ControlClient:
         stderr=log,
         start_new_session=True,  # a Ctrl-C in the terminal must not reach the daemon
         close_fds=True,
-        env={**os.environ, "GPULAYER_HOME": str(layout.root)},
+        env=daemon_environment(os.environ, str(layout.root)),
     )
     log.close()
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
@@ -82,6 +112,15 @@ def local_control_plane() -> ControlClient:
             break  # it failed; exit 0 means another daemon won the lock and is starting
     tail = _tail(layout.daemon_log.read_bytes().decode(errors="replace"))
     raise ControlPlaneError(f"the local control plane did not start; {layout.daemon_log}: {tail}")
+
+
+def _check_daemon_settings() -> None:
+    """Refuse a bad setting here, naming it, rather than as a daemon that failed to start."""
+    from gpulayer.control.log_cap import MAX_LOG_BYTES_ENV, parse_byte_size
+
+    configured = os.environ.get(MAX_LOG_BYTES_ENV)
+    if configured:
+        parse_byte_size(configured, MAX_LOG_BYTES_ENV)
 
 
 def _tail(text: str) -> str:

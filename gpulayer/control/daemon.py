@@ -113,7 +113,7 @@ def _run(layout: HomeLayout, listener: socket.socket, token: str, idle_seconds: 
     from gpulayer.control.service import ControlService
     from gpulayer.control.store import Store
 
-    store = Store(f"sqlite:///{layout.database}")
+    store = Store(f"sqlite:///{layout.database}", max_log_bytes=_max_log_bytes())
     service = ControlService(store, layout)
     agent = start_local_worker(service, layout)
     provisioner = attach_provisioner(service, control_port=listener.getsockname()[1])
@@ -148,6 +148,13 @@ def _run(layout: HomeLayout, listener: socket.socket, token: str, idle_seconds: 
         agent.stop(cancel_running=True)
         store.close()
     return 0
+
+
+def _max_log_bytes() -> int | None:
+    from gpulayer.control.log_cap import MAX_LOG_BYTES_ENV, parse_byte_size
+
+    configured = os.environ.get(MAX_LOG_BYTES_ENV)
+    return parse_byte_size(configured, MAX_LOG_BYTES_ENV) if configured else None
 
 
 def main() -> None:

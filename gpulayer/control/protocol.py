@@ -5,7 +5,7 @@ The same shapes travel in-process (the embedded local worker) and as JSON over H
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -41,29 +41,33 @@ class Assignment(Message):
 
 
 class LogBatch(Message):
-    lines: list[tuple[str, str]]
+    lines: list[tuple[Literal["stdout", "stderr", "system"], str]]
     """(stream, text) pairs: stream is stdout, stderr or system."""
+
+
+# The sizes of the store's columns: a longer value is refused here, not by the database.
+ExitCode = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
 
 
 class AttemptReport(Message):
     state: Literal["succeeded", "failed", "cancelled"]
-    reason: str | None = None
-    exit_code: int | None = None
+    reason: Annotated[str, Field(max_length=32)] | None = None
+    exit_code: ExitCode | None = None
     result: Any = None
     message: str | None = None
 
 
 class Registration(Message):
-    name: str
+    name: Annotated[str, Field(min_length=1, max_length=128)]
     kind: Literal["local", "remote", "cloud"] = "remote"
     labels: dict[str, str] = Field(default_factory=dict)
     capabilities: dict[str, Any]
-    worker_id: str | None = None
+    worker_id: Annotated[str, Field(min_length=1, max_length=32)] | None = None
     """Set when a worker re-registers under the id it had (it gets a new epoch)."""
 
 
 class Heartbeat(Message):
-    running: list[int] = Field(default_factory=list)
+    running: list[Annotated[int, Field(ge=0, le=2**63 - 1)]] = Field(default_factory=list)
     """Every attempt the worker holds: claimed, preparing or running."""
 
 
@@ -73,7 +77,7 @@ class TokenRequest(Message):
     kind: Literal["admin", "worker", "join"] = "worker"
     """"worker" (or "join"): a join token that may only register workers."""
     name: str = Field(default="", max_length=128)
-    expires_at: float | None = None
+    expires_at: Annotated[float, Field(allow_inf_nan=False)] | None = None
     max_workers: int | None = Field(default=None, ge=1, le=1_000_000)
 
 

@@ -56,6 +56,7 @@ def run_server(
     port: int,
     database_url: str | None,
     heartbeat_timeout: float,
+    max_log_bytes: int | None = None,
     announce: bool = True,
 ) -> None:
     import uvicorn
@@ -72,7 +73,7 @@ def run_server(
         or os.environ.get("GPULAYER_DATABASE_URL")
         or f"sqlite:///{layout.root / 'server.db'}"
     )
-    store = Store(url)
+    store = Store(url, max_log_bytes=max_log_bytes)
     generated = ensure_admin_token(store, layout)
     if generated and announce:
         print(

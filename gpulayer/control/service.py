@@ -29,7 +29,14 @@ from gpulayer.control.store import (
     WorkerRecord,
 )
 from gpulayer.control.targets import choose_target
-from gpulayer.errors import ForbiddenError, NotFoundError, StaleAttemptError, UsageError
+from gpulayer.control.text_checks import repair_text, unsafe_text
+from gpulayer.errors import (
+    ForbiddenError,
+    NotFoundError,
+    SpecError,
+    StaleAttemptError,
+    UsageError,
+)
 from gpulayer.spec import JobSpec
 from gpulayer.spec.capabilities import WorkerCapabilities
 from gpulayer.spec.validate import validate_spec
@@ -95,13 +102,18 @@ class ControlService:
         bundle: Path | None = None,
         source_dir: Path | None = None,
         client_env: dict[str, str] | None = None,
+        warnings: list[str] | None = None,
     ) -> JobRecord:
         """Validate, choose a target, persist.
 
         `bundle` is an uploaded source tarball to keep for the job; `source_dir` a local
-        directory to snapshot into one. Nothing is kept when the spec does not validate.
+        directory to snapshot into one (what changed meanwhile is added to `warnings`).
+        Nothing is kept when the spec does not validate.
         """
         try:
+            problems = unsafe_text(spec_data)
+            if problems:
+                raise SpecError(problems)
             spec = validate_spec(spec_data)
         except Exception:
             if bundle is not None:
@@ -111,14 +123,17 @@ class ControlService:
         job_id = new_id("j")
         destination = self.layout.bundle_file(job_id)
         if source_dir is not None:
-            from gpulayer.worker.bundle import create_bundle
+            from gpulayer.worker.bundle import bundle_warning, create_bundle
 
             destination.parent.mkdir(parents=True, exist_ok=True)
             try:
-                create_bundle(source_dir, destination)
+                info = create_bundle(source_dir, destination, exclude=[self.layout.root])
             except Exception:
                 shutil.rmtree(destination.parent, ignore_errors=True)
                 raise
+            warning = bundle_warning(info)
+            if warning and warnings is not None:
+                warnings.append(warning)
         elif bundle is not None:
             destination.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(bundle), destination)
@@ -213,6 +228,37 @@ class ControlService:
         if not target.is_relative_to(root) or not target.exists():
             raise NotFoundError(f"job {job_id} has no output {path!r}")
         return target
+
+    # --- deleting finished jobs ---------------------------------------------------------------
+
+    def delete_jobs(self, job_refs: Sequence[str], *, dry_run: bool = False) -> list[JobRecord]:
+        """Remove finished jobs: their rows (logs, attempts, artifacts, ledger) and files
+        (outputs, bundle, attempt folders). All or nothing: a live job among them refuses
+        the whole call before anything is removed."""
+        jobs = [self.get_job(ref) for ref in dict.fromkeys(job_refs)]
+        live = [j for j in jobs if not j.terminal]
+        if live:
+            listed = ", ".join(f"{j.id} is {j.state}" for j in live)
+            raise UsageError(f"JOB: {listed}; cancel it first (nothing was deleted)")
+        if dry_run:
+            return jobs
+        return [job for job in jobs if self._delete_finished(job)]
+
+    def prune(self, *, older_than_seconds: float, dry_run: bool = False) -> list[JobRecord]:
+        """Remove finished jobs that ended more than ``older_than_seconds`` ago."""
+        ids = self.store.finished_job_ids(ended_before=time.time() - older_than_seconds)
+        jobs = [self.store.get_job(job_id) for job_id in ids]
+        if dry_run:
+            return jobs
+        return [job for job in jobs if self._delete_finished(job)]
+
+    def _delete_finished(self, job: JobRecord) -> bool:
+        if not self.store.delete_finished_job(job.id):
+            return False  # a live cloud instance still bills to it: the reaper comes first
+        # Rows first: a crash between the two leaves stray files, never rows without them.
+        shutil.rmtree(self.layout.job_dir(job.id), ignore_errors=True)
+        self._forget_environment(job.id)
+        return True
 
     # --- workers ----------------------------------------------------------------------------
 
@@ -400,7 +446,9 @@ class ControlService:
         self, attempt_id: int, lines: Sequence[tuple[str, str]], caller: Principal | None = None
     ) -> None:
         attempt = self.own_attempt(attempt_id, caller)  # a fenced attempt's output is not the job's
-        self.store.append_logs(attempt.job_id, attempt.number, lines)
+        # A job may print a NUL; no line is refused for it, it is stored repaired.
+        storable = [(stream, repair_text(text)) for stream, text in lines]
+        self.store.append_logs(attempt.job_id, attempt.number, storable)
         self.notify()
 
     def finish_attempt(
@@ -528,8 +576,11 @@ class ControlService:
         from gpulayer.control.targets import TARGET_WORKER_KIND
         from gpulayer.scheduler import reasons_now
 
-        spec = JobSpec.model_validate(job.spec)
-        views = [v for v in self.worker_views() if v.kind == TARGET_WORKER_KIND[job.target]]
+        try:
+            spec = JobSpec.model_validate(job.spec)
+        except ValueError:
+            return ["its stored spec does not validate; delete the job and submit it again"]
+        views = [v for v in self.worker_views() if v.kind == TARGET_WORKER_KIND.get(job.target)]
         if not views:
             return [f"no {job.target} worker is registered"]
         reasons: list[str] = []

@@ -189,17 +189,31 @@ class LogLine:
     at: float
 
 
+def _stored_json(text: str | None, default: Any) -> Any:
+    """A JSON column's value; ``default`` for one that does not parse or has the wrong type
+    (written by hand or by an older bug), so one bad row cannot fail every listing."""
+    if text is None:
+        return default
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return default
+    if default is not None and not isinstance(value, type(default)):
+        return default
+    return value
+
+
 def _job(row: Any) -> JobRecord:
     m = row._mapping
     return JobRecord(
         id=m["id"],
         name=m["name"],
-        spec=json.loads(m["spec"]),
+        spec=_stored_json(m["spec"], {}),
         state=m["state"],
         reason=m["reason"],
         message=m["message"],
         exit_code=m["exit_code"],
-        result=json.loads(m["result"]) if m["result"] is not None else None,
+        result=_stored_json(m["result"], None),
         target=m["target"],
         working_dir=m["working_dir"],
         has_bundle=bool(m["has_bundle"]),
@@ -208,7 +222,7 @@ def _job(row: Any) -> JobRecord:
         created_at=m["created_at"],
         started_at=m["started_at"],
         finished_at=m["finished_at"],
-        labels=json.loads(m["labels"]),
+        labels=_stored_json(m["labels"], {}),
     )
 
 
@@ -295,9 +309,34 @@ def create_store_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
 
 
+def _private_sqlite_files(url: str) -> None:
+    """Make a SQLite store's file owner-only before the first connection, and its -wal and
+    -shm too: SQLite gives those the database file's own mode when it creates them."""
+    import contextlib
+    import os
+
+    from sqlalchemy.engine import make_url
+
+    database = make_url(url).database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    try:
+        os.close(os.open(database, os.O_WRONLY | os.O_CREAT, 0o600))
+    except FileNotFoundError:
+        return  # its folder is missing: the connection reports that better
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(database + suffix, 0o600)
+
+
 class Store:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, max_log_bytes: int | None = None) -> None:
+        from gpulayer.control.log_cap import DEFAULT_MAX_LOG_BYTES
+
         self.url = url
+        self.max_log_bytes = max_log_bytes or DEFAULT_MAX_LOG_BYTES
+        if url.startswith("sqlite"):
+            _private_sqlite_files(url)
         self.engine = create_store_engine(url)
         self._migrate()
 
@@ -348,6 +387,7 @@ class Store:
         values = job_row(**fields)
         with self.engine.begin() as conn:
             conn.execute(insert(t.jobs).values(**values))
+            conn.execute(insert(t.log_usage).values(job_id=values["id"], bytes=0, cut_bytes=0))
         return self.get_job(values["id"])
 
     def get_job(self, job_id: str) -> JobRecord:
@@ -356,6 +396,14 @@ class Store:
         if row is None:
             raise NotFoundError(f"job {job_id!r} not found")
         return _job(row)
+
+    def job_specs(self, job_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The stored specs of these jobs, by id."""
+        if not job_ids:
+            return {}
+        query = select(t.jobs.c.id, t.jobs.c.spec).where(t.jobs.c.id.in_(list(set(job_ids))))
+        with self.engine.connect() as conn:
+            return {r.id: _stored_json(r.spec, {}) for r in conn.execute(query)}
 
     def find_job_ids(self, prefix: str) -> list[str]:
         with self.engine.connect() as conn:
@@ -465,6 +513,7 @@ class Store:
     # --- logs -------------------------------------------------------------------------------
 
     def append_logs(self, job_id: str, attempt: int, lines: Sequence[tuple[str, str]]) -> None:
+        """Add lines to a job's log; past the log cap its oldest lines go (see log_cap)."""
         if not lines:
             return
         now = time.time()
@@ -472,18 +521,149 @@ class Store:
             {"job_id": job_id, "attempt": attempt, "stream": s, "text": text, "at": now}
             for s, text in lines
         ]
+        added = sum(len(text.encode("utf-8", "replace")) for _, text in lines)
         with self.engine.begin() as conn:
             conn.execute(insert(t.logs), rows)
+            held = self._count_log_bytes(conn, job_id, added)
+            if held > self.max_log_bytes:
+                self._cut_log(conn, job_id, attempt, held)
 
-    def read_logs(self, job_id: str, *, after: int = 0, limit: int = 5000) -> list[LogLine]:
+    def read_logs(
+        self, job_id: str, *, after: int = 0, limit: int = 2000, max_bytes: int = 4 << 20
+    ) -> list[LogLine]:
+        """Lines after the given id: at most ``limit`` of them and, past the first, about
+        ``max_bytes`` of text, so that a page of long lines stays a page."""
         query = (
             select(t.logs)
             .where(and_(t.logs.c.job_id == job_id, t.logs.c.id > after))
             .order_by(t.logs.c.id)
             .limit(limit)
         )
+        page: list[LogLine] = []
+        size = 0
         with self.engine.connect() as conn:
-            return [LogLine(r.id, r.attempt, r.stream, r.text, r.at) for r in conn.execute(query)]
+            for r in conn.execute(query):
+                if page and size + len(r.text) > max_bytes:
+                    break
+                page.append(LogLine(r.id, r.attempt, r.stream, r.text, r.at))
+                size += len(r.text)
+        return page
+
+    def _count_log_bytes(self, conn: Any, job_id: str, added: int) -> int:
+        """Add to the job's byte count (its log_usage row, made with the job); the new count."""
+        usage = t.log_usage
+        raised = conn.execute(
+            update(usage).where(usage.c.job_id == job_id).values(bytes=usage.c.bytes + added)
+        ).rowcount
+        if not raised:  # a job stored before log_usage existed
+            conn.execute(insert(usage).values(job_id=job_id, bytes=added, cut_bytes=0))
+        return int(conn.execute(select(usage.c.bytes).where(usage.c.job_id == job_id)).scalar_one())
+
+    def _cut_log(self, conn: Any, job_id: str, attempt: int, held: int) -> None:
+        """Drop the oldest lines until the log is back under the cap, and put one marker where
+        they were (under the last dropped line's id, so it reads first)."""
+        from sqlalchemy import LargeBinary, cast
+
+        from gpulayer.control.log_cap import cut_marker, cut_target
+
+        if self.engine.dialect.name == "postgresql":
+            size = func.octet_length(t.logs.c.text)
+        else:
+            size = func.length(cast(t.logs.c.text, LargeBinary))
+        excess = held - cut_target(self.max_log_bytes)
+        removed = 0
+        last_id = None
+        after = 0
+        while removed < excess:
+            chunk = conn.execute(
+                select(t.logs.c.id, size)
+                .where(and_(t.logs.c.job_id == job_id, t.logs.c.id > after))
+                .order_by(t.logs.c.id)
+                .limit(2000)
+            ).all()
+            if not chunk:
+                break
+            for row_id, row_bytes in chunk:
+                after = row_id
+                if removed >= excess:
+                    break
+                removed += int(row_bytes or 0)
+                last_id = row_id
+        if last_id is None:
+            return
+        usage = t.log_usage
+        cut_before = conn.execute(
+            select(usage.c.cut_bytes).where(usage.c.job_id == job_id)
+        ).scalar_one()
+        # An earlier marker is among the dropped lines: its bytes were never counted.
+        marker_bytes = conn.execute(
+            select(func.coalesce(func.sum(size), 0)).where(
+                and_(
+                    t.logs.c.job_id == job_id,
+                    t.logs.c.id <= last_id,
+                    t.logs.c.stream == "system",
+                    t.logs.c.text.startswith("[gpulayer] log cut:"),
+                )
+            )
+        ).scalar_one()
+        conn.execute(t.logs.delete().where(and_(t.logs.c.job_id == job_id, t.logs.c.id <= last_id)))
+        cut_total = int(cut_before) + removed - int(marker_bytes)
+        conn.execute(
+            insert(t.logs).values(
+                id=last_id,
+                job_id=job_id,
+                attempt=attempt,
+                stream="system",
+                text=cut_marker(cut_total, self.max_log_bytes),
+                at=time.time(),
+            )
+        )
+        conn.execute(
+            update(usage)
+            .where(usage.c.job_id == job_id)
+            .values(bytes=usage.c.bytes - removed + int(marker_bytes), cut_bytes=cut_total)
+        )
+
+    # --- deleting finished jobs ---------------------------------------------------------------
+
+    def finished_job_ids(self, *, ended_before: float) -> list[str]:
+        """Finished jobs that ended (or, lacking an end, were made) before the given time."""
+        ended = func.coalesce(t.jobs.c.finished_at, t.jobs.c.created_at)
+        query = (
+            select(t.jobs.c.id)
+            .where(and_(t.jobs.c.state.in_(list(TERMINAL_STATES)), ended < ended_before))
+            .order_by(ended, t.jobs.c.id)
+        )
+        with self.engine.connect() as conn:
+            return [r[0] for r in conn.execute(query)]
+
+    def delete_finished_job(self, job_id: str) -> bool:
+        """Remove a finished job and every row of it in one transaction. False, with nothing
+        removed, when the job is live or still has a cloud instance that is not gone."""
+        with self.engine.begin() as conn:
+            state = conn.execute(select(t.jobs.c.state).where(t.jobs.c.id == job_id)).scalar()
+            if state not in TERMINAL_STATES:
+                return False
+            live_instances = conn.execute(
+                select(func.count())
+                .select_from(t.instances)
+                .where(
+                    and_(
+                        t.instances.c.job_id == job_id,
+                        t.instances.c.state.not_in(list(INSTANCE_GONE_STATES)),
+                    )
+                )
+            ).scalar_one()
+            if live_instances:
+                return False
+            for table in (t.logs, t.log_usage, t.artifacts, t.attempts, t.instances):
+                conn.execute(table.delete().where(table.c.job_id == job_id))
+            removed = conn.execute(
+                t.jobs.delete().where(
+                    and_(t.jobs.c.id == job_id, t.jobs.c.state.in_(list(TERMINAL_STATES)))
+                )
+            ).rowcount
+            return bool(removed == 1)
 
     # --- workers ----------------------------------------------------------------------------
 
@@ -799,6 +979,9 @@ class Store:
             with self.engine.begin() as conn:
                 if job is not None:
                     conn.execute(insert(t.jobs), job)
+                    conn.execute(
+                        insert(t.log_usage), {"job_id": job["id"], "bytes": 0, "cut_bytes": 0}
+                    )
                 conn.execute(insert(t.schedule_runs), run)
                 if not manual:
                     conn.execute(_ADVANCE_WATERMARK, {"schedule": schedule_id, "to": tick})

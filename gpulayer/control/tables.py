@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Column,
     Float,
@@ -202,6 +203,15 @@ schedule_sources = Table(
     metadata,
     Column("schedule_id", String(32), ForeignKey("schedules.id"), primary_key=True),
     Column("bundle", LargeBinary, nullable=False),
+)
+
+# Bytes of output the store holds per job, and how many were cut to stay under the log cap.
+log_usage = Table(
+    "log_usage",
+    metadata,
+    Column("job_id", String(32), ForeignKey("jobs.id"), primary_key=True),
+    Column("bytes", BigInteger, nullable=False, default=0),
+    Column("cut_bytes", BigInteger, nullable=False, default=0),
 )
 
 # The web dashboard's sessions, by the SHA-256 of the cookie (never the cookie itself), each

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -54,6 +55,8 @@ def launch(
     data = job_data(what, args, overrides)
     connection = connect(server)
     job = send_job(connection, data)
+    for warning in job.get("warnings", []):
+        warnings.warn(warning, stacklevel=2)
     return Job(connection.client, job["id"])
 
 

@@ -11,9 +11,12 @@ from gpulayer.control.connect import Connection
 from gpulayer.errors import UsageError
 
 
-def source_fields(connection: Connection, job: dict[str, Any]) -> dict[str, Any]:
+def source_fields(
+    connection: Connection, job: dict[str, Any], warnings: list[str] | None = None
+) -> dict[str, Any]:
     """How the job's source travels: a directory the local control plane reads (or the
-    current one to run in), or a bundle uploaded to a server. Keyword arguments of submit."""
+    current one to run in), or a bundle uploaded to a server. Keyword arguments of submit.
+    A line about files that changed while bundling goes to ``warnings``."""
     workload = job.get("workload") if isinstance(job.get("workload"), dict) else None
     source = workload.get("source") if workload else None
     if isinstance(source, str) and not Path(source).is_dir():
@@ -23,17 +26,32 @@ def source_fields(connection: Connection, job: dict[str, Any]) -> dict[str, Any]
             "working_dir": os.getcwd() if source is None else None,
             "source_dir": source if isinstance(source, str) else None,
         }
-    from gpulayer.worker.bundle import create_bundle
+    bundle_id, warning = _uploaded_bundle(
+        connection, Path(source) if isinstance(source, str) else Path.cwd()
+    )
+    if warning and warnings is not None:
+        warnings.append(warning)
+    return {"bundle_id": bundle_id}
+
+
+def _uploaded_bundle(connection: Connection, source: Path) -> tuple[str, str | None]:
+    from gpulayer.control.paths import home
+    from gpulayer.worker.bundle import bundle_warning, create_bundle
 
     with tempfile.TemporaryDirectory(prefix="gpulayer-bundle-") as scratch:
         bundle = Path(scratch) / "source.tar.gz"
-        create_bundle(Path(source) if isinstance(source, str) else Path.cwd(), bundle)
-        return {"bundle_id": connection.client.upload_bundle(bundle)}
+        info = create_bundle(source, bundle, exclude=[home().root])
+        bundle_id = connection.client.upload_bundle(bundle)
+    return bundle_id, bundle_warning(info)
 
 
 def send_job(connection: Connection, data: dict[str, Any]) -> dict[str, Any]:
     """Submit spec data; sources are handed over as a directory (local) or a bundle (server)."""
-    fields = source_fields(connection, data)
+    warnings: list[str] = []
+    fields = source_fields(connection, data, warnings)
     if connection.embedded:
         fields["client_env"] = dict(os.environ)
-    return connection.client.submit(data, **fields)
+    job = connection.client.submit(data, **fields)
+    if warnings:
+        job.setdefault("warnings", []).extend(warnings)
+    return job

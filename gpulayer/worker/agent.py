@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from gpulayer.control.protocol import Assignment, AttemptReport, HeartbeatReply, Registration
-from gpulayer.errors import ForbiddenError, StaleAttemptError
+from gpulayer.errors import ForbiddenError, StaleAttemptError, UsageError
 from gpulayer.worker.containment import Containment, reap_orphans
 from gpulayer.worker.logship import LogShipper
 from gpulayer.worker.outputs import DEFAULT_MAX_FILE_BYTES, gather_outputs
@@ -270,6 +270,9 @@ class WorkerAgent:
                 return
             except (StaleAttemptError, ForbiddenError) as exc:
                 self._fence(attempt_id, exc)
+                return
+            except UsageError as exc:  # refused for good (an archive the server will not take)
+                shipper.add("system", f"outputs: refused ({exc})\n")
                 return
             except Exception as exc:
                 if self._cancelled(assignment) or time.monotonic() >= deadline:

@@ -7,7 +7,6 @@ be cached by workers.
 
 from __future__ import annotations
 
-import fnmatch
 import gzip
 import hashlib
 import heapq
@@ -16,10 +15,12 @@ import os
 import stat
 import tarfile
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from gpulayer.errors import GpulayerError, UsageError
+import pathspec
+
+from gpulayer.errors import UsageError
 
 IGNORE_FILE = ".gpulayerignore"
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
@@ -28,7 +29,6 @@ DEFAULT_MAX_BYTES = 512 * 1024 * 1024
 BUNDLE_MTIME = 315532800
 
 DEFAULT_EXCLUDES: tuple[str, ...] = (
-    ".git/",
     "__pycache__/",
     "*.pyc",
     ".venv/",
@@ -40,11 +40,11 @@ DEFAULT_EXCLUDES: tuple[str, ...] = (
 )
 
 
-class BundleError(GpulayerError):
-    """A source bundle could not be made or unpacked."""
+class BundleError(UsageError):
+    """A source bundle could not be made or unpacked: the caller's directory or archive."""
 
 
-class BundleTooLargeError(BundleError, UsageError):
+class BundleTooLargeError(BundleError):
     """The source directory holds more than the bundle limit."""
 
     def __init__(self, size: int, limit: int, biggest: list[tuple[str, int]]) -> None:
@@ -70,6 +70,10 @@ class BundleInfo:
     files: int
     bytes: int
     """Total size of the files bundled, before compression."""
+    changed: tuple[str, ...] = ()
+    """Files whose size changed while they were bundled: taken as they were read."""
+    vanished: tuple[str, ...] = ()
+    """Files removed while bundling: left out."""
 
 
 def _human(n: float) -> str:
@@ -82,55 +86,61 @@ def _human(n: float) -> str:
 
 # --- ignore rules ---------------------------------------------------------------------------
 
-
-@dataclass(frozen=True)
-class IgnoreRule:
-    pattern: str
-    negate: bool
-    dir_only: bool
-    anchored: bool
-    """The pattern holds a '/': it matches the path from the root, not any basename."""
+GIT_IGNORE_FILE = ".gitignore"
+# Never bundled, whatever a rule says: a repository's internals (a .git file too, as in a
+# worktree) hold its whole history and often credentials in its config.
+NEVER_BUNDLED = frozenset({".git"})
 
 
-def parse_ignore(lines: Iterable[str]) -> list[IgnoreRule]:
-    """gitignore-like rules: '#' comments, '!' re-includes, a trailing '/' matches only
-    directories, a pattern with a '/' is matched against the whole relative path, one without
-    against each name. The last matching rule wins."""
-    rules = []
-    for raw in lines:
-        line = raw.rstrip("\n\r").rstrip()
-        if not line or line.startswith("#"):
-            continue
-        negate = line.startswith("!")
-        if negate:
-            line = line[1:]
-        dir_only = line.endswith("/")
-        line = line.rstrip("/")
-        anchored = "/" in line
-        line = line.lstrip("/")
-        if line:
-            rules.append(IgnoreRule(line, negate, dir_only, anchored))
-    return rules
+def parse_ignore(lines: Iterable[str]) -> pathspec.GitIgnoreSpec:
+    """Rules with gitignore's semantics: '#' comments, '!' re-includes, a trailing '/' only
+    matches directories, a '/' inside anchors at the rules' folder; the last match wins."""
+    return pathspec.GitIgnoreSpec.from_lines(list(lines))
 
 
-def is_ignored(rel_path: str, is_dir: bool, rules: Iterable[IgnoreRule]) -> bool:
-    name = rel_path.rsplit("/", 1)[-1]
-    ignored = False
-    for rule in rules:
-        if rule.dir_only and not is_dir:
-            continue
-        subject = rel_path if rule.anchored else name
-        if fnmatch.fnmatchcase(subject, rule.pattern):
-            ignored = not rule.negate
-    return ignored
+def is_ignored(rel_path: str, is_dir: bool, rules: pathspec.GitIgnoreSpec) -> bool:
+    return _verdict(rules, rel_path, is_dir) is True
 
 
-def load_rules(src_dir: Path) -> list[IgnoreRule]:
-    rules = parse_ignore(DEFAULT_EXCLUDES)
-    ignore_file = src_dir / IGNORE_FILE
-    if ignore_file.is_file():
-        rules += parse_ignore(ignore_file.read_text(encoding="utf-8").splitlines())
-    return rules
+def _verdict(rules: pathspec.GitIgnoreSpec, rel_path: str, is_dir: bool) -> bool | None:
+    """True ignored, False re-included, None when no rule speaks of the path."""
+    return rules.check_file(rel_path + "/" if is_dir else rel_path).include
+
+
+class IgnoreRules:
+    """The default excludes, then every .gitignore down to a path (a deeper one overrides a
+    shallower, as in git), then the source root's .gpulayerignore, which has the last word."""
+
+    def __init__(self, root: Path) -> None:
+        self._defaults = parse_ignore(DEFAULT_EXCLUDES)
+        self._gitignores: dict[str, pathspec.GitIgnoreSpec] = {}
+        self._own = parse_ignore(_read_lines(root / IGNORE_FILE))
+        self.add_gitignore(root, "")
+
+    def add_gitignore(self, folder: Path, rel_dir: str) -> None:
+        """Take up ``folder``'s .gitignore, if it has one, for the paths under it."""
+        lines = _read_lines(folder / GIT_IGNORE_FILE)
+        if lines:
+            self._gitignores[rel_dir] = parse_ignore(lines)
+
+    def ignored(self, rel_path: str, is_dir: bool) -> bool:
+        found = _verdict(self._defaults, rel_path, is_dir)
+        parts = rel_path.split("/")
+        for depth in range(len(parts)):
+            base = "/".join(parts[:depth])
+            rules = self._gitignores.get(base)
+            if rules is not None:
+                verdict = _verdict(rules, "/".join(parts[depth:]), is_dir)
+                found = verdict if verdict is not None else found
+        own = _verdict(self._own, rel_path, is_dir)
+        return bool(own if own is not None else found)
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return []
 
 
 # --- creating -------------------------------------------------------------------------------
@@ -146,24 +156,48 @@ class _Entry:
     link_target: str = ""
 
 
-def _walk(src_dir: Path, rules: list[IgnoreRule], skip: Path) -> Iterator[_Entry]:
-    """Entries to bundle, less ``skip`` (a bundle written into the source itself). Directory
-    links are stored as links, not followed."""
+@dataclass
+class _Changes:
+    """Files that were being written or removed while they were bundled."""
+
+    changed: list[str] = field(default_factory=list)
+    vanished: list[str] = field(default_factory=list)
+
+
+def _walk(
+    src_dir: Path, rules: IgnoreRules, skip: set[Path], changes: _Changes
+) -> Iterator[_Entry]:
+    """Entries to bundle, less those at ``skip`` (the bundle itself when written into the
+    source, the gpulayer home). Directory links are stored as links, not followed. What
+    vanishes meanwhile is noted, not an error."""
     root = src_dir.resolve()
+    skip_names = {p.name for p in skip}
     stack = [""]
     while stack:
         rel_dir = stack.pop()
-        with os.scandir(src_dir / rel_dir) as scan:
-            names = sorted(e.name for e in scan)
+        try:
+            with os.scandir(src_dir / rel_dir) as scan:
+                names = sorted(e.name for e in scan)
+        except (FileNotFoundError, NotADirectoryError):
+            changes.vanished.append(rel_dir + "/")
+            continue
+        if rel_dir:
+            rules.add_gitignore(src_dir / rel_dir, rel_dir)
         subdirs = []
         for name in names:
+            if name in NEVER_BUNDLED:
+                continue
             rel = f"{rel_dir}/{name}" if rel_dir else name
             path = src_dir / rel
-            st = path.lstat()
-            if name == skip.name and path.resolve() == skip:
+            try:
+                st = path.lstat()
+            except FileNotFoundError:
+                changes.vanished.append(rel)
+                continue
+            if name in skip_names and path.resolve() in skip:
                 continue
             if stat.S_ISLNK(st.st_mode):
-                if is_ignored(rel, path.is_dir(), rules):
+                if rules.ignored(rel, path.is_dir()):
                     continue
                 target = os.readlink(path)
                 resolved = path.resolve()
@@ -174,10 +208,10 @@ def _walk(src_dir: Path, rules: list[IgnoreRule], skip: Path) -> Iterator[_Entry
                     )
                 yield _Entry(rel, path, "link", 0, False, target)
             elif stat.S_ISDIR(st.st_mode):
-                if not is_ignored(rel, True, rules):
+                if not rules.ignored(rel, True):
                     yield _Entry(rel, path, "dir", 0, False)
                     subdirs.append(rel)
-            elif stat.S_ISREG(st.st_mode) and not is_ignored(rel, False, rules):
+            elif stat.S_ISREG(st.st_mode) and not rules.ignored(rel, False):
                 yield _Entry(rel, path, "file", st.st_size, bool(st.st_mode & 0o111))
             # Sockets, fifos and devices are not source; they are skipped.
         stack.extend(reversed(subdirs))
@@ -193,7 +227,7 @@ def _biggest(entries: list[_Entry], count: int = 5) -> list[tuple[str, int]]:
     return heapq.nlargest(count, totals.items(), key=lambda kv: (kv[1], kv[0]))
 
 
-def _tarinfo(entry: _Entry) -> tarfile.TarInfo:
+def _tarinfo(entry: _Entry, size: int = 0) -> tarfile.TarInfo:
     info = tarfile.TarInfo(entry.rel)
     info.mtime = BUNDLE_MTIME
     info.uid = info.gid = 0
@@ -206,7 +240,7 @@ def _tarinfo(entry: _Entry) -> tarfile.TarInfo:
         info.linkname = entry.link_target
         info.mode = 0o777
     else:
-        info.size = entry.size
+        info.size = size
         info.mode = 0o755 if entry.executable else 0o644
     return info
 
@@ -224,14 +258,50 @@ class _HashingWriter(io.RawIOBase):
         return self._target.write(data)
 
 
-def create_bundle(src_dir: Path, dest: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> BundleInfo:
-    """Write ``src_dir`` as a tar.gz to ``dest``, leaving out the default excludes and the
-    patterns of its .gpulayerignore. Raises BundleTooLargeError before writing anything when
-    the files add up to more than ``max_bytes``."""
+class _AsRead(io.RawIOBase):
+    """Exactly ``size`` bytes of a file that another process may be writing: bytes appended
+    after it was opened are left out, and a file cut short meanwhile is padded with zeros, so
+    the archive stays whole. ``short`` tells whether that happened."""
+
+    def __init__(self, source: io.BufferedReader, size: int) -> None:
+        self._source = source
+        self._left = size
+        self.short = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        want = min(len(buffer), self._left)
+        if want == 0:
+            return 0
+        data = self._source.read(want)
+        if len(data) < want:
+            self.short = True
+            data += bytes(want - len(data))
+        buffer[: len(data)] = data
+        self._left -= len(data)
+        return len(data)
+
+
+def create_bundle(
+    src_dir: Path,
+    dest: Path,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    exclude: Iterable[Path] = (),
+) -> BundleInfo:
+    """Write ``src_dir`` as a tar.gz to ``dest``, leaving out .git, the ``exclude`` paths
+    (the gpulayer home), the default excludes and what .gitignore and .gpulayerignore name.
+    Raises BundleTooLargeError before writing anything when the files add up to more than
+    ``max_bytes``. Files that grow, shrink or vanish meanwhile are taken as they were read
+    and named in ``BundleInfo.changed``/``vanished``."""
     if not src_dir.is_dir():
         raise BundleError(f"source: {src_dir} is not a directory")
+    changes = _Changes()
+    skip = {dest.resolve(), *(p.resolve() for p in exclude)}
     # Depth-first, each directory's entries by name: the order `tar` lists.
-    walk = _walk(src_dir, load_rules(src_dir), skip=dest.resolve())
+    walk = _walk(src_dir, IgnoreRules(src_dir), skip, changes)
     entries = sorted(walk, key=lambda e: e.rel.split("/"))
     total = sum(e.size for e in entries)
     if total > max_bytes:
@@ -239,6 +309,7 @@ def create_bundle(src_dir: Path, dest: Path, *, max_bytes: int = DEFAULT_MAX_BYT
     dest.parent.mkdir(parents=True, exist_ok=True)
     partial = dest.with_name(dest.name + ".partial")
     files = 0
+    written = 0
     try:
         with partial.open("wb") as raw:
             hashing = _HashingWriter(raw)
@@ -247,20 +318,48 @@ def create_bundle(src_dir: Path, dest: Path, *, max_bytes: int = DEFAULT_MAX_BYT
                 tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
             ):
                 for entry in entries:
-                    info = _tarinfo(entry)
                     if entry.kind != "file":
-                        tar.addfile(info)
+                        tar.addfile(_tarinfo(entry))
                         continue
-                    with entry.path.open("rb") as f:
-                        # A file that changed size since the walk would corrupt the archive.
-                        if os.fstat(f.fileno()).st_size != entry.size:
-                            raise BundleError(f"source: {entry.rel} changed while bundling")
-                        tar.addfile(info, f)
+                    try:
+                        source = entry.path.open("rb")
+                    except FileNotFoundError:
+                        changes.vanished.append(entry.rel)
+                        continue
+                    with source:
+                        size = os.fstat(source.fileno()).st_size
+                        reader = _AsRead(source, size)
+                        tar.addfile(_tarinfo(entry, size), reader)
+                    if reader.short or size != entry.size:
+                        changes.changed.append(entry.rel)
                     files += 1
+                    written += size
         os.replace(partial, dest)
     finally:
         partial.unlink(missing_ok=True)
-    return BundleInfo(path=dest, sha256=hashing.digest.hexdigest(), files=files, bytes=total)
+    return BundleInfo(
+        path=dest,
+        sha256=hashing.digest.hexdigest(),
+        files=files,
+        bytes=written,
+        changed=tuple(changes.changed),
+        vanished=tuple(changes.vanished),
+    )
+
+
+def bundle_warning(info: BundleInfo, *, shown: int = 5) -> str | None:
+    """One line naming what changed or vanished while bundling, or None."""
+
+    def listed(names: tuple[str, ...]) -> str:
+        more = f" and {len(names) - shown} more" if len(names) > shown else ""
+        return ", ".join(names[:shown]) + more
+
+    parts = []
+    if info.changed:
+        parts.append(f"taken as read while being written: {listed(info.changed)}")
+    if info.vanished:
+        parts.append(f"left out, removed while bundling: {listed(info.vanished)}")
+    return "source: " + "; ".join(parts) if parts else None
 
 
 # --- unpacking ------------------------------------------------------------------------------
@@ -316,6 +415,18 @@ def check_members(members: list[tarfile.TarInfo]) -> None:
         _check_member(member, links, files)
 
 
+def check_archive(path: Path) -> int:
+    """Raise BundleError unless ``path`` is a tar archive every member of which would land
+    inside its destination; returns the number of members. Writes nothing."""
+    try:
+        with tarfile.open(path, mode="r:*") as tar:
+            members = tar.getmembers()
+    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+        raise BundleError(f"bundle: {path.name} is not a readable tar archive: {exc}") from exc
+    check_members(members)
+    return len(members)
+
+
 def extract_bundle(path: Path, dest: Path) -> int:
     """Unpack the bundle at ``path`` into ``dest``; returns the number of members. Every
     member is checked before anything is written, and tarfile's data filter guards the
@@ -332,6 +443,6 @@ def extract_bundle(path: Path, dest: Path) -> int:
                 tar.extractall(dest)
     except filter_error as exc:
         raise UnsafeBundleError(f"bundle: {exc}") from exc
-    except (tarfile.TarError, EOFError, OSError) as exc:
+    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
         raise BundleError(f"bundle: cannot unpack {path.name}: {exc}") from exc
     return len(members)

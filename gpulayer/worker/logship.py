@@ -1,77 +1,131 @@
 """Batch a job's output lines and ship them to the control plane a few times a second.
 
 One call per line would make a chatty job as slow as its control plane; one call per batch
-keeps `gpulayer logs -f` close to live.
+keeps `gpulayer logs -f` close to live. The queue between the job and the control plane is
+bounded in bytes: when it is full, adding waits (and with it the thread reading the job's
+pipes, so the job itself blocks on its next write) until batches have left. A job printing
+faster than its control plane stores, or while the control plane is away, costs no memory.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
 
 log = logging.getLogger("gpulayer.worker")
 
 Sender = Callable[[list[tuple[str, str]]], None]
-_MAX_PENDING = 200_000  # lines held while the control plane is away; the oldest go first
+MAX_PENDING_BYTES = 8 << 20
+_MAX_RETRY_DELAY = 2.0
 
 
 class LogShipper:
-    def __init__(self, send: Sender, *, interval: float = 0.05, max_batch: int = 500) -> None:
+    def __init__(
+        self,
+        send: Sender,
+        *,
+        interval: float = 0.05,
+        max_batch: int = 500,
+        max_pending_bytes: int = MAX_PENDING_BYTES,
+        close_timeout: float = 60.0,
+    ) -> None:
         self._send = send
         self._interval = interval
         self._max_batch = max_batch
-        self._pending: list[tuple[str, str]] = []
-        self._lock = threading.Lock()
-        self._send_lock = threading.Lock()  # batches leave in the order lines came
+        self._max_pending_bytes = max_pending_bytes
+        self._close_timeout = close_timeout
+        self._pending: deque[tuple[str, str]] = deque()
+        self._pending_bytes = 0
+        self._room = threading.Condition()
+        self._send_lock = (
+            threading.Lock()
+        )  # one batch in flight: they leave in the order lines came
         self._wake = threading.Event()
         self._closed = threading.Event()
+        self._abandoned = False
+        self._failures = 0
         self._thread = threading.Thread(target=self._loop, name="gpulayer-logship", daemon=True)
+
+    @property
+    def pending_bytes(self) -> int:
+        return self._pending_bytes
 
     def start(self) -> None:
         self._thread.start()
 
     def add(self, stream: str, text: str) -> None:
-        with self._lock:
+        """Queue a line; blocks while the queue is full (backpressure)."""
+        size = len(text)
+        with self._room:
+            while (
+                self._pending
+                and self._pending_bytes + size > self._max_pending_bytes
+                and not self._abandoned
+            ):
+                self._wake.set()
+                self._room.wait(0.5)
             self._pending.append((stream, text))
+            self._pending_bytes += size
             full = len(self._pending) >= self._max_batch
         if full:
             self._wake.set()
 
-    def flush(self) -> None:
+    def flush(self) -> bool:
+        """Send what is queued; False when a send failed (the lines stay for the next try)."""
         with self._send_lock:
-            self._flush_pending()
-
-    def _flush_pending(self) -> None:
-        while True:
-            with self._lock:
-                batch, self._pending = (
-                    self._pending[: self._max_batch],
-                    self._pending[self._max_batch :],
-                )
-            if not batch:
-                return
-            try:
-                self._send(batch)
-            except Exception as exc:
-                # Keep the lines for the next try: the control plane may be restarting.
-                log.warning("shipping %d log lines failed: %s", len(batch), exc)
-                with self._lock:
-                    self._pending[:0] = batch
-                    overflow = len(self._pending) - _MAX_PENDING
-                    if overflow > 0:
-                        del self._pending[:overflow]
-                return
+            while True:
+                with self._room:
+                    batch = list(itertools.islice(self._pending, self._max_batch))
+                if not batch:
+                    return True
+                try:
+                    self._send(batch)
+                except Exception as exc:
+                    self._failures += 1
+                    if self._failures == 1 or self._failures % 20 == 0:
+                        log.warning(
+                            "shipping %d log lines failed (%d times so far): %s",
+                            len(batch),
+                            self._failures,
+                            exc,
+                        )
+                    return False
+                self._failures = 0
+                with self._room:
+                    for _ in batch:
+                        self._pending.popleft()
+                    self._pending_bytes -= sum(len(text) for _, text in batch)
+                    self._room.notify_all()
 
     def close(self) -> None:
+        """Stop the loop and ship what is left, for up to close_timeout seconds while the
+        control plane is away; after that the rest is dropped with a warning."""
         self._closed.set()
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
-        self.flush()
+        deadline = time.monotonic() + self._close_timeout
+        while not self.flush():
+            if time.monotonic() >= deadline:
+                with self._room:
+                    dropped = len(self._pending)
+                    self._pending.clear()
+                    self._pending_bytes = 0
+                    self._abandoned = True
+                    self._room.notify_all()
+                log.warning("dropped %d log lines: the control plane did not take them", dropped)
+                return
+            time.sleep(self._retry_delay())
+
+    def _retry_delay(self) -> float:
+        return min(self._interval * (2 ** min(self._failures, 10)), _MAX_RETRY_DELAY)
 
     def _loop(self) -> None:
         while not self._closed.is_set():
-            self._wake.wait(self._interval)
+            self._wake.wait(self._retry_delay() if self._failures else self._interval)
             self._wake.clear()
             self.flush()

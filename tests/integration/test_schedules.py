@@ -135,7 +135,15 @@ def test_kill_9_of_the_control_plane_for_7_s(tmp_path: Path, catch_up: str) -> N
         server.stop()
     assert_each_tick_once(runs, jobs)
     assert_no_gap(runs)
-    missed = [r for r in runs if killed_at < tick_time(r) < restarted_at]
+    # The restarted server's first pass decides every tick it missed at once; ticks after that
+    # moment are ordinary ones (under load one may come before the client saw it ready).
+    first_pass = min(
+        datetime.fromisoformat(r["decided_at"]).timestamp()
+        for r in runs
+        if datetime.fromisoformat(r["decided_at"]).timestamp() > killed_at
+    )
+    assert first_pass < restarted_at + 5
+    missed = [r for r in runs if killed_at < tick_time(r) <= first_pass]
     assert len(missed) >= 3, missed  # a tick every 2 s for 7 s
     made = created(missed)
     if catch_up == "latest":

@@ -38,8 +38,10 @@ class ServerProcess:
         database_url: str | None = None,
         port: int | None = None,
         heartbeat_timeout: float = 3.0,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         self.home = home
+        self.extra_args = extra_args
         self.database_url = database_url
         self.port = port or free_port()
         self.heartbeat_timeout = heartbeat_timeout
@@ -56,6 +58,7 @@ class ServerProcess:
         ]
         if self.database_url:
             args += ["--database-url", self.database_url]
+        args += self.extra_args
         self.home.mkdir(parents=True, exist_ok=True)
         log = (self.home / "server.log").open("ab")
         env = {**os.environ, "GPULAYER_HOME": str(self.home), "GPULAYER_TOKEN": ADMIN_TOKEN}
@@ -293,3 +296,19 @@ def postgres_cluster() -> Iterator[str]:
             capture_output=True,
         )
         shutil.rmtree(base, ignore_errors=True)
+
+
+@contextmanager
+def server_on(database: str, home: Path, **options: object) -> Iterator[ServerProcess]:
+    """A started server over "sqlite" (its own file) or "postgresql" (a throwaway cluster)."""
+    if database == "postgresql" and postgres_bin() is None:
+        raise RuntimeError(
+            "PostgreSQL is not installed: .ci/run installs it (apt-get install postgresql)"
+        )
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(postgres_cluster()) if database == "postgresql" else None
+        process = ServerProcess(home, database_url=url, **options).start()  # type: ignore[arg-type]
+        try:
+            yield process
+        finally:
+            process.stop()

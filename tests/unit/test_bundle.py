@@ -244,3 +244,65 @@ def test_corrupt_bundle_is_a_bundle_error(tmp_path: Path) -> None:
     path.write_bytes(b"\x1f\x8b garbage")
     with pytest.raises(BundleError, match=r"cannot unpack b\.tar\.gz"):
         extract_bundle(path, tmp_path / "dest")
+
+
+# --- .gitignore, .git and the gpulayer home -----------------------------------------------------
+
+
+def test_gitignore_is_honoured_with_git_semantics_and_gpulayerignore_has_the_last_word(
+    tmp_path: Path,
+) -> None:
+    src = make_tree(
+        tmp_path / "src",
+        {
+            ".gitignore": "*.log\n/build/\ndata/*\n!data/keep.csv\n",
+            ".gpulayerignore": "!wanted.log\n",
+            "train.py": "x",
+            "run.log": "drop",
+            "wanted.log": "keep: .gpulayerignore re-includes it",
+            "build/out.o": "drop",
+            "sub/build/kept.txt": "kept: /build/ is anchored at the root",
+            "data/big.bin": "drop",
+            "data/keep.csv": "keep",
+            "sub/.gitignore": "secret.txt\n!local.log\n",
+            "sub/secret.txt": "drop: the nested .gitignore",
+            "sub/local.log": "keep: the nested .gitignore re-includes it",
+            "other/secret.txt": "keep: the nested rule is sub/'s own",
+        },
+    )
+    info = create_bundle(src, tmp_path / "b.tar.gz")
+    assert [n for n in names(info.path) if not n.endswith((".gitignore", ".gpulayerignore"))] == [
+        "data",
+        "data/keep.csv",
+        "other",
+        "other/secret.txt",
+        "sub",
+        "sub/build",
+        "sub/build/kept.txt",
+        "sub/local.log",
+        "train.py",
+        "wanted.log",
+    ]
+
+
+def test_git_internals_are_never_bundled(tmp_path: Path) -> None:
+    src = make_tree(
+        tmp_path / "src",
+        {
+            "a.py": "a",
+            ".git/config": "[credential] helper = store",
+            "vendored/.git": "gitdir: ../../.git/worktrees/x",  # a worktree's .git file
+            ".gpulayerignore": "!.git/\n!.git\n",
+        },
+    )
+    assert names(create_bundle(src, tmp_path / "b.tar.gz").path) == [
+        ".gpulayerignore",
+        "a.py",
+        "vendored",
+    ]
+
+
+def test_the_gpulayer_home_is_never_bundled(tmp_path: Path) -> None:
+    src = make_tree(tmp_path / "src", {"a.py": "a", "state/gpulayer/state.db": "rows"})
+    info = create_bundle(src, tmp_path / "b.tar.gz", exclude=[src / "state" / "gpulayer"])
+    assert names(info.path) == ["a.py", "state"]

@@ -1,0 +1,84 @@
+"""The worker's log shipper: bounded in bytes, it holds a fast producer back (backpressure)
+rather than growing, and every line leaves once, in order, whatever the control plane does."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from gpulayer.worker.logship import LogShipper
+
+LINE = "z" * 1023 + "\n"
+
+
+def wait_until(condition, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition never held"
+        time.sleep(0.01)
+
+
+def test_a_full_queue_holds_the_producer_back_until_batches_leave() -> None:
+    control_plane_back = threading.Event()
+    received: list[str] = []
+
+    def send(batch: list[tuple[str, str]]) -> None:
+        control_plane_back.wait()  # the control plane is away, then answers
+        received.extend(text for _, text in batch)
+
+    shipper = LogShipper(send, max_pending_bytes=64 * 1024, max_batch=16)
+    shipper.start()
+    added = 0
+    highest = 0
+
+    def produce() -> None:
+        nonlocal added, highest
+        for i in range(2000):  # 2 MB, thirty times the bound
+            shipper.add("stdout", f"{i:06d}" + LINE)
+            added += 1
+            highest = max(highest, shipper.pending_bytes)
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    wait_until(lambda: added >= 60)
+    time.sleep(0.3)  # room to overrun, were there no bound
+    assert added <= 70, added  # held back at about 64 KiB of lines
+    assert producer.is_alive()
+    control_plane_back.set()
+    producer.join(timeout=30)
+    shipper.close()
+    assert [int(t[:6]) for t in received] == list(range(2000))  # once each, in order
+    assert highest <= 64 * 1024 + len(LINE) + 6
+
+
+def test_lines_survive_failed_sends_and_leave_once_in_order() -> None:
+    calls = 0
+    received: list[str] = []
+
+    def flaky(batch: list[tuple[str, str]]) -> None:
+        nonlocal calls
+        calls += 1
+        if calls <= 3:
+            raise ConnectionError("control plane restarting")
+        received.extend(text for _, text in batch)
+
+    shipper = LogShipper(flaky, interval=0.01, max_batch=7)
+    shipper.start()
+    for i in range(100):
+        shipper.add("stdout", f"{i}\n")
+    shipper.close()
+    assert received == [f"{i}\n" for i in range(100)]
+    assert calls > 3
+
+
+def test_close_gives_up_on_a_control_plane_that_never_answers() -> None:
+    def dead(_batch: list[tuple[str, str]]) -> None:
+        raise ConnectionError("gone")
+
+    shipper = LogShipper(dead, interval=0.01, close_timeout=0.5)
+    shipper.start()
+    shipper.add("stdout", "lost\n")
+    started = time.monotonic()
+    shipper.close()
+    assert time.monotonic() - started < 10
+    assert shipper.pending_bytes == 0
