@@ -223,3 +223,24 @@ def test_the_team_server_serves_the_dashboard_and_logs_no_token(tmp_path: Path) 
     finally:
         server.stop()
     assert ADMIN_TOKEN not in (server.home / "server.log").read_text()
+
+
+def test_artifacts_download_from_the_job_page_and_nothing_outside_them(plane: Any) -> None:
+    client, service = plane
+    log_in(client)
+    job_id = queued_job(service)
+    service.cancel(job_id)
+    outputs = service.layout.outputs_dir(job_id)
+    (outputs / "out").mkdir(parents=True)
+    (outputs / "out" / "a b.txt").write_text("weights\n")
+    service.store.record_artifacts(job_id, [("out/a b.txt", 8, "0" * 64)])
+    page = client.get(f"/ui/jobs/{job_id}").text
+    href = re.search(r'href="(/ui/jobs/[^"]+/artifacts/[^"]+)"', page)
+    assert href, "no artifact link"
+    download = client.get(href.group(1))
+    assert download.status_code == 200 and download.text == "weights\n"
+    assert "attachment" in download.headers["content-disposition"]
+    escape = client.get(f"/ui/jobs/{job_id}/artifacts/..%2F..%2F..%2Fstate.db")
+    assert escape.status_code == 404
+    client.cookies.clear()
+    assert client.get(href.group(1), follow_redirects=False).status_code == 303
