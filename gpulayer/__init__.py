@@ -30,21 +30,14 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
-    from gpulayer.sdk import (
-        Cron,
-        Job,
-        JobBuilder,
-        JobFailed,
-        JobTimeout,
-        Schedule,
-        ScheduleSkipped,
-        command,
-        distributed,
-        function,
-        launch,
-        remote,
-        schedule,
-    )
+    # From the defining modules: gpulayer.sdk.launch and .remote are also module names, and
+    # mypy, depending on the order it reads modules in, took the name for the module.
+    from gpulayer.schedules.model import Cron
+    from gpulayer.sdk.builders import JobBuilder, command, distributed, function
+    from gpulayer.sdk.job import Job, JobFailed, JobTimeout
+    from gpulayer.sdk.launch import launch
+    from gpulayer.sdk.remote import remote
+    from gpulayer.sdk.schedule import Schedule, ScheduleSkipped, schedule
     from gpulayer.spec import API_VERSION, PROFILES, JobSpec
 
 

@@ -9,6 +9,7 @@ import typer
 from gpulayer.cli import (
     cleanup_commands,
     cloud_commands,
+    config_commands,
     job_commands,
     schedule_commands,
     server_commands,
@@ -34,6 +35,7 @@ spec_commands.register(app)
 ui_commands.register(app)
 schedule_commands.register(app)
 cleanup_commands.register(app)
+config_commands.register(app)
 
 
 def main() -> None:

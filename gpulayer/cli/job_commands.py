@@ -101,6 +101,9 @@ def status(
 def logs(
     job: str = typer.Argument(..., help="Job id (or a unique prefix)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the job ends."),
+    timestamps: bool = typer.Option(
+        False, "--timestamps", "-t", help="Prefix each line with when it arrived (UTC, ISO 8601)."
+    ),
     as_json: bool = JsonOption,
     server: Optional[str] = ServerOption,
 ) -> None:
@@ -117,7 +120,7 @@ def logs(
         print_json_items(lines)
         return
     for line in lines:
-        print_line(line)
+        print_line(line, timestamps=timestamps)
 
 
 def cancel(

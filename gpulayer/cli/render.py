@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+from gpulayer.cli.numbers import amount_text
 
 _STATE_STYLE = {
     "queued": "yellow",
@@ -21,6 +24,47 @@ def _console() -> Console:
     return Console(highlight=False)
 
 
+# Folded columns keep this much when the terminal allows (tiers tried in turn), so that a
+# header or a state does not break mid-word while there is room.
+_FOLD_TIERS = (9, 6, 4, 3)
+
+
+def _table(
+    columns: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    whole: Collection[str],
+    width: int,
+) -> Table:
+    """A table whose ``whole`` columns (ids, prices) are never cut or wrapped on a narrow
+    terminal: they keep their widest cell's width, and the other columns fold instead."""
+    from rich.cells import cell_len
+    from rich.text import Text
+
+    widest = [
+        max([cell_len(name), *(cell_len(Text.from_markup(row[i]).plain) for row in rows)])
+        for i, name in enumerate(columns)
+    ]
+    padding = 2  # box=None keeps one space on each side of a cell
+    left = width - sum(widest[i] + padding for i, name in enumerate(columns) if name in whole)
+    folded = [i for i, name in enumerate(columns) if name not in whole]
+    minimums: dict[int, int] = {}
+    for tier in _FOLD_TIERS:
+        wanted = {i: min(widest[i], tier) for i in folded}
+        if sum(w + padding for w in wanted.values()) <= left:
+            minimums = wanted
+            break
+    table = Table(box=None, header_style="bold")
+    for index, name in enumerate(columns):
+        if name in whole:
+            table.add_column(name, no_wrap=True, min_width=widest[index])
+        else:
+            table.add_column(name, overflow="fold", min_width=minimums.get(index))
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 def _state(state: str) -> str:
     return f"[{_STATE_STYLE.get(state, 'white')}]{state}[/]"
 
@@ -30,11 +74,8 @@ def _short_time(value: str | None) -> str:
 
 
 def jobs_table(jobs: list[dict[str, Any]]) -> None:
-    table = Table(box=None, header_style="bold")
-    for column in ("ID", "NAME", "STATE", "REASON", "TARGET", "EXIT", "CREATED"):
-        table.add_column(column)
-    for job in jobs:
-        table.add_row(
+    rows = [
+        (
             job["id"],
             job["name"],
             _state(job["state"]),
@@ -43,7 +84,11 @@ def jobs_table(jobs: list[dict[str, Any]]) -> None:
             "" if job.get("exit_code") is None else str(job["exit_code"]),
             _short_time(job.get("created_at")),
         )
-    _console().print(table)
+        for job in jobs
+    ]
+    columns = ("ID", "NAME", "STATE", "REASON", "TARGET", "EXIT", "CREATED")
+    console = _console()
+    console.print(_table(columns, rows, whole={"ID", "STATE", "CREATED"}, width=console.width))
 
 
 def job_panel(job: dict[str, Any]) -> None:
@@ -62,7 +107,7 @@ def job_panel(job: dict[str, Any]) -> None:
     ]
     job_cost = (job.get("cost") or {}).get("total") or {}
     if job_cost:
-        rows.append(("cost", ", ".join(f"{v:.4f} {k}" for k, v in job_cost.items())))
+        rows.append(("cost", ", ".join(amount_text(v, k) for k, v in job_cost.items())))
     for reason in job.get("waiting_for") or []:
         rows.append(("waiting for", reason))
     if job.get("result") is not None:
@@ -110,8 +155,26 @@ def _hardware(caps: dict[str, Any]) -> str:
 
 
 def workers_table(workers: list[dict[str, Any]]) -> None:
-    table = Table(box=None, header_style="bold")
-    for column in (
+    rows = []
+    for worker in workers:
+        caps = worker.get("capabilities") or {}
+        memory = caps.get("memory_gb")
+        rows.append(
+            (
+                worker["id"],
+                worker["name"],
+                worker["kind"],
+                worker["state"],
+                str(worker.get("running", 0)),
+                _hardware(caps),
+                str(caps.get("cpu_cores", "-")),
+                "-" if memory is None else f"{memory:.1f}",
+                f"{caps.get('os', '?')}/{caps.get('cpu_arch', '?')}",
+                caps.get("python_version", "-"),
+                ",".join(f"{k}={v}" for k, v in (worker.get("labels") or {}).items()),
+            )
+        )
+    columns = (
         "ID",
         "NAME",
         "KIND",
@@ -123,47 +186,34 @@ def workers_table(workers: list[dict[str, Any]]) -> None:
         "OS/ARCH",
         "PYTHON",
         "LABELS",
-    ):
-        table.add_column(column)
-    for worker in workers:
-        caps = worker.get("capabilities") or {}
-        memory = caps.get("memory_gb")
-        table.add_row(
-            worker["id"],
-            worker["name"],
-            worker["kind"],
-            worker["state"],
-            str(worker.get("running", 0)),
-            _hardware(caps),
-            str(caps.get("cpu_cores", "-")),
-            "-" if memory is None else f"{memory:.1f}",
-            f"{caps.get('os', '?')}/{caps.get('cpu_arch', '?')}",
-            caps.get("python_version", "-"),
-            ",".join(f"{k}={v}" for k, v in (worker.get("labels") or {}).items()),
-        )
-    _console().print(table)
+    )
+    console = _console()
+    console.print(_table(columns, rows, whole={"ID"}, width=console.width))
 
 
 def cost_table(ledger: dict[str, Any]) -> None:
-    table = Table(box=None, header_style="bold")
-    for column in ("JOB", "PROVIDER", "INSTANCE", "STATE", "PRICE/H", "LAUNCHED", "ENDED", "COST"):
-        table.add_column(column)
-    for item in ledger["instances"]:
-        price = "-" if item["hourly_price"] is None else f"{item['hourly_price']:.4f}"
-        cost = "-" if item["cost"] is None else f"{item['cost']:.4f} {item['currency']}"
-        table.add_row(
+    from gpulayer.cloud.ranking import format_price
+
+    rows = [
+        (
             item["job_id"],
             item["provider"],
             item["instance_id"] or item["request_id"],
             item["state"],
-            price,
+            "-" if item["hourly_price"] is None else format_price(item["hourly_price"]),
             _short_time(item["launched_at"]),
             _short_time(item["ended_at"]),
-            cost,
+            "-" if item["cost"] is None else amount_text(item["cost"], item["currency"]),
         )
+        for item in ledger["instances"]
+    ]
+    columns = ("JOB", "PROVIDER", "INSTANCE", "STATE", "PRICE/H", "LAUNCHED", "ENDED", "COST")
     console = _console()
-    console.print(table)
-    totals = ", ".join(f"{amount:.4f} {currency}" for currency, amount in ledger["total"].items())
+    whole = {"JOB", "INSTANCE", "PRICE/H", "COST"}
+    console.print(_table(columns, rows, whole=whole, width=console.width))
+    totals = ", ".join(
+        amount_text(amount, currency) for currency, amount in ledger["total"].items()
+    )
     console.print(f"total: {totals or '0'}")
 
 

@@ -24,7 +24,17 @@ worker_app = typer.Typer(
 token_app = typer.Typer(help="Manage API tokens of a server.", no_args_is_help=True)
 
 
+server_app = typer.Typer(
+    help="Run the team control plane (with options), or manage the local one "
+    "(status, stop, restart).",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+
+
+@server_app.callback()
 def server(
+    ctx: typer.Context,
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     port: int = typer.Option(8765, "--port", help="Port to listen on."),
     database_url: Optional[str] = typer.Option(
@@ -39,7 +49,12 @@ def server(
         help="Output kept per job, newest first (default 1GiB, or $GPULAYER_MAX_LOG_BYTES).",
     ),
 ) -> None:
-    """Run the team control plane: a queue that registered workers take jobs from."""
+    """Run the team control plane: a queue that registered workers take jobs from.
+
+    `gpulayer server status|stop|restart` manage the local control plane that commands start
+    on demand instead."""
+    if ctx.invoked_subcommand is not None:
+        return
     import logging
 
     from gpulayer.control.paths import home
@@ -348,6 +363,9 @@ def token_revoke(
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(server)
+    from gpulayer.cli.local_server_commands import register_local
+
+    register_local(server_app)
+    app.add_typer(server_app, name="server")
     app.add_typer(worker_app, name="worker")
     app.add_typer(token_app, name="token")

@@ -38,11 +38,9 @@ def schema(
 
         typer.echo(json.dumps(schedule_json_schema(), indent=2))
         return
-    from gpulayer.spec import JobSpec
+    from gpulayer.spec.schema import jobspec_schema
 
-    document = JobSpec.model_json_schema()
-    document["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    typer.echo(json.dumps(document, indent=2))
+    typer.echo(json.dumps(jobspec_schema(), indent=2))
 
 
 def register(app: typer.Typer) -> None:

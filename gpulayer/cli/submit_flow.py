@@ -12,19 +12,18 @@ from gpulayer.sdk.submission import send_job
 __all__ = ["describe_end", "exit_code_of", "print_line", "send_job", "stream_until_done"]
 
 
-def print_line(line: dict[str, Any]) -> None:
+def print_line(line: dict[str, Any], *, timestamps: bool = False) -> None:
     text = line["text"]
     if not text.endswith("\n"):
         text += "\n"
-    if line["stream"] == "stdout":
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    elif line["stream"] == "stderr":
-        sys.stderr.write(text)
-        sys.stderr.flush()
-    else:
-        sys.stderr.write(f"gpulayer: {text}")
-        sys.stderr.flush()
+    if line["stream"] not in ("stdout", "stderr"):
+        text = f"gpulayer: {text}"
+    if timestamps:
+        # The control plane's receipt time, in UTC: one clock for every worker's lines.
+        text = f"{line.get('at') or '-'} {text}"
+    out = sys.stdout if line["stream"] == "stdout" else sys.stderr
+    out.write(text)
+    out.flush()
 
 
 def exit_code_of(job: dict[str, Any]) -> int:

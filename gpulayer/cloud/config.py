@@ -15,12 +15,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpulayer.errors import UsageError
+from gpulayer.errors import SpecError, UsageError
 
 ORCHESTRATOR_KEY = "gpulayer"
+
+
+class ConfigError(SpecError):
+    """providers.yaml does not validate: one line per problem, each naming the file and the
+    key path. Exit code 2, like a JobSpec that does not validate."""
 
 
 def providers_file(root: Path) -> Path:
@@ -53,24 +59,105 @@ def provider_settings(root: Path) -> dict[str, Mapping[str, Any]]:
 
 
 def orchestrator_settings(root: Path) -> Mapping[str, Any]:
-    found = load_config(root).get(ORCHESTRATOR_KEY) or {}
-    if not isinstance(found, dict):
-        raise UsageError(f"{providers_file(root)}: {ORCHESTRATOR_KEY}: must be a mapping")
-    return found
+    """The ``gpulayer:`` section, validated, every default filled in."""
+    return check_config(root).orchestrator.model_dump()
+
+
+@dataclass
+class CheckedConfig:
+    path: Path
+    exists: bool
+    orchestrator: Any
+    """The OrchestratorSettings of the ``gpulayer:`` section."""
+    providers: dict[str, Any] = field(default_factory=dict)
+    """Enabled provider -> its validated settings model (or the mapping, for a plugin that
+    publishes no settings model but accepted the settings)."""
+
+    def shown(self) -> dict[str, Any]:
+        """Every section as JSON, defaults filled in."""
+        sections: dict[str, Any] = {}
+        for name, settings in self.providers.items():
+            dump = getattr(settings, "model_dump", None)
+            sections[name] = dump(mode="json") if dump else dict(settings)
+        sections[ORCHESTRATOR_KEY] = self.orchestrator.model_dump(mode="json")
+        return sections
+
+
+def check_config(root: Path) -> CheckedConfig:
+    """Validate providers.yaml whole (every section, ``gpulayer:`` included), raising
+    ConfigError with every problem at once."""
+    from pydantic import ValidationError
+
+    from gpulayer.cloud.orchestrator_settings import OrchestratorSettings
+    from gpulayer.cloud.registry import available_providers
+    from gpulayer.cloud.settings import settings_problems
+
+    path = providers_file(root)
+    data = load_config(root)
+    problems: list[str] = []
+    orchestrator = OrchestratorSettings()
+    checked = CheckedConfig(path=path, exists=path.exists(), orchestrator=orchestrator)
+    installed = available_providers()
+    for name, section in data.items():
+        name = str(name)
+        if section is None:
+            section = {}
+        if not isinstance(section, dict):
+            problems.append(f"{name}: must be a mapping of settings, not {section!r}")
+            continue
+        if name == ORCHESTRATOR_KEY:
+            try:
+                checked.orchestrator = OrchestratorSettings.model_validate(section)
+            except ValidationError as exc:
+                lines = settings_problems(OrchestratorSettings, exc)
+                problems.extend(f"{name}.{line}" for line in lines)
+            continue
+        if name not in installed:
+            from gpulayer.cloud.install_hint import not_installed_line
+
+            problems.append(f"{name}: {not_installed_line(name, installed, [ORCHESTRATOR_KEY])}")
+            continue
+        found = _check_provider(name, section)
+        if isinstance(found, list):
+            problems.extend(f"{name}.{line}" for line in found)
+        else:
+            checked.providers[name] = found
+    if problems:
+        raise ConfigError([f"{path}: {line}" for line in problems])
+    return checked
+
+
+def _check_provider(name: str, section: Mapping[str, Any]) -> Any:
+    """The provider's validated settings, or its problems as lines."""
+    from pydantic import ValidationError
+
+    from gpulayer.cloud.errors import ProviderError
+    from gpulayer.cloud.registry import get_provider, settings_model
+    from gpulayer.cloud.settings import settings_problems
+
+    model = settings_model(name)
+    if model is not None:
+        try:
+            return model.model_validate(dict(section))
+        except ValidationError as exc:
+            return settings_problems(model, exc)
+    try:
+        provider = get_provider(name, section)
+    except ProviderError as exc:
+        return [str(exc).removeprefix(f"{name}: ").removeprefix("settings: ")]
+    return getattr(provider, "settings", section)
 
 
 def enabled_providers(root: Path, only: Sequence[str] = ()) -> dict[str, Any]:
     """Provider objects for the enabled providers (restricted to `only` when given)."""
     from gpulayer.cloud.registry import available_providers, get_provider
 
+    checked = check_config(root)
     installed = set(available_providers())
     chosen = {}
     for name, settings in provider_settings(root).items():
         if only and name not in only:
             continue
-        if name not in installed:
-            raise UsageError(
-                f"providers.yaml: provider {name!r} is not installed (pip install gpulayer-{name})"
-            )
-        chosen[name] = get_provider(name, settings)
+        if name in checked.providers and name in installed:
+            chosen[name] = get_provider(name, settings)
     return chosen

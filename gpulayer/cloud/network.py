@@ -15,6 +15,14 @@ from functools import lru_cache
 ECHO_URL = "https://checkip.amazonaws.com"
 
 
+def normalized_cidr(value: str) -> str:
+    """``203.0.113.7`` -> ``203.0.113.7/32``; ValueError naming the value when it is none."""
+    try:
+        return str(ipaddress.ip_network(value, strict=False))
+    except ValueError:
+        raise ValueError(f"{value!r} is not a CIDR such as 203.0.113.7/32") from None
+
+
 @lru_cache(maxsize=1)
 def controller_cidr(timeout: float = 3.0) -> str:
     try:

@@ -54,6 +54,9 @@ class LaunchRequest(BaseModel):
     """The job accepts a spot instance; launching a spot offer without it is refused."""
     private_ip: str | None = None
     """Ask for this private address (it must lie in the instance's subnet)."""
+    progress: Callable[[str], None] | None = Field(default=None, exclude=True)
+    """Where a launch that waits (for a host's SSH, say) reports how it is going, a line at a
+    time; None: nowhere. Not part of the request's identity."""
 
     @field_validator("request_id")
     @classmethod
@@ -65,10 +68,9 @@ class LaunchRequest(BaseModel):
     @field_validator("allowed_ssh_cidr")
     @classmethod
     def _cidr(cls, value: str) -> str:
-        try:
-            return str(ipaddress.ip_network(value, strict=False))
-        except ValueError:
-            raise ValueError(f"{value!r} is not an IP network such as 203.0.113.7/32") from None
+        from gpulayer.cloud.network import normalized_cidr
+
+        return normalized_cidr(value)
 
     @field_validator("private_ip")
     @classmethod

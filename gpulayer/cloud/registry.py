@@ -30,16 +30,27 @@ def available_providers() -> list[str]:
     return sorted(_entry_points())
 
 
+def settings_model(name: str) -> Any:
+    """The pydantic model of a provider's settings (its factory's ``settings_model``), or None
+    when the plugin is not installed or does not say."""
+    ep = _entry_points().get(name)
+    if ep is None:
+        return None
+    try:
+        factory = ep.load()
+    except ImportError:
+        return None
+    return getattr(factory, "settings_model", None)
+
+
 def get_provider(name: str, settings: Mapping[str, Any] | None = None) -> Provider:
     """Construct the provider registered as ``name`` with its settings mapping."""
     eps = _entry_points()
     ep = eps.get(name)
     if ep is None:
-        installed = ", ".join(sorted(eps)) or "none"
-        raise ProviderNotInstalled(
-            f"provider {name!r} is not installed (installed: {installed}); "
-            f"install its plugin, e.g. pip install gpulayer-{name}"
-        )
+        from gpulayer.cloud.install_hint import not_installed_line
+
+        raise ProviderNotInstalled(not_installed_line(name, eps))
     try:
         factory = ep.load()
     except ImportError as exc:

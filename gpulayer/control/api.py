@@ -109,8 +109,13 @@ def single_token(token: str) -> Authenticator:
 
 
 def create_app(
-    service: ControlService, authenticate: Authenticator, *, embedded: bool = False
+    service: ControlService,
+    authenticate: Authenticator,
+    *,
+    embedded: bool = False,
+    extra_routes: Callable[[FastAPI, list[Any]], None] | None = None,
 ) -> FastAPI:
+    """``extra_routes(app, admin_auth)`` adds the embedded daemon's own routes."""
     app = FastAPI(
         title="gpulayer control plane",
         version=__version__,
@@ -352,6 +357,9 @@ def create_app(
             out.unlink(missing_ok=True)  # refused whole: nothing is kept of it
             raise
         return {"bundle_id": out.name}
+
+    if extra_routes is not None:
+        extra_routes(app, auth)
 
     from gpulayer.control.ui import mount_ui
 

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpulayer.control.client import ControlClient
-from gpulayer.control.paths import HomeLayout, home
+from gpulayer.control.paths import home
 from gpulayer.control.tokens import read_token
-from gpulayer.errors import ControlPlaneError, UsageError
-
-START_TIMEOUT_SECONDS = 20.0
+from gpulayer.errors import UsageError
 
 # What the local control plane keeps of the environment of the `submit` that starts it: what
 # a process needs to run at all, gpulayer's own settings, and the cloud SDKs' credential chains
@@ -64,65 +58,18 @@ def connect(server: str | None = None, token: str | None = None) -> Connection:
     return Connection(local_control_plane(), embedded=True)
 
 
-def _running_client(layout: HomeLayout) -> ControlClient | None:
-    try:
-        info = json.loads(layout.server_file.read_text())
-        token = read_token(layout.token_file)
-    except (OSError, ValueError):
-        return None
-    if not token or not isinstance(info, dict) or "url" not in info:
-        return None
-    client = ControlClient(info["url"], token)
-    try:
-        client.health(timeout=2.0)
-    except ControlPlaneError:
-        return None
-    except Exception:
-        return None
-    return client
-
-
 def local_control_plane() -> ControlClient:
-    """The local control plane's client, starting the daemon if none answers."""
-    layout = home().ensure()
-    client = _running_client(layout)
-    if client is not None:
-        return client
-    _check_daemon_settings()
-    log = layout.daemon_log.open("ab")
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "gpulayer.control.daemon"],
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-        start_new_session=True,  # a Ctrl-C in the terminal must not reach the daemon
-        close_fds=True,
-        env=daemon_environment(os.environ, str(layout.root)),
-    )
-    log.close()
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
-    delay = 0.01
-    while time.monotonic() < deadline:
-        time.sleep(delay)
-        delay = min(delay * 1.5, 0.2)
-        client = _running_client(layout)
-        if client is not None:
-            return client
-        if daemon.poll() not in (None, 0):
-            break  # it failed; exit 0 means another daemon won the lock and is starting
-    tail = _tail(layout.daemon_log.read_bytes().decode(errors="replace"))
-    raise ControlPlaneError(f"the local control plane did not start; {layout.daemon_log}: {tail}")
+    """The local control plane's client: the running one, restarted first when it runs other
+    code or environment and no job is live, else a new one (see local_daemon)."""
+    from gpulayer.control.local_daemon import current
+
+    return current(home().ensure())
 
 
-def _check_daemon_settings() -> None:
+def check_daemon_settings() -> None:
     """Refuse a bad setting here, naming it, rather than as a daemon that failed to start."""
     from gpulayer.control.log_cap import MAX_LOG_BYTES_ENV, parse_byte_size
 
     configured = os.environ.get(MAX_LOG_BYTES_ENV)
     if configured:
         parse_byte_size(configured, MAX_LOG_BYTES_ENV)
-
-
-def _tail(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else "(empty)"

@@ -46,9 +46,25 @@ def _acquire_lock(path: Path) -> Any:
     return handle
 
 
-def _write_server_file(layout: HomeLayout, url: str) -> None:
+def _server_info(url: str, idle_seconds: float) -> dict[str, Any]:
+    """What server.json says: where to call, and what code and environment this daemon runs
+    with, so a later command can tell whether it is out of date (see connect.py)."""
+    from gpulayer.control.environment import daemon_environment
+    from gpulayer.control.fingerprint import code_fingerprint
+
+    return {
+        "url": url,
+        "pid": os.getpid(),
+        "started": time.time(),
+        "idle_seconds": idle_seconds,
+        "code": code_fingerprint(),
+        "env": daemon_environment(),
+    }
+
+
+def _write_server_file(layout: HomeLayout, info: dict[str, Any]) -> None:
     temporary = layout.server_file.with_suffix(".tmp")
-    temporary.write_text(json.dumps({"url": url, "pid": os.getpid(), "started": time.time()}))
+    temporary.write_text(json.dumps(info))
     os.chmod(temporary, 0o600)
     temporary.replace(layout.server_file)
 
@@ -96,18 +112,26 @@ def serve(layout: HomeLayout, *, idle_seconds: float) -> int:
     listener.listen(128)
     port = listener.getsockname()[1]
     token = ensure_token(layout.token_file)
-    _write_server_file(layout, f"http://127.0.0.1:{port}")
+    info = _server_info(f"http://127.0.0.1:{port}", idle_seconds)
+    _write_server_file(layout, info)
     try:
-        return _run(layout, listener, token, idle_seconds)
+        return _run(layout, listener, token, idle_seconds, info)
     finally:
         _remove_server_file(layout)
         lock.close()
 
 
-def _run(layout: HomeLayout, listener: socket.socket, token: str, idle_seconds: float) -> int:
+def _run(
+    layout: HomeLayout,
+    listener: socket.socket,
+    token: str,
+    idle_seconds: float,
+    info: dict[str, Any],
+) -> int:
     import uvicorn
 
     from gpulayer.control.api import create_app
+    from gpulayer.control.local_admin import LocalAdmin, add_local_routes
     from gpulayer.control.provisioner import attach_provisioner
     from gpulayer.control.schedule_firing import attach_schedules
     from gpulayer.control.service import ControlService
@@ -118,7 +142,24 @@ def _run(layout: HomeLayout, listener: socket.socket, token: str, idle_seconds: 
     agent = start_local_worker(service, layout)
     provisioner = attach_provisioner(service, control_port=listener.getsockname()[1])
     firing = attach_schedules(service)
-    app = create_app(service, local_tokens(token, store), embedded=True)
+    exit_requested = threading.Event()
+    admin = LocalAdmin(
+        service,
+        info=info,
+        idle_seconds=idle_seconds,
+        request_exit=exit_requested.set,
+        write_info=lambda data: _write_server_file(layout, data),
+        in_flight=lambda: (
+            [f"cloud work of job {j}" for j in sorted(provisioner.active_jobs())]
+            + ([f"{agent.running} local attempt(s)"] if agent.running else [])
+        ),
+    )
+    app = create_app(
+        service,
+        local_tokens(token, store),
+        embedded=True,
+        extra_routes=lambda app, auth: add_local_routes(app, admin, auth),
+    )
     # Long polls (logs -f, idle workers) would hold a graceful shutdown for their full wait.
     config = uvicorn.Config(
         app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2
@@ -127,7 +168,9 @@ def _run(layout: HomeLayout, listener: socket.socket, token: str, idle_seconds: 
 
     def watchdog() -> None:
         while not server.should_exit:
-            time.sleep(1.0)
+            if exit_requested.wait(1.0):  # a stop asked for over the API
+                server.should_exit = True
+                break
             try:
                 service.sweep_lost_workers()  # cloud workers reach this one through SSH tunnels
                 service.dispatch()

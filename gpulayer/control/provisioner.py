@@ -20,7 +20,7 @@ from typing import Any
 from gpulayer.control.ids import new_id
 from gpulayer.control.service import ControlService
 from gpulayer.control.store import InstanceRecord
-from gpulayer.errors import GpulayerError
+from gpulayer.errors import GpulayerError, UsageError
 from gpulayer.spec import JobSpec
 
 log = logging.getLogger("gpulayer.provisioner")
@@ -151,6 +151,7 @@ class Provisioner:
             return self._next_target_or_fail(job_id, spec, why)
         tried: set[tuple[str, str, str | None, str]] = set()
         failures: list[str] = []
+        config_errors: dict[str, int] = {}
         while True:
             self._ensure_live(job_id)
             candidates = fitting().offers
@@ -172,6 +173,16 @@ class Provisioner:
                 blocked.record(exc)
                 failures.append(str(exc))
                 self._note(job_id, f"{offer.label}: {exc}; blocking that {exc.scope} and moving on")
+            except UsageError as exc:  # ProviderSettingsError, an image release missing, ...
+                # A configuration error repeats on every offer of that provider: one more try
+                # (it may be one region's, such as an image missing there), then none.
+                failures.append(str(exc))
+                config_errors[offer.provider] = config_errors.get(offer.provider, 0) + 1
+                if config_errors[offer.provider] >= 2:
+                    blocked.block("provider", offer.provider, kind="configuration error")
+                    self._note(job_id, f"{offer.label}: {exc}; not trying {offer.provider} again")
+                else:
+                    self._note(job_id, f"{offer.label}: {exc}; trying the next offer")
             except (ProviderError, ProvisionFailed, GpulayerError) as exc:
                 # SSH, bootstrap (e.g. a host without a usable python) or launch failed here.
                 failures.append(str(exc))
@@ -230,6 +241,7 @@ class Provisioner:
                 image=image,
                 disk_gb=int(spec.resources.disk_gb) if spec.resources.disk_gb else None,
                 spot=offer.spot,
+                progress=lambda text: self._note(job_id, text),
             )
             self.store.update_instance(request_id, state="launching")
             instance = provider.launch(offer, request)
@@ -298,7 +310,12 @@ class Provisioner:
         self._note(job_id, f"waiting for SSH on {target}")
         # Host keys are pinned for this instance's life; its address may later be another's.
         host_keys = JsonHostKeyStore(self.keys_dir / f"{request_id}.hosts")
-        session = wait_for_ssh(target, _remaining(deadline), host_keys=host_keys)
+        session = wait_for_ssh(
+            target,
+            _remaining(deadline),
+            host_keys=host_keys,
+            on_progress=lambda text: self._note(job_id, text),
+        )
         token = self.service.create_token("worker", f"cloud worker {request_id}")
         install_root = instance.tags.get("gpulayer:install-root", INSTALL_ROOT)
         plan = BootstrapPlan(
@@ -585,7 +602,7 @@ REAP_EVERY_SECONDS = 60.0
 def attach_provisioner(service: ControlService, control_port: int) -> Provisioner:
     """Give a control plane its cloud side: providers from providers.yaml, a reaper pass now and
     every minute."""
-    from gpulayer.cloud.config import enabled_providers, orchestrator_settings, provider_settings
+    from gpulayer.cloud.config import check_config, enabled_providers, orchestrator_settings
 
     root = service.layout.root
     provisioner = Provisioner(
@@ -595,7 +612,7 @@ def attach_provisioner(service: ControlService, control_port: int) -> Provisione
         load_providers=lambda only: enabled_providers(root, only),
         settings=lambda: orchestrator_settings(root),
     )
-    service.cloud_available = lambda: bool(provider_settings(root))
+    service.cloud_available = lambda: bool(check_config(root).providers)
     service.provisioner = provisioner
     provisioner.start()
 

@@ -119,7 +119,10 @@ class ControlService:
             if bundle is not None:
                 bundle.unlink(missing_ok=True)
             raise
-        decision = choose_target(spec, self.worker_views(), cloud_available=self.cloud_available())
+        # Checked only for jobs that may go to a cloud: it validates providers.yaml, whose
+        # errors (ConfigError, exit 2) then refuse the job before anything is kept.
+        cloud = "cloud" in spec.placement.targets and self.cloud_available()
+        decision = choose_target(spec, self.worker_views(), cloud_available=cloud)
         job_id = new_id("j")
         destination = self.layout.bundle_file(job_id)
         if source_dir is not None:

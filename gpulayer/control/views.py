@@ -79,7 +79,13 @@ def worker_view(worker: WorkerRecord, *, running: int = 0) -> dict[str, Any]:
 
 
 def log_view(line: LogLine) -> dict[str, Any]:
-    return {"id": line.id, "attempt": line.attempt, "stream": line.stream, "text": line.text}
+    return {
+        "id": line.id,
+        "attempt": line.attempt,
+        "stream": line.stream,
+        "text": line.text,
+        "at": iso(line.at),
+    }
 
 
 def instance_view(record: InstanceRecord, now: float) -> dict[str, Any]:

@@ -25,7 +25,13 @@ class JobFailed(GpulayerError):
 
 
 class JobTimeout(GpulayerError):
-    """wait() or result() ran out of time; the job itself goes on."""
+    """wait() or result() ran out of time; the job itself goes on. ``state`` is the job's state
+    when the wait gave up (queued, provisioning or running)."""
+
+    def __init__(self, job_id: str, state: str, timeout: float | None) -> None:
+        self.job_id = job_id
+        self.state = state
+        super().__init__(f"job {job_id} still {state} after {timeout} s")
 
 
 class Job:
@@ -48,15 +54,17 @@ class Job:
         """Block until the job ends (or timeout seconds pass: JobTimeout). Returns its status."""
         deadline = None if timeout is None else time.monotonic() + timeout
         after = 0
+        state = "queued"
         while True:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                raise JobTimeout(f"job {self.id} still running after {timeout} s")
+                raise JobTimeout(self.id, state, timeout)
             wait = 10.0 if remaining is None else max(0.0, min(10.0, remaining))
             page = self._client.logs(self.id, after=after, wait=wait)
             if page["lines"]:
                 after = page["lines"][-1]["id"]
-            if page["job"]["state"] in TERMINAL_STATES:
+            state = str(page["job"]["state"])
+            if state in TERMINAL_STATES:
                 return self.status()
 
     def result(self, timeout: float | None = None) -> Any:

@@ -18,6 +18,36 @@ _FRIENDLY = {
 }
 
 
+_STRICT_TYPES = {
+    "int_type": "an integer",
+    "float_type": "a number",
+    "string_type": "a string",
+    "bool_type": "a boolean",
+}
+
+
+def _described(value: Any) -> str:
+    """What was written, with its type, since `"2"` and `2` print alike in YAML."""
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (a boolean)"
+    if isinstance(value, str):
+        return f"{value!r} (a string)"
+    if isinstance(value, (int, float)):
+        return f"{value!r} (a number)"
+    if value is None:
+        return "null"
+    return f"a {type(value).__name__}"
+
+
+def type_message(item: Any) -> str:
+    """``'2' (a string) is not an integer`` for a pydantic type error item."""
+    return f"{_described(item['input'])} is not {_STRICT_TYPES[item['type']]}"
+
+
+def is_type_error(item: Any) -> bool:
+    return item["type"] in _STRICT_TYPES
+
+
 def _path(loc: tuple[Any, ...]) -> list[str]:
     parts = [str(p) for p in loc]
     # A discriminated union puts the chosen tag in the location: workload.command.command.
@@ -39,6 +69,8 @@ def error_lines(error: ValidationError) -> list[str]:
             if match:
                 parts.append(match.group(1))
                 message = match.group(2)
+        elif item["type"] in _STRICT_TYPES:
+            message = type_message(item)
         elif item["type"] == "literal_error":
             message = f"{item['input']!r} is not allowed; {message[0].lower()}{message[1:]}"
         lines.append(f"{'.'.join(parts) or '(spec)'}: {message}")

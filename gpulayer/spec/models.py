@@ -14,9 +14,11 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     JsonValue,
+    Strict,
     field_validator,
     model_validator,
 )
@@ -95,6 +97,21 @@ def _check_specifier(value: str) -> str:
     return value
 
 
+def _whole_number(value: Any) -> Any:
+    # YAML and JSON writers print 2 as 2.0 at times; JSON Schema's integer accepts it too.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# Integers as written: "2" and true are not integers (pydantic's lax mode converts them).
+# Spelled Annotated[int, STRICT, Field(...), WHOLE] at each use: a nested Annotated alias
+# would publish its bounds in the JSON Schema as "ge"/"le" instead of minimum/maximum.
+STRICT = Strict()
+WHOLE = BeforeValidator(_whole_number)
+Number = Annotated[float, Strict()]
+"""A number as written: ints are numbers, but "2" and true are not."""
+
 Entrypoint = Annotated[str, AfterValidator(_check_entrypoint)]
 VersionSpecifier = Annotated[str, AfterValidator(_check_specifier)]
 NonEmptyStr = Annotated[str, Field(min_length=1)]
@@ -131,8 +148,8 @@ class FunctionWorkload(StrictModel):
 
 
 class Rendezvous(StrictModel):
-    port: Annotated[int, Field(ge=1, le=65535)] = 29500
-    join_timeout_seconds: Annotated[float, Field(gt=0)] = 300
+    port: Annotated[int, STRICT, Field(ge=1, le=65535), WHOLE] = 29500
+    join_timeout_seconds: Annotated[Number, Field(gt=0)] = 300
 
 
 class DistributedWorkload(StrictModel):
@@ -143,8 +160,8 @@ class DistributedWorkload(StrictModel):
     function_args: list[JsonValue] = Field(default_factory=list)
     function_kwargs: dict[str, JsonValue] = Field(default_factory=dict)
     source: str | None = None
-    num_workers: Annotated[int, Field(ge=1)] = 1
-    procs_per_worker: Annotated[int, Field(ge=1)] = 1
+    num_workers: Annotated[int, STRICT, Field(ge=1), WHOLE] = 1
+    procs_per_worker: Annotated[int, STRICT, Field(ge=1), WHOLE] = 1
     comm_backend: Literal["gloo", "nccl"] | None = None
     """None until the JobSpec resolves it from the accelerator: nccl on cuda, else gloo."""
     rendezvous: Rendezvous = Field(default_factory=Rendezvous)
@@ -177,16 +194,16 @@ Workload = Annotated[
 class ResourceRequest(StrictModel):
     profile: ProfileName | None = None
     accelerator: Accelerator = "cpu"
-    gpu_count: Annotated[int, Field(ge=0)] | None = None
+    gpu_count: Annotated[int, STRICT, Field(ge=0), WHOLE] | None = None
     gpu_models: list[GpuModelName] = Field(default_factory=list)
     """GPU models any of which fits ("H100", "A100-80GB": a size asks for that memory too),
     compared with what offers and workers report after one normalization; empty: any."""
-    gpu_memory_gb: Annotated[float, Field(gt=0)] | None = None
+    gpu_memory_gb: Annotated[Number, Field(gt=0)] | None = None
     gpu_memory_kind: Literal["dedicated", "unified"] | None = None
     min_cuda_compute_capability: str | None = None
-    cpu_cores: Annotated[float, Field(gt=0)] = 1
-    memory_gb: Annotated[float, Field(gt=0)] | None = None
-    disk_gb: Annotated[float, Field(gt=0)] | None = None
+    cpu_cores: Annotated[Number, Field(gt=0)] = 1
+    memory_gb: Annotated[Number, Field(gt=0)] | None = None
+    disk_gb: Annotated[Number, Field(gt=0)] | None = None
     os: list[str] = Field(default_factory=list)
     cpu_arch: list[str] = Field(default_factory=list)
     frameworks: dict[str, VersionSpecifier] = Field(default_factory=dict)
@@ -287,7 +304,7 @@ class Provisioning(StrictModel):
     provider: NonEmptyStr | None = None
     release: NonEmptyStr | None = None
     """An image release from images/; None means the newest release for the provider."""
-    provisioning_timeout_seconds: Annotated[float, Field(gt=0)] = 600
+    provisioning_timeout_seconds: Annotated[Number, Field(gt=0)] = 600
 
 
 class PlacementPolicy(StrictModel):
@@ -299,7 +316,7 @@ class PlacementPolicy(StrictModel):
     regions: list[NonEmptyStr] = Field(default_factory=list)
     strategy: Strategy = "spread"
     on_unschedulable: OnUnschedulable = "queue"
-    max_hourly_cost: Annotated[float, Field(ge=0)] | None = None
+    max_hourly_cost: Annotated[Number, Field(ge=0)] | None = None
     currency: CurrencyCode = "USD"
     provisioning: Provisioning | None = None
 
@@ -352,7 +369,7 @@ _DEFAULT_RETRY_ON: tuple[RetryEvent, ...] = ("worker_lost",)
 
 
 class RetryPolicy(StrictModel):
-    max_attempts: Annotated[int, Field(ge=1)] = 1
+    max_attempts: Annotated[int, STRICT, Field(ge=1), WHOLE] = 1
     retry_on: list[RetryEvent] = Field(default_factory=lambda: list(_DEFAULT_RETRY_ON))
 
 
@@ -372,7 +389,7 @@ class JobSpec(StrictModel):
     env: dict[str, str] = Field(default_factory=dict)
     secrets: list[SecretRef] = Field(default_factory=list)
     inputs: list[InputRef] = Field(default_factory=list)
-    timeout_seconds: Annotated[float, Field(gt=0)] | None = None
+    timeout_seconds: Annotated[Number, Field(gt=0)] | None = None
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     labels: dict[str, str] = Field(default_factory=dict)
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
+from collections.abc import Callable
 
 from gpulayer.ssh.errors import (
     InvalidSshArgument,
@@ -32,12 +34,16 @@ def wait_for_ssh(
     retry_auth: bool = True,
     first_backoff: float = 0.25,
     max_backoff: float = 2.0,
+    on_progress: Callable[[str], None] | None = None,
+    progress_seconds: float = 5.0,
 ) -> SshSession:
     """Connect to ``target``, retrying with exponential backoff until ``deadline_seconds`` pass.
 
     Refused connections, timeouts and banner or handshake failures are retried. A refused key
     is retried too unless ``retry_auth`` is False: cloud-init may install it after sshd starts.
-    A changed host key is never retried. Raises SshUnreachable carrying the last error."""
+    A changed host key is never retried. Raises SshUnreachable carrying the last error.
+    ``on_progress`` hears every ``progress_seconds`` which attempt runs, for how long the
+    wait has gone on and what the last attempt said, so a long wait is never silent."""
     import tenacity
 
     if not isinstance(deadline_seconds, (int, float)) or not math.isfinite(deadline_seconds):
@@ -50,8 +56,10 @@ def wait_for_ssh(
     retryable: tuple[type[SshError], ...] = (
         (SshConnectionError, SshAuthError) if retry_auth else (SshConnectionError,)
     )
-    end = time.monotonic() + deadline_seconds
+    begun = time.monotonic()
+    end = begun + deadline_seconds
     attempts = 0
+    last_error: list[BaseException] = []
 
     def remaining() -> float:
         return end - time.monotonic()
@@ -74,7 +82,16 @@ def wait_for_ssh(
 
     def note(state: tenacity.RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome else None
+        if error is not None:
+            last_error[:] = [error]
         log.debug("ssh to %s not ready (try %d): %s", target, state.attempt_number, error)
+
+    def report() -> str:
+        said = f"; last: {last_error[0]}" if last_error else ""
+        return (
+            f"waiting for SSH on {target}: attempt {attempts}, "
+            f"{time.monotonic() - begun:.0f} s of {deadline_seconds:.0f} s{said}"
+        )
 
     retrying = tenacity.Retrying(
         stop=stop,
@@ -83,8 +100,22 @@ def wait_for_ssh(
         before_sleep=note,
         reraise=True,
     )
+    done = threading.Event()
+    if on_progress is not None:
+        reporter = on_progress
+
+        def tick() -> None:
+            while not done.wait(progress_seconds):
+                try:
+                    reporter(report())
+                except Exception:
+                    log.exception("progress report failed")
+
+        threading.Thread(target=tick, name="gpulayer-ssh-wait", daemon=True).start()
     try:
         session: SshSession = retrying(attempt)
     except retryable as exc:
         raise SshUnreachable(str(target), deadline_seconds, attempts, exc) from exc
+    finally:
+        done.set()
     return session

@@ -145,6 +145,29 @@ def test_ls_and_logs_json(tmp_path: Path) -> None:
     assert mine[0]["id"] in table.stdout
 
 
+def test_logs_timestamps_prefix_each_line_in_order(tmp_path: Path) -> None:
+    import re
+    from datetime import datetime
+
+    script = "import time; print('first', flush=True); time.sleep(0.2); print('second')"
+    submitted = run_cli(["submit", "-d", "--", "python", "-c", script], cwd=tmp_path)
+    job_id = submitted.stdout.strip()
+    wait_for_state(job_id, {"succeeded"})
+    plain = run_cli(["logs", job_id])
+    assert plain.stdout.splitlines() == ["first", "second"]
+    stamped = run_cli(["logs", job_id, "--timestamps"])
+    assert stamped.returncode == 0, stamped.stderr
+    pattern = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00) (.*)$")
+    matches = [pattern.match(line) for line in stamped.stdout.splitlines()]
+    assert all(matches), stamped.stdout
+    assert [m.group(2) for m in matches if m] == ["first", "second"]
+    times = [datetime.fromisoformat(m.group(1)) for m in matches if m]
+    assert times == sorted(times)
+    # gpulayer's own notes on stderr carry the stamp first, then their prefix.
+    notes = [line for line in stamped.stderr.splitlines() if "gpulayer: " in line]
+    assert notes and all(pattern.match(line) for line in notes)
+
+
 def test_logs_follow_streams_a_running_job(tmp_path: Path) -> None:
     script = "import time\nfor i in range(3):\n    print('tick', i, flush=True); time.sleep(0.3)"
     job_id = run_cli(["submit", "-d", "--", "python", "-c", script], cwd=tmp_path).stdout.strip()

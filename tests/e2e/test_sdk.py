@@ -57,6 +57,18 @@ def test_wait_times_out_and_cancel_ends_the_job() -> None:
     assert caught.value.reason == "cancelled" and caught.value.state == "cancelled"
 
 
+def test_wait_timeout_says_the_jobs_actual_state() -> None:
+    # No remote worker is registered here, so the job stays queued.
+    job = gl.launch(gl.command(["true"]), target="remote")
+    try:
+        with pytest.raises(gl.JobTimeout) as caught:
+            job.wait(timeout=0.5)
+        assert caught.value.state == "queued"
+        assert "still queued" in str(caught.value) and "running" not in str(caught.value)
+    finally:
+        job.cancel()
+
+
 def test_launch_overrides_use_short_names() -> None:
     builder = gl.command(["true"]).override(cpu_cores=1, target="local", timeout=30, name="short")
     spec = builder.spec()

@@ -23,7 +23,7 @@ def test_installed_aws_plugin_is_listed_and_built() -> None:
 def test_unknown_provider_names_what_is_installed() -> None:
     with pytest.raises(ProviderNotInstalled) as info:
         get_provider("nimbus")
-    assert "'nimbus' is not installed" in str(info.value)
+    assert "no provider is called 'nimbus'" in str(info.value)
     assert "aws" in str(info.value)
 
 

@@ -41,7 +41,12 @@ def launch(ec2: Any, settings: AwsSettings, offer: Offer, request: LaunchRequest
             existing[0], region, use_private_ip=settings.use_private_ip, ssh_user=settings.ssh_user
         )
 
-    selector = request.image or settings.image
+    # The provider's own image setting wins over the newest release's default AMI; a release
+    # the job names explicitly wins over both.
+    if settings.image and request.image_release is None:
+        selector = settings.image
+    else:
+        selector = request.image or settings.image
     if not selector:
         raise ProviderSettingsError(
             "image: no image selector in the launch request or the aws settings",

@@ -26,6 +26,9 @@ from gpulayer_aws.terminate import terminate_in_region
 class AwsProvider:
     """Amazon EC2. Settings: see :class:`gpulayer_aws.settings.AwsSettings`."""
 
+    settings_model = AwsSettings
+    """What providers.yaml's section for this provider is validated into."""
+
     name = PROVIDER
 
     def __init__(self, settings: AwsSettings | Mapping[str, Any] | None = None) -> None:

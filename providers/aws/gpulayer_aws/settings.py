@@ -18,9 +18,10 @@ _REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
 
 
 class AwsSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     regions: Annotated[list[str], Field(min_length=1)] = ["us-east-1"]
+    """Regions whose offers are listed and launched in, e.g. [us-east-1, eu-west-1]."""
     profile: str | None = None
     """A profile of the shared AWS config files; None uses boto3's default chain."""
     endpoint_url: str | None = None
@@ -46,8 +47,11 @@ class AwsSettings(BaseModel):
     catalog_ttl_seconds: Annotated[float, Field(ge=0)] = 86_400
     """How long instance types, zones and on-demand prices are reused."""
     spot_price_ttl_seconds: Annotated[float, Field(ge=0)] = 900
+    """How long spot prices are reused (they move faster than on-demand ones)."""
     image: dict[str, Any] = Field(default_factory=dict)
-    """Image selector used when a launch request brings none (see images.py)."""
+    """The image instances boot: {ami_id: ...}, {ami_ids: {region: ami}}, or {owners: [...],
+    name: pattern} for the newest match; may add ssh_user. Set, it wins over the newest image
+    release's AMI (a release the job names wins over it); empty: that release's."""
     ssh_user: str = "ubuntu"
     """Login user when the image selector names none."""
     python: PythonSetting = None
@@ -57,7 +61,9 @@ class AwsSettings(BaseModel):
     """Where workers are installed on instances, one directory per job below it (e.g. a
     larger data disk); None: the orchestrator's default, /var/tmp/gpulayer."""
     poll_seconds: Annotated[float, Field(gt=0)] = 5
+    """How often launch and terminate poll an instance's state."""
     terminate_timeout_seconds: Annotated[float, Field(gt=0)] = 600
+    """How long teardown waits for EC2 to confirm an instance is terminated."""
     max_attempts: Annotated[int, Field(ge=1, le=20)] = 4
     """Tries per API call on throttling and transient errors (botocore standard retries)."""
 

@@ -12,7 +12,7 @@ import datetime as dt
 import logging
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -42,6 +42,9 @@ _STOP_GRACE_SECONDS = 10.0
 
 class SshHostsProvider:
     """Existing hosts over SSH. Settings: see :class:`gpulayer_ssh.settings.SshProviderSettings`."""
+
+    settings_model = SshProviderSettings
+    """What providers.yaml's section for this provider is validated into."""
 
     name = PROVIDER
 
@@ -96,7 +99,9 @@ class SshHostsProvider:
             )
         fresh = held is wanted
         try:
-            with self._session(host, wait=self.settings.launch_wait_seconds) as session:
+            with self._session(
+                host, wait=self.settings.launch_wait_seconds, progress=request.progress
+            ) as session:
                 _checked(session, command, f"cannot authorize the request's key on {host.name}")
         except BaseException:
             if fresh:
@@ -200,8 +205,14 @@ class SshHostsProvider:
                 host.name, host.region, f"cannot read the hardware of {host.name}: {exc}"
             ) from exc
 
-    def _session(self, host: SshHost | Mapping[str, Any], *, wait: float = 0) -> _HostSession:
-        return _HostSession(self, host, wait=wait)
+    def _session(
+        self,
+        host: SshHost | Mapping[str, Any],
+        *,
+        wait: float = 0,
+        progress: Callable[[str], None] | None = None,
+    ) -> _HostSession:
+        return _HostSession(self, host, wait=wait, progress=progress)
 
     def _claim_for(self, host: SshHost, request: LaunchRequest) -> Claim:
         tags = {**request.tags, INSTALL_ROOT_TAG: host.install_root, PYTHON_TAG: host.python}
@@ -275,10 +286,16 @@ class _HostSession:
     """A connected session to a host for one step; SSH failures become provider errors."""
 
     def __init__(
-        self, provider: SshHostsProvider, host: SshHost | Mapping[str, Any], *, wait: float = 0
+        self,
+        provider: SshHostsProvider,
+        host: SshHost | Mapping[str, Any],
+        *,
+        wait: float = 0,
+        progress: Callable[[str], None] | None = None,
     ) -> None:
         self._provider = provider
         self._wait = wait
+        self._progress = progress
         if isinstance(host, SshHost):
             host = {
                 "name": host.name,
@@ -318,6 +335,7 @@ class _HostSession:
                     host_keys=host_keys,
                     attempt_timeout=settings.connect_timeout_seconds,
                     retry_auth=False,
+                    on_progress=self._progress,
                 )
             else:
                 session = SshSession(target, host_keys=host_keys)

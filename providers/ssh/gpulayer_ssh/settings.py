@@ -36,19 +36,30 @@ def default_state_dir() -> Path:
 class HostHardware(BaseModel):
     """A host described by hand instead of probed (hosts where probing is unwanted)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     cpu_cores: Annotated[float, Field(gt=0)]
+    """CPU cores jobs may use."""
     memory_gb: Annotated[float, Field(gt=0)] | None = None
+    """RAM in GB; None: unknown (jobs asking for memory do not fit)."""
     disk_gb: Annotated[float, Field(gt=0)] | None = None
+    """Free disk in GB; None: unknown."""
     cpu_arch: str = "x86_64"
+    """x86_64 or aarch64 (amd64 and arm64 are read as those)."""
     os: str = "linux"
+    """linux, darwin or windows."""
     accelerator: Accelerator = "cpu"
+    """cpu, cuda, mps or rocm."""
     gpu_name: str | None = None
+    """The GPU model as the driver names it, e.g. NVIDIA A100-SXM4-80GB."""
     gpu_count: Annotated[int, Field(ge=0)] = 0
+    """GPUs on the host; at least 1 unless the accelerator is cpu."""
     gpu_memory_gb: Annotated[float, Field(gt=0)] | None = None
+    """Memory per GPU in GB."""
     gpu_memory_kind: MemoryKind | None = None
+    """dedicated (a discrete GPU) or unified (shared with the CPU)."""
     cuda_compute_capability: str | None = None
+    """major.minor, e.g. 8.0, for cuda hosts."""
 
     @model_validator(mode="after")
     def _gpus(self) -> HostHardware:
@@ -70,23 +81,30 @@ class HostHardware(BaseModel):
 
 
 class SshHost(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     name: str
     """Names the host in offers and is the instance id; unique among the hosts."""
     address: str
+    """Host name or IP address gpulayer connects to."""
     port: Annotated[int, Field(ge=1, le=65535)] = 22
+    """sshd's port."""
     user: str = "root"
+    """Login user."""
     key_path: Path
     """The private key gpulayer logs in with to probe, hand out and clean up the host."""
     labels: dict[str, str] = Field(default_factory=dict)
+    """Labels of the worker started on the host (jobs can pin to them)."""
     hourly_price: Annotated[float, Field(ge=0)] | None = None
     """None: no price, so jobs with a cost cap do not use the host."""
     currency: str = "USD"
+    """ISO 4217 currency of hourly_price."""
     region: str = "on-prem"
+    """Region the host's offers carry (jobs can restrict to it)."""
     host_key: str | None = None
     """The host's public key line; None trusts the first key seen and pins it."""
     python: str = "python3"
+    """The python the worker bootstrap runs on the host."""
     install_root: str = "/var/tmp/gpulayer"
     """Each job installs into ``install_root/<job id>``; only that directory is removed."""
     authorized_keys: str = "~/.ssh/authorized_keys"
@@ -154,17 +172,20 @@ class SshHost(BaseModel):
 
 
 class SshProviderSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     hosts: Annotated[list[SshHost], Field(min_length=1)]
+    """The machines this provider hands out, one job at a time each."""
     state_dir: Path | None = None
     """Claims, probe results and recorded host keys; None: $GPULAYER_HOME/ssh-provider."""
     probe_ttl_seconds: Annotated[float, Field(ge=0)] = 600
     """How long a host's probed hardware is reused."""
     connect_timeout_seconds: Annotated[float, Field(gt=0)] = 10
+    """How long one SSH connection attempt may take."""
     launch_wait_seconds: Annotated[float, Field(ge=0)] = 120
     """How long launch waits for a host's SSH to answer (a host that is rebooting)."""
     probe_timeout_seconds: Annotated[float, Field(gt=0)] = 30
+    """How long probing a host's hardware over SSH may take."""
 
     @model_validator(mode="after")
     def _unique_names(self) -> SshProviderSettings:

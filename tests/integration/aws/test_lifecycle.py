@@ -182,19 +182,29 @@ def test_image_selection(moto: Moto, settings: dict[str, Any], make_request: Mak
     ec2 = moto.ec2()
     ubuntu = ec2.describe_images(Owners=["099720109477"])["Images"]
     newest = max(ubuntu, key=lambda i: (i["CreationDate"], i["Name"], i["ImageId"]))
+    # A release the job names explicitly brings its own image.
     by_name = provider.launch(
-        offer, make_request("req-name", image={**settings["image"], "ssh_user": "admin"})
+        offer,
+        make_request(
+            "req-name", image={**settings["image"], "ssh_user": "admin"}, image_release="r1"
+        ),
     )
     raw = ec2.describe_instances(InstanceIds=[by_name.id])["Reservations"][0]["Instances"][0]
     assert raw["ImageId"] == newest["ImageId"]
     assert by_name.ssh_user == "admin"
 
     other = next(i for i in ubuntu if i["ImageId"] != newest["ImageId"])
-    by_id = provider.launch(
-        offer, make_request("req-id", image={"ami_ids": {"us-east-1": other["ImageId"]}})
-    )
+    pinned = {"ami_ids": {"us-east-1": other["ImageId"]}}
+    by_id = provider.launch(offer, make_request("req-id", image=pinned, image_release="r1"))
     raw = ec2.describe_instances(InstanceIds=[by_id.id])["Reservations"][0]["Instances"][0]
     assert raw["ImageId"] == other["ImageId"]
+
+    # The provider's image setting wins over the newest release's default (no release named).
+    configured = AwsProvider({**settings, "image": pinned})
+    by_setting = configured.launch(offer, make_request("req-set", image=settings["image"]))
+    raw = ec2.describe_instances(InstanceIds=[by_setting.id])["Reservations"][0]["Instances"][0]
+    assert raw["ImageId"] == other["ImageId"] != newest["ImageId"]
+    configured.terminate([by_setting.id])
 
     with pytest.raises(ImageNotFoundError, match="no AMI matches"):
         provider.launch(

@@ -190,6 +190,26 @@ def test_hardware_described_by_hand_is_offered_without_probing(tmp_path: Path) -
     assert offer.cuda_compute_capability == "8.9"
 
 
+def test_an_unreachable_host_described_by_hand_reports_its_wait(tmp_path: Path) -> None:
+    entry = {
+        "name": "far-box",
+        "address": "127.0.0.1",
+        "port": 9,  # nothing listens
+        "key_path": str(generate_keypair(tmp_path / "login", "far").private_path),
+        "hardware": {"cpu_cores": 8},
+    }
+    provider = make_provider(tmp_path, [entry], launch_wait_seconds=6)
+    offer = offer_of(provider, "far-box")
+    request, _ = request_for(tmp_path, "r-far")
+    heard: list[str] = []
+    request = request.model_copy(update={"progress": heard.append})
+    with pytest.raises(HostUnreachable):
+        provider.launch(offer, request)
+    assert heard, "a wait of 6 s said nothing"
+    assert re.match(r"^waiting for SSH on \S+127\.0\.0\.1:9: attempt \d+, 5 s of 6 s", heard[0])
+    assert provider.describe(["far-box"]) == []
+
+
 def test_launch_claims_the_host_and_lets_the_request_key_in(
     ssh_host: SshdHost, tmp_path: Path
 ) -> None:

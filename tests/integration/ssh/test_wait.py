@@ -39,6 +39,34 @@ def test_gives_up_on_a_host_that_never_starts(ssh_hosts, host_keys: JsonHostKeyS
     assert "1.5s" in str(error)
 
 
+def test_a_long_wait_reports_progress(ssh_hosts, host_keys: JsonHostKeyStore) -> None:
+    import re
+
+    (host,) = ssh_hosts(1, start=False)
+    heard: list[str] = []
+    with pytest.raises(SshUnreachable):
+        wait_for_ssh(
+            host.target(),
+            2.0,
+            host_keys=host_keys,
+            attempt_timeout=0.5,
+            on_progress=heard.append,
+            progress_seconds=0.4,
+        )
+    assert len(heard) >= 3, heard
+    pattern = re.compile(r"^waiting for SSH on \S+: attempt (\d+), (\d+) s of 2 s; last: .+$")
+    matches = [pattern.match(line) for line in heard]
+    assert all(matches), heard
+    attempts = [int(m.group(1)) for m in matches if m]
+    assert attempts == sorted(attempts) and attempts[-1] >= 2
+    assert host.address in heard[-1]
+    count = len(heard)
+    host.start()
+    with wait_for_ssh(host.target(), 30, host_keys=host_keys, on_progress=heard.append):
+        pass
+    assert len(heard) == count  # quick success, and no report after the wait ended
+
+
 def test_a_changed_host_key_is_not_retried(ssh_hosts, host_keys: JsonHostKeyStore) -> None:
     host, other = ssh_hosts(2)
     with pytest.raises(HostKeyMismatch):

@@ -1,0 +1,38 @@
+"""The orchestrator's own settings: the ``gpulayer:`` section of providers.yaml."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
+
+
+class OrchestratorSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    ssh_cidr: str | None = None
+    """Who may reach SSH on rented instances (a CIDR such as 203.0.113.7/32); None: this
+    controller's public address as an echo service sees it, else its primary local one."""
+    deadman_seconds: Annotated[float, Strict(), Field(gt=0)] = 600
+    """How long a rented machine's worker goes without reaching the control plane before it
+    ends its job and acts (powers its instance off, or stops on ssh hosts)."""
+    deadman_action: str | None = None
+    """What a worker does when the dead-man switch fires: poweroff, stop, or record:PATH (a
+    file written instead, for tests); None: poweroff on cloud instances, stop on ssh hosts.
+    GPULAYER_DEADMAN_ACTION overrides it."""
+
+    @field_validator("ssh_cidr")
+    @classmethod
+    def _cidr(cls, value: str | None) -> str | None:
+        from gpulayer.cloud.network import normalized_cidr
+
+        return None if value is None else normalized_cidr(value)
+
+    @field_validator("deadman_action")
+    @classmethod
+    def _action(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if value in ("poweroff", "stop") or (value.startswith("record:") and len(value) > 7):
+            return value
+        raise ValueError(f"{value!r}: expected poweroff, stop or record:PATH")

@@ -1,0 +1,245 @@
+"""The published JSON Schema (Draft 2020-12) of the JobSpec.
+
+pydantic's schema carries types, bounds, enums and required fields; the validators' rules are
+added here wherever JSON Schema can say them (patterns, reserved names, the program that may
+not be empty, rules that depend on the accelerator or the workload kind, with the defaults they
+imply), so that an editor rejects what ``gpulayer validate`` rejects. What only the validator
+knows is listed, with the reason, in tests/unit/test_spec_schema.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpulayer.spec.currency import ISO_4217_CODES
+from gpulayer.spec.models import (
+    _CAPABILITY_RE,
+    _ENTRYPOINT_RE,
+    _ENV_NAME_RE,
+    _FRAMEWORK_KEY_RE,
+    _NAME_RE,
+    CPU_ARCH_ALIASES,
+    OS_NAMES,
+    RESERVED_ENV_PREFIXES,
+    TORCHRUN_ENV_NAMES,
+    JobSpec,
+)
+from gpulayer.spec.profiles import PROFILES
+
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+Schema = dict[str, Any]
+
+ENV_NAME: Schema = {
+    "type": "string",
+    "pattern": _ENV_NAME_RE.pattern,
+    "not": {
+        "anyOf": [
+            {"enum": sorted(TORCHRUN_ENV_NAMES)},
+            *({"pattern": f"^{prefix}"} for prefix in RESERVED_ENV_PREFIXES),
+        ]
+    },
+}
+
+# What _check_relative_path refuses: empty or ".", NUL, absolute (POSIX, Windows root, UNC,
+# drive letters) and any ".." part, with either separator.
+RELATIVE_PATH: Schema = {
+    "type": "string",
+    "allOf": [
+        {"not": {"pattern": r"^\s*\.?\s*$"}},
+        {"not": {"pattern": "\u0000"}},
+        {"not": {"pattern": r"^[/\\]"}},
+        {"not": {"pattern": r"^[A-Za-z]:"}},
+        {"not": {"pattern": r"(^|[/\\])\.\.([/\\]|$)"}},
+    ],
+}
+
+
+def _case_insensitive(words: list[str]) -> str:
+    """``^(?:[Ll][Ii]...)$``: ECMA-262 patterns have no case-insensitive flag."""
+    spelled = (
+        "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else _escape(c) for c in word)
+        for word in sorted(words)
+    )
+    return f"^(?:{'|'.join(spelled)})$"
+
+
+def _escape(char: str) -> str:
+    return f"\\{char}" if char in r".^$*+?()[]{}|\/-" else char
+
+
+def _set(field: str, value: Schema) -> Schema:
+    """The field is present and matches ``value`` (an explicit null counts as absent where
+    the value schema excludes null)."""
+    return {"required": [field], "properties": {field: value}}
+
+
+def _accelerators(wanted: set[str]) -> Schema:
+    """The resources' accelerator, written or implied by the profile, is one of ``wanted``."""
+    profiles = sorted(name for name, p in PROFILES.items() if p.accelerator in wanted)
+    options: list[Schema] = [_set("accelerator", {"enum": sorted(wanted)})]
+    if profiles:
+        options.append(
+            {**_set("profile", {"enum": profiles}), "not": {"required": ["accelerator"]}}
+        )
+    if "cpu" in wanted:  # cpu is the default when neither names an accelerator
+        options.append(
+            {
+                "not": {
+                    "anyOf": [
+                        {"required": ["accelerator"]},
+                        _set("profile", {"type": "string"}),
+                    ]
+                }
+            }
+        )
+    return {"anyOf": options}
+
+
+def _value(holder: Schema, field: str) -> Schema:
+    """The non-null branch of a property's schema (pydantic writes X | None as anyOf)."""
+    prop: Schema = holder["properties"][field]
+    for branch in prop.get("anyOf", []):
+        if branch.get("type") != "null":
+            return dict(branch)
+    return prop
+
+
+def _refine(holder: Schema, field: str, extra: Schema) -> None:
+    prop = holder["properties"][field]
+    branches = prop.get("anyOf")
+    if branches:
+        for branch in branches:
+            if branch.get("type") != "null" and "$ref" not in branch:
+                branch.update(extra)
+    else:
+        prop.update(extra)
+
+
+def _add_rules(holder: Schema, *rules: Schema) -> None:
+    holder.setdefault("allOf", []).extend(rules)
+
+
+def _job(document: Schema) -> None:
+    _refine(document, "name", {"pattern": _NAME_RE.pattern})
+    document["properties"]["env"]["propertyNames"] = ENV_NAME
+    distributed = _set("workload", _set("kind", {"const": "distributed"}))
+    cuda = _accelerators({"cuda"})
+    _add_rules(
+        document,
+        {
+            "if": distributed,
+            "then": {"properties": {"retry": {"properties": {"max_attempts": {"const": 1}}}}},
+        },
+        {
+            "if": {
+                "allOf": [
+                    distributed,
+                    _set("workload", _set("comm_backend", {"const": "nccl"})),
+                ]
+            },
+            "then": {"required": ["resources"], "properties": {"resources": cuda}},
+        },
+        {
+            "if": {"allOf": [distributed, _set("resources", cuda)]},
+            "then": {
+                "properties": {"workload": {"properties": {"comm_backend": {"default": "nccl"}}}}
+            },
+            "else": {
+                "properties": {"workload": {"properties": {"comm_backend": {"default": "gloo"}}}}
+            },
+        },
+    )
+
+
+def _workloads(defs: Schema) -> None:
+    command = defs["CommandWorkload"]
+    command["properties"]["command"]["prefixItems"] = [{"type": "string", "minLength": 1}]
+    _refine(defs["FunctionWorkload"], "entrypoint", {"pattern": _ENTRYPOINT_RE.pattern})
+    distributed = defs["DistributedWorkload"]
+    _refine(distributed, "function", {"pattern": _ENTRYPOINT_RE.pattern})
+    _refine(distributed, "entrypoint", RELATIVE_PATH)
+    script = _set("entrypoint", {"type": "string"})
+    function = _set("function", {"type": "string"})
+    _add_rules(
+        distributed,
+        {"oneOf": [script, function]},
+        {
+            "if": script,
+            "then": {
+                "properties": {
+                    "function_args": {"maxItems": 0},
+                    "function_kwargs": {"maxProperties": 0},
+                }
+            },
+        },
+        {"if": function, "then": {"properties": {"args": {"maxItems": 0}}}},
+    )
+
+
+def _resources(resources: Schema) -> None:
+    props = resources["properties"]
+    _refine(resources, "min_cuda_compute_capability", {"pattern": _CAPABILITY_RE.pattern})
+    props["os"]["items"]["pattern"] = _case_insensitive(sorted(OS_NAMES))
+    props["cpu_arch"]["items"]["pattern"] = _case_insensitive(sorted(CPU_ARCH_ALIASES))
+    props["frameworks"]["propertyNames"] = {"pattern": _FRAMEWORK_KEY_RE.pattern}
+    profile_rules = [
+        {
+            "if": _set("profile", {"const": name}),
+            "then": {"properties": {"accelerator": {"const": profile.accelerator}}},
+        }
+        for name, profile in PROFILES.items()
+    ]
+    no_gpu = {"enum": [None]}
+    _add_rules(
+        resources,
+        *profile_rules,
+        {
+            "if": _accelerators({"cpu"}),
+            "then": {
+                "properties": {
+                    "gpu_count": {"enum": [0, None], "default": 0},
+                    "gpu_memory_gb": no_gpu,
+                    "gpu_memory_kind": no_gpu,
+                }
+            },
+            "else": {"properties": {"gpu_count": {"not": {"const": 0}, "default": 1}}},
+        },
+        {
+            "if": {"not": _accelerators({"cuda"})},
+            "then": {"properties": {"min_cuda_compute_capability": no_gpu}},
+        },
+    )
+
+
+def _placement(placement: Schema) -> None:
+    props = placement["properties"]
+    props["fallback_targets"]["uniqueItems"] = True
+    props["currency"]["enum"] = sorted(ISO_4217_CODES)
+    default = props["target"].get("default")
+    rules = []
+    for target in props["target"]["enum"]:
+        chosen: Schema = {"properties": {"target": {"const": target}}}
+        if target != default:
+            chosen["required"] = ["target"]  # an absent target is the default one only
+        rules.append(
+            {
+                "if": chosen,
+                "then": {
+                    "properties": {"fallback_targets": {"not": {"contains": {"const": target}}}}
+                },
+            }
+        )
+    _add_rules(placement, *rules)
+
+
+def jobspec_schema() -> Schema:
+    document: Schema = JobSpec.model_json_schema()
+    defs = document["$defs"]
+    _job(document)
+    _workloads(defs)
+    _resources(defs["ResourceRequest"])
+    _placement(defs["PlacementPolicy"])
+    defs["SecretRef"]["properties"]["name"].update(ENV_NAME)
+    defs["InputRef"]["properties"]["path"].update(RELATIVE_PATH)
+    return {"$schema": DIALECT, **document}

@@ -1,0 +1,125 @@
+"""Tables on an 80-column terminal keep ids and prices whole; amounts keep their digits."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpulayer.cli import render
+from gpulayer.cli.numbers import amount_text
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (21.96, "21.96"),
+        (3.0, "3.00"),
+        (0.5264, "0.5264"),
+        (1.23456, "1.2346"),
+        (1e-05, "0.00001"),
+        (0.00001234567, "0.0000123"),
+        (0.001234, "0.00123"),
+        (0.0, "0"),
+        (None, "-"),
+    ],
+)
+def test_amounts_keep_significant_digits(value: float | None, text: str) -> None:
+    assert amount_text(value) == text
+
+
+def test_an_amount_under_a_cent_is_never_zero() -> None:
+    for exponent in range(3, 12):
+        value = 1.5 * 10**-exponent
+        assert float(amount_text(value)) == pytest.approx(value, rel=0.05)
+
+
+@pytest.fixture
+def narrow(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+
+
+def _lines(captured: str) -> list[str]:
+    lines = captured.splitlines()
+    assert lines and all(len(line) <= 80 for line in lines), captured
+    return lines
+
+
+@pytest.mark.usefixtures("narrow")
+def test_offers_keep_types_and_prices_whole(capsys: pytest.CaptureFixture[str]) -> None:
+    from gpulayer.cli.offers_view import offers_table
+
+    def row(instance_type: str, price: float, zone: str) -> dict[str, object]:
+        return {
+            "provider": "aws",
+            "enabled": True,
+            "region": "ap-southeast-2",
+            "zone": zone,
+            "instance_type": instance_type,
+            "gpu_count": 8,
+            "gpu_name": "A100",
+            "gpu_memory_gb": 80,
+            "cpu_cores": 96,
+            "memory_gb": 1152,
+            "hourly_price": price,
+            "currency": "USD",
+            "spot": True,
+        }
+
+    listing = {
+        "offers": [
+            row("p4d.24xlarge", 21.957642, "ap-southeast-2a"),
+            row("p5e.48xlarge", 1e-05, "ap-southeast-2b"),
+        ],
+        "total": 2,
+    }
+    offers_table(listing)
+    out = "\n".join(_lines(capsys.readouterr().out))
+    for expected in ("p4d.24xlarge", "p5e.48xlarge", "21.957642", "0.00001"):
+        assert expected in out
+    assert "…" not in out and "0.0000 " not in out
+
+
+@pytest.mark.usefixtures("narrow")
+def test_jobs_keep_ids_whole(capsys: pytest.CaptureFixture[str]) -> None:
+    jobs = [
+        {
+            "id": f"j-q2cxv7hz3k9{i}",
+            "name": "a-very-long-job-name-for-finetuning-a-large-model",
+            "state": "provisioning",
+            "reason": "unschedulable",
+            "target": "cloud",
+            "exit_code": None,
+            "created_at": "2026-12-01T09:00:00.123+00:00",
+        }
+        for i in range(3)
+    ]
+    render.jobs_table(jobs)
+    out = "\n".join(_lines(capsys.readouterr().out))
+    for job in jobs:
+        assert job["id"] in out
+    assert "provisioning" in out and "2026-12-01 09:00:00" in out
+
+
+@pytest.mark.usefixtures("narrow")
+def test_cost_keeps_ids_and_amounts_whole(capsys: pytest.CaptureFixture[str]) -> None:
+    ledger = {
+        "instances": [
+            {
+                "job_id": "j-q2cxv7hz3k9a",
+                "provider": "aws",
+                "instance_id": "i-0123456789abcdef0",
+                "request_id": "r-0123456789ab",
+                "state": "terminated",
+                "hourly_price": 32.7726,
+                "launched_at": "2026-12-01T09:00:00",
+                "ended_at": "2026-12-01T10:00:00",
+                "cost": 0.000012,
+                "currency": "USD",
+            }
+        ],
+        "total": {"USD": 0.000012},
+    }
+    render.cost_table(ledger)
+    out = "\n".join(_lines(capsys.readouterr().out))
+    for expected in ("j-q2cxv7hz3k9a", "i-0123456789abcdef0", "32.7726", "0.000012 USD"):
+        assert expected in out
+    assert "total: 0.000012 USD" in out
