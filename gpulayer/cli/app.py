@@ -15,6 +15,7 @@ from gpulayer.cli import (
     schedule_commands,
     server_commands,
     spec_commands,
+    ui_commands,
 )
 from gpulayer.errors import GpulayerError, SpecError
 
@@ -33,6 +34,7 @@ server_commands.register(app)
 cloud_commands.register(app)
 instance_commands.register(app)
 spec_commands.register(app)
+ui_commands.register(app)
 schedule_commands.register(app)
 cleanup_commands.register(app)
 config_commands.register(app)

@@ -380,6 +380,10 @@ def create_app(
 
     if extra_routes is not None:
         extra_routes(app, auth)
+
+    from gpulayer.control.ui import mount_ui
+
+    mount_ui(app, service, authenticate)
     return app
 
 

@@ -17,7 +17,7 @@ from sqlalchemy import (
     Text,
 )
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 metadata = MetaData()
 
@@ -51,6 +51,8 @@ jobs = Table(
 )
 Index("ix_jobs_state_created", jobs.c.state, jobs.c.created_at)
 Index("ix_jobs_created", jobs.c.created_at)
+# Added in schema 5: covers the dashboard's page order, so a deep page skips rows in the index.
+Index("ix_jobs_created_id", jobs.c.created_at, jobs.c.id)
 
 workers = Table(
     "workers",
@@ -256,3 +258,26 @@ reservations = Table(
 )
 Index("ix_reservations_job", reservations.c.job_id, reservations.c.state)
 Index("ix_reservations_worker", reservations.c.worker_id)
+
+# The web dashboard's sessions, by the SHA-256 of the cookie (never the cookie itself), each
+# with its CSRF token and expiry; and one-time login links, used at most once.
+ui_sessions = Table(
+    "ui_sessions",
+    metadata,
+    Column("id_hash", String(64), primary_key=True),
+    Column("csrf", String(64), nullable=False),
+    Column("token_id", String(16)),
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("ended_at", Float),
+)
+
+ui_login_links = Table(
+    "ui_login_links",
+    metadata,
+    Column("code_hash", String(64), primary_key=True),
+    Column("token_id", String(16)),
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("used_at", Float),
+)

@@ -64,7 +64,7 @@ def test_upgrade_keeps_existing_rows_and_adds_new_tables_and_columns(tmp_path: P
     database = tmp_path / "state.db"
     make_schema_2_database(database)
     store = Store(f"sqlite:///{database}")
-    assert store.schema_version() == tables.SCHEMA_VERSION == 6
+    assert store.schema_version() == tables.SCHEMA_VERSION == 7
     assert store.get_job("j-old").name == "old"
     # Schema 6: a gang's nodes share one attempt number, so the old unique index is gone.
     store.upsert_worker(worker_id="w-a", name="a", kind="remote", labels={}, capabilities={})
@@ -126,7 +126,7 @@ def test_upgrade_from_3_adds_the_lifecycle_columns_and_tables(tmp_path: Path) ->
     database = tmp_path / "state.db"
     make_schema_3_database(database)
     store = Store(f"sqlite:///{database}")
-    assert store.schema_version() == 6
+    assert store.schema_version() == 7
     (old,) = store.list_instances()
     assert (old.request_id, old.state, old.offer, old.tunnel_port) == (
         "r-old",
