@@ -110,6 +110,27 @@ def test_cloud_phases_have_durations_and_mark_the_open_one() -> None:
     ]
 
 
+def test_cloud_phases_follow_the_transition_history_where_there_is_one() -> None:
+    from gpulayer.control.store import TransitionRecord
+
+    history = [
+        TransitionRecord("r-1", None, "requested", "", 100.0),
+        TransitionRecord("r-1", "requested", "launching", "", 101.0),
+        TransitionRecord("r-1", "launching", "booting", "", 130.0),
+        TransitionRecord("r-1", "booting", "bootstrapping", "", 140.0),
+        TransitionRecord("r-1", "bootstrapping", "ready", "", 170.0),
+        TransitionRecord("r-1", "ready", "in_use", "", 171.0),
+    ]
+    phases = cloud_phases(_instance(ended_at=None, state="in_use"), 200.0, history)
+    assert [(p["phase"], p["seconds"], p["open"]) for p in phases] == [
+        ("provision", 30.0, False),
+        ("ssh", 10.0, False),
+        ("bootstrap", 30.0, False),
+        ("dispatch", 1.0, False),
+        ("run", 29.0, True),
+    ]
+
+
 def test_job_filters_parse_and_name_a_bad_field() -> None:
     filters = parse_job_filters(
         {"state": "running", "label": "team=vision, env=prod", "schedule": "nightly", "page": "2"}

@@ -115,7 +115,12 @@ def job_context(service: ControlService, job_ref: str) -> dict[str, Any]:
         "spec_text": json.dumps(job.spec, indent=2, sort_keys=True),
         "timeline": timeline_svg(job_segments(job, attempts, instances, now)),
         "instances": [
-            {"record": i, "phases": cloud_phases(i, now), "cost": i.cost(now)} for i in instances
+            {
+                "record": i,
+                "phases": cloud_phases(i, now, store.instance_history(i.request_id)),
+                "cost": i.cost(now),
+            }
+            for i in instances
         ],
         "cost": _costs(instances, now).get(job_id, {}),
         "artifacts": store.list_artifacts(job_id) if job.terminal else [],

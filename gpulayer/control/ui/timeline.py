@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from gpulayer.cloud.lifecycle.phases import Transition
+from gpulayer.cloud.lifecycle.phases import phases as history_phases
 from gpulayer.control.store import AttemptRecord, InstanceRecord, JobRecord
 
 
@@ -43,8 +45,21 @@ def job_segments(
     return sorted(segments, key=lambda s: (s[1], s[2]))
 
 
-def cloud_phases(instance: InstanceRecord, now: float) -> list[dict[str, Any]]:
-    """An instance's phases with their durations: requested, booting, in use."""
+def cloud_phases(
+    instance: InstanceRecord, now: float, history: Sequence[Transition] = ()
+) -> list[dict[str, Any]]:
+    """An instance's phases with their durations: from its transition history (provision,
+    ssh, bootstrap, dispatch, run, teardown) where it has one, else from its ledger times."""
+    if history:
+        return [
+            {
+                "phase": phase.name,
+                "start": phase.started_at,
+                "seconds": phase.seconds(now),
+                "open": phase.ended_at is None,
+            }
+            for phase in history_phases(history)
+        ]
     marks = [
         ("requested", instance.created_at, instance.launched_at),
         ("booting", instance.launched_at, instance.ready_at),
