@@ -105,14 +105,13 @@ class Instance(BaseModel):
     hourly_price: float | None = None
     currency: str = "USD"
     spot: bool = False
-    preempted: bool = False
-    """The provider reclaimed this (spot) instance: its attempt ends as ``preempted``."""
     tags: dict[str, str] = Field(default_factory=dict)
     launched_at: datetime | None = None
     reclaimed: bool = False
     """The instance ended (or is ending) without gpulayer asking: the provider took it back
-    (a spot reclaim) or someone ended it from outside. Providers record their own terminate
-    before the call, so they can tell the two apart."""
+    (a spot reclaim or preemption) or someone ended it from outside; its attempt ends as
+    ``preempted``. Providers record their own terminate before the call, so they can tell the
+    two apart."""
 
     @property
     def live(self) -> bool:

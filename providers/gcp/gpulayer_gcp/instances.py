@@ -144,5 +144,5 @@ def gone_instance(value: str, *, preempted: bool, ssh_user: str) -> Instance:
         state="terminated",
         ssh_user=ssh_user,
         spot=preempted,
-        preempted=preempted,
+        reclaimed=preempted,
     )

@@ -77,7 +77,7 @@ class GcpProvider:
             if raw is not None:
                 instance = self._instance(raw)
                 if instance.state == "stopping" and was_preempted(self._clients, zone, name):
-                    instance = instance.model_copy(update={"preempted": True})
+                    instance = instance.model_copy(update={"reclaimed": True})
                 found.append(instance)
             elif was_preempted(self._clients, zone, name):
                 # Spot instances are deleted on preemption: only the operation tells.

@@ -245,7 +245,7 @@ def test_a_preempted_spot_instance_is_reported_as_preempted(
     gcp.terminate([ours.id])
 
     described = {i.id: i for i in gcp.describe([spot.id, ours.id])}
-    assert described[spot.id].state == "terminated" and described[spot.id].preempted
+    assert described[spot.id].state == "terminated" and described[spot.id].reclaimed
     # One it ended itself is simply gone, not preempted.
     assert ours.id not in described
     assert gcp.describe([ours.id]) == []
