@@ -449,7 +449,15 @@ class Reconciler:
                 ended_at=time.time(),
             )
             self._gone(r)
-            self._note(r.job_id, f"{offer.label}: {exc}")
+            earlier = [
+                i
+                for i in self.store.list_instances(job_id=r.job_id)
+                if i.provider == offer.provider and (i.note or "").startswith("config: ")
+            ]
+            if len(earlier) >= planning.CONFIG_TRIES_PER_PROVIDER:
+                self._note(r.job_id, f"{offer.label}: {exc}; not trying {offer.provider} again")
+            else:
+                self._note(r.job_id, f"{offer.label}: {exc}; trying the next offer")
             return
         except Exception as exc:
             # It may or may not have created something: terminate looks it up by request tag.
