@@ -179,8 +179,10 @@ def instances_context(service: ControlService) -> dict[str, Any]:
     now = time.time()
     rows = []
     for instance in reversed(service.store.list_instances()):
-        marks = [instance.created_at, instance.launched_at, instance.ready_at, instance.ended_at]
-        since = max(m for m in marks if m is not None)
+        since = instance.state_since
+        if since is None:  # a record from before the lifecycle kept the time of each state
+            marks = [instance.created_at, instance.launched_at, instance.ready_at, instance.ended_at]
+            since = max(m for m in marks if m is not None)
         rows.append(
             {
                 "record": instance,
