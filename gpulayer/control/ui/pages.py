@@ -180,9 +180,9 @@ def instances_context(service: ControlService) -> dict[str, Any]:
     rows = []
     for instance in reversed(service.store.list_instances()):
         since = instance.state_since
-        if since is None:  # a record from before the lifecycle kept the time of each state
-            marks = [instance.created_at, instance.launched_at, instance.ready_at, instance.ended_at]
-            since = max(m for m in marks if m is not None)
+        if since is None:  # a record from before the lifecycle, which kept state_since
+            marks = (instance.launched_at, instance.ready_at, instance.ended_at)
+            since = max([instance.created_at, *(m for m in marks if m is not None)])
         rows.append(
             {
                 "record": instance,

@@ -49,17 +49,19 @@ def cloud_phases(
     instance: InstanceRecord, now: float, history: Sequence[Transition] = ()
 ) -> list[dict[str, Any]]:
     """An instance's phases with their durations: from its transition history (provision,
-    ssh, bootstrap, dispatch, run, teardown) where it has one, else from its ledger times."""
-    if history:
-        return [
-            {
-                "phase": phase.name,
-                "start": phase.started_at,
-                "seconds": phase.seconds(now),
-                "open": phase.ended_at is None,
-            }
-            for phase in history_phases(history)
-        ]
+    ssh, bootstrap, dispatch, run, teardown) where it tells them, else from its ledger
+    times."""
+    from_history = [
+        {
+            "phase": phase.name,
+            "start": phase.started_at,
+            "seconds": phase.seconds(now),
+            "open": phase.ended_at is None,
+        }
+        for phase in history_phases(history)
+    ]
+    if from_history:
+        return from_history
     marks = [
         ("requested", instance.created_at, instance.launched_at),
         ("booting", instance.launched_at, instance.ready_at),
