@@ -182,7 +182,9 @@ def held(gce: ComputeServer) -> dict[str, list[str]]:
 def wait_for_teardown(job_id: str, gce: ComputeServer) -> list[dict[str, Any]]:
     # The job's end is reported at once; teardown follows in the control plane.
     wait_until(
-        lambda: all(i["state"] == "terminated" for i in ledger(job_id)["instances"]),
+        lambda: all(
+            i["state"] in ("terminated", "never_launched") for i in ledger(job_id)["instances"]
+        ),
         what="teardown",
     )
     wait_until(lambda: not gce.hosts(), what="the instance's host to go")
@@ -269,10 +271,10 @@ def test_an_exhausted_first_zone_moves_to_the_next(
 
     instances = wait_for_teardown(job["id"], gcp_lab)
     assert [(i["zone"], i["state"]) for i in instances] == [
-        ("us-central1-a", "terminated"),
+        ("us-central1-a", "never_launched"),  # refused: nothing was created there
         ("us-central1-b", "terminated"),
     ]
-    # The failed launch's firewall rule went with it.
+    # The refused launch's firewall rule went with it.
     assert held(gcp_lab) == {"instances": [], "firewalls": []}
 
 
@@ -296,7 +298,8 @@ def test_a_quota_error_moves_to_the_next_region(
     assert zones == ["us-central1-a", "us-east4-a"]
     (boot,) = gcp_lab.booted
     assert boot.zone == "us-east4-a"
-    (_, second) = wait_for_teardown(job["id"], gcp_lab)
+    (first, second) = wait_for_teardown(job["id"], gcp_lab)
+    assert first["state"] == "never_launched" and second["state"] == "terminated"
     assert second["hourly_price"] == catalog_price("n1-standard-1", "us-east4")
     assert held(gcp_lab) == {"instances": [], "firewalls": []}
 
