@@ -47,14 +47,14 @@ def test_a_long_wait_reports_progress(ssh_hosts, host_keys: JsonHostKeyStore) ->
     with pytest.raises(SshUnreachable):
         wait_for_ssh(
             host.target(),
-            2.0,
+            3.0,
             host_keys=host_keys,
             attempt_timeout=0.5,
             on_progress=heard.append,
-            progress_seconds=0.4,
+            progress_seconds=0.3,
         )
     assert len(heard) >= 3, heard
-    pattern = re.compile(r"^waiting for SSH on \S+: attempt (\d+), (\d+) s of 2 s; last: .+$")
+    pattern = re.compile(r"^waiting for SSH on \S+: attempt (\d+), (\d+) s of 3 s; last: .+$")
     matches = [pattern.match(line) for line in heard]
     assert all(matches), heard
     attempts = [int(m.group(1)) for m in matches if m]
