@@ -26,3 +26,16 @@ def wait_until(check: Any, timeout: float = 90, what: str = "condition") -> Any:
             return value
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def wait_for_teardown(job_id: str, lab: Any) -> list[dict[str, Any]]:
+    """The job's instances once all are gone and the lab (anything with hosts()) holds none.
+    The job's end is reported at once; teardown follows in the control plane."""
+    wait_until(
+        lambda: all(
+            i["state"] in ("terminated", "never_launched") for i in ledger(job_id)["instances"]
+        ),
+        what="teardown",
+    )
+    wait_until(lambda: not lab.hosts(), what="the instance's host to go")
+    return list(ledger(job_id)["instances"])

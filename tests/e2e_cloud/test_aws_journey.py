@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e_cloud.journey import last_job, ledger, wait_until
+from tests.e2e_cloud.journey import last_job, ledger, wait_for_teardown
 from tests.integration.aws.conftest import Moto
 from tests.support.cli import run_cli
 from tests.support.moto_lab import (
@@ -195,18 +195,6 @@ def held_in_moto(ec2: Any) -> dict[str, list[str]]:
             if g["GroupName"] != "default"
         ],
     }
-
-
-def wait_for_teardown(job_id: str, emulator: CloudInit) -> list[dict[str, Any]]:
-    # The job's end is reported at once; teardown follows in the control plane.
-    wait_until(
-        lambda: all(
-            i["state"] in ("terminated", "never_launched") for i in ledger(job_id)["instances"]
-        ),
-        what="teardown",
-    )
-    wait_until(lambda: not emulator.hosts(), what="the instance's host to go")
-    return list(ledger(job_id)["instances"])
 
 
 def test_aws_job_runs_on_a_moto_instance_booted_as_a_lab_host(

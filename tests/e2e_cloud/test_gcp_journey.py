@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e_cloud.journey import last_job, ledger, wait_until
+from tests.e2e_cloud.journey import last_job, ledger, wait_for_teardown, wait_until
 from tests.e2e_cloud.test_aws_journey import (
     UBUNTU_AMIS,
     AwsLab,
@@ -177,18 +177,6 @@ def held(gce: ComputeServer) -> dict[str, list[str]]:
         "instances": sorted(name for _, name in gce.instances),
         "firewalls": sorted(gce.firewalls),
     }
-
-
-def wait_for_teardown(job_id: str, gce: ComputeServer) -> list[dict[str, Any]]:
-    # The job's end is reported at once; teardown follows in the control plane.
-    wait_until(
-        lambda: all(
-            i["state"] in ("terminated", "never_launched") for i in ledger(job_id)["instances"]
-        ),
-        what="teardown",
-    )
-    wait_until(lambda: not gce.hosts(), what="the instance's host to go")
-    return list(ledger(job_id)["instances"])
 
 
 def submit_gcp(*extra: str, command: tuple[str, ...] = ("python", "-c", PRINT_HOST)) -> Any:
