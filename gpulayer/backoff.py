@@ -1,0 +1,74 @@
+"""Named backoff policies. Every loop in gpulayer that waits and tries again takes one of these,
+so how it backs off is decided here, in one table, and tenacity does the waiting."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import tenacity
+
+
+@dataclass(frozen=True)
+class BackoffPolicy:
+    """Exponential waits from `initial` seconds, doubling up to `maximum`, with up to `jitter`
+    seconds added at random (so many clients that lost one server do not return in step), for
+    at most `give_up_after` seconds in all (None: until the caller's stop event is set)."""
+
+    name: str
+    initial: float
+    maximum: float
+    jitter: float = 0.0
+    give_up_after: float | None = None
+
+    def wait(self) -> tenacity.wait.wait_base:
+        exponential = tenacity.wait_exponential(
+            multiplier=self.initial, min=self.initial, max=self.maximum
+        )
+        if self.jitter <= 0:
+            return exponential
+        return exponential + tenacity.wait_random(0, self.jitter)
+
+    def retrying(
+        self,
+        *,
+        retry_on: tuple[type[BaseException], ...] = (Exception,),
+        stop_event: threading.Event | None = None,
+        give_up_after: float | None = None,
+        before_sleep: Callable[[tenacity.RetryCallState], None] | None = None,
+        sleep: Callable[[float], Any] | None = None,
+    ) -> tenacity.Retrying:
+        """A tenacity.Retrying under this policy. Exceptions outside `retry_on` pass at once;
+        when the time is up or `stop_event` is set, the last exception is raised. A stop event
+        also cuts a wait short, so a stopping caller never sleeps out a long backoff."""
+        stops: list[tenacity.stop.stop_base] = []
+        limit = give_up_after if give_up_after is not None else self.give_up_after
+        if limit is not None:
+            stops.append(tenacity.stop_after_delay(limit))
+        if stop_event is not None:
+            stops.append(tenacity.stop_when_event_set(stop_event))
+        stop: tenacity.stop.stop_base = tenacity.stop_never
+        for each in stops:
+            stop = each if stop is tenacity.stop_never else stop | each
+        pause: Callable[[float], Any] = sleep or tenacity.nap.sleep
+        if sleep is None and stop_event is not None:
+            pause = stop_event.wait
+        return tenacity.Retrying(
+            wait=self.wait(),
+            stop=stop,
+            retry=tenacity.retry_if_exception_type(retry_on),
+            before_sleep=before_sleep,
+            sleep=lambda seconds: pause(seconds),
+            reraise=True,
+        )
+
+
+# The table. A new loop picks one of these or adds a row here.
+WORKER_JOIN = BackoffPolicy("worker-join", initial=0.2, maximum=10.0, jitter=0.5)
+WORKER_REPORT = BackoffPolicy("worker-report", initial=0.2, maximum=10.0, jitter=0.2)
+WORKER_OUTPUTS = BackoffPolicy("worker-outputs", initial=0.5, maximum=10.0, give_up_after=300.0)
+WORKER_CLAIM = BackoffPolicy("worker-claim", initial=1.0, maximum=1.0)
+CONTROL_PLANE_START = BackoffPolicy("control-plane-start", initial=0.05, maximum=0.5)
+CLOUD_TEARDOWN_POLL = BackoffPolicy("cloud-teardown-poll", initial=2.0, maximum=15.0)
