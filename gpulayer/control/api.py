@@ -19,13 +19,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpulayer import __version__
 from gpulayer.control.auth import LOCAL_ADMIN, Principal
-from gpulayer.control.protocol import (
-    AttemptReport,
-    Heartbeat,
-    LogBatch,
-    Registration,
-    TokenRequest,
-)
 from gpulayer.control.service import ControlService
 from gpulayer.control.text_checks import repaired, unsafe_text
 from gpulayer.control.views import (
@@ -43,6 +36,13 @@ from gpulayer.errors import (
     SpecError,
     StaleAttemptError,
     UsageError,
+)
+from gpulayer.protocol.messages import (
+    AttemptReport,
+    Heartbeat,
+    LogBatch,
+    Registration,
+    TokenRequest,
 )
 
 log = logging.getLogger("gpulayer.api")
@@ -368,7 +368,7 @@ def create_app(
 
     @app.put("/v1/bundles", dependencies=auth, openapi_extra=_ARCHIVE_BODY)
     async def upload_bundle(request: Request) -> dict[str, Any]:
-        from gpulayer.worker.bundle import check_archive
+        from gpulayer.protocol.bundle import check_archive
 
         out = await _receive_file(service, request)
         try:

@@ -6,10 +6,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpulayer.control.client import ControlClient
 from gpulayer.control.paths import home
 from gpulayer.control.tokens import read_token
 from gpulayer.errors import UsageError
+from gpulayer.protocol.client import ControlClient
 
 # What the local control plane keeps of the environment of the `submit` that starts it: what
 # a process needs to run at all, gpulayer's own settings, and the cloud SDKs' credential chains

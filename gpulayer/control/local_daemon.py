@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpulayer.control.client import ControlClient
 from gpulayer.control.paths import HomeLayout
 from gpulayer.control.tokens import read_token
 from gpulayer.errors import ControlPlaneError, NotFoundError
+from gpulayer.protocol.client import ControlClient
 
 START_TIMEOUT_SECONDS = 20.0
 STOP_TIMEOUT_SECONDS = 30.0
@@ -90,7 +90,7 @@ def start(layout: HomeLayout) -> ControlClient:
     check_daemon_settings()
     log = layout.daemon_log.open("ab")
     daemon = subprocess.Popen(
-        [sys.executable, "-m", "gpulayer.control.daemon"],
+        [sys.executable, "-m", "gpulayer.embedded"],
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=log,
@@ -161,7 +161,7 @@ def _signal(pid: int) -> None:
 
 
 def _alive(pid: int) -> bool:
-    from gpulayer.worker.process import is_alive
+    from gpulayer.procs import is_alive
 
     return pid > 0 and is_alive(pid)
 

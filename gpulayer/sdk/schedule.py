@@ -11,8 +11,8 @@ import time
 from datetime import datetime
 from typing import Any
 
-from gpulayer.control.client import ControlClient
 from gpulayer.errors import GpulayerError, UsageError
+from gpulayer.protocol.client import ControlClient
 from gpulayer.schedules.model import Budget, Cron
 from gpulayer.sdk.job import Job
 

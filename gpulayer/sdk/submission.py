@@ -36,7 +36,7 @@ def source_fields(
 
 def _uploaded_bundle(connection: Connection, source: Path) -> tuple[str, str | None]:
     from gpulayer.control.paths import home
-    from gpulayer.worker.bundle import bundle_warning, create_bundle
+    from gpulayer.protocol.bundle import bundle_warning, create_bundle
 
     with tempfile.TemporaryDirectory(prefix="gpulayer-bundle-") as scratch:
         bundle = Path(scratch) / "source.tar.gz"

@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
-from gpulayer.control.protocol import Assignment, AttemptReport, HeartbeatReply, Registration
 from gpulayer.errors import ForbiddenError, StaleAttemptError, UsageError
+from gpulayer.protocol.messages import Assignment, AttemptReport, HeartbeatReply, Registration
 from gpulayer.worker.containment import Containment, reap_orphans
 from gpulayer.worker.distributed import NodePlace
 from gpulayer.worker.logship import LogShipper
