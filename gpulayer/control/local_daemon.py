@@ -84,7 +84,12 @@ def staleness(info: dict[str, Any]) -> Staleness:
     return found
 
 
+class _NotUpYet(Exception):
+    """The daemon is starting but does not answer yet."""
+
+
 def start(layout: HomeLayout) -> ControlClient:
+    from gpulayer.backoff import CONTROL_PLANE_START  # tenacity: only on this slower path
     from gpulayer.control.connect import check_daemon_settings, daemon_environment
 
     check_daemon_settings()
@@ -99,16 +104,18 @@ def start(layout: HomeLayout) -> ControlClient:
         env=daemon_environment(os.environ, str(layout.root)),
     )
     log.close()
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
-    delay = 0.01
-    while time.monotonic() < deadline:
-        time.sleep(delay)
-        delay = min(delay * 1.5, 0.2)
-        running = find_running(layout)
-        if running is not None:
-            return running.client
-        if daemon.poll() not in (None, 0):
-            break  # it failed; exit 0 means another daemon won the lock and is starting
+    try:
+        for attempt in CONTROL_PLANE_START.retrying(
+            retry_on=(_NotUpYet,), give_up_after=START_TIMEOUT_SECONDS
+        ):
+            with attempt:
+                running = find_running(layout)
+                if running is not None:
+                    return running.client
+                if daemon.poll() in (None, 0):
+                    raise _NotUpYet  # exit 0: another daemon won the lock and is starting
+    except _NotUpYet:
+        pass
     tail = _tail(layout.daemon_log.read_bytes().decode(errors="replace"))
     raise ControlPlaneError(f"the local control plane did not start; {layout.daemon_log}: {tail}")
 

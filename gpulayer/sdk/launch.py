@@ -13,11 +13,11 @@ from gpulayer.sdk.job import Job
 
 
 def _builder_for(what: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> JobBuilder:
-    from gpulayer.sdk.remote import RemoteFunction, function_job
+    from gpulayer.sdk.functions import BuildsJob, function_job
 
     if isinstance(what, JobBuilder):
         return what
-    if isinstance(what, RemoteFunction):
+    if isinstance(what, BuildsJob):
         return what.builder(*args, **kwargs)
     if callable(what) and not isinstance(what, type):
         return function_job(what, args, kwargs)
