@@ -202,8 +202,8 @@ def token_create(
     import time
 
     from gpulayer.cli.durations import parse_duration
-    from gpulayer.control.connect import connect
     from gpulayer.errors import UsageError
+    from gpulayer.sdk.connection import connect
 
     if max_workers is not None and not worker:
         raise UsageError("--max-workers: only a join token (--worker) registers workers")
@@ -234,7 +234,7 @@ def token_ls(
 ) -> None:
     """List the server's tokens (never the tokens themselves)."""
     from gpulayer.cli.render import token_table
-    from gpulayer.control.connect import connect
+    from gpulayer.sdk.connection import connect
 
     connection = connect(server_url)
     tokens = connection.client.request("GET", "/v1/tokens", params={"all_kinds": all_kinds})
@@ -255,7 +255,7 @@ def token_revoke(
     """Refuse a token from its next call on; a join token's workers lose their credentials too."""
     from urllib.parse import quote
 
-    from gpulayer.control.connect import connect
+    from gpulayer.sdk.connection import connect
 
     connection = connect(server_url)
     reply = connection.client.request("POST", f"/v1/tokens/{quote(token_id, safe='')}/revoke")

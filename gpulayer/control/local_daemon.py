@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,44 @@ from gpulayer.control.paths import HomeLayout
 from gpulayer.control.tokens import read_token
 from gpulayer.errors import ControlPlaneError, NotFoundError
 from gpulayer.protocol.client import ControlClient
+
+# What the local control plane keeps of the environment of the `submit` that starts it: what
+# a process needs to run at all, gpulayer's own settings, and the cloud SDKs' credential chains
+# that its provisioning reads. Everything else (another shell's secrets, unrelated keys) stays
+# out of its /proc environ; each local job gets its own submitter's environment, in memory.
+_DAEMON_NAMES = frozenset(
+    {
+        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ",
+        "TMPDIR", "TEMP", "TMP", "LD_LIBRARY_PATH",
+        "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "CONDA_PREFIX",
+        "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR",
+        "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
+        "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+    }
+)  # fmt: skip
+_DAEMON_PREFIXES = ("LC_", "GPULAYER_", "AWS_", "GOOGLE_", "CLOUDSDK_")
+_CLIENT_ONLY = frozenset({"GPULAYER_TOKEN", "GPULAYER_SERVER"})
+
+
+def daemon_environment(environ: Mapping[str, str], home_root: str) -> dict[str, str]:
+    """The scrubbed environment the local control plane starts with."""
+    kept = {
+        name: value
+        for name, value in environ.items()
+        if (name in _DAEMON_NAMES or name.startswith(_DAEMON_PREFIXES)) and name not in _CLIENT_ONLY
+    }
+    kept["GPULAYER_HOME"] = home_root
+    return kept
+
+
+def check_daemon_settings() -> None:
+    """Refuse a bad setting here, naming it, rather than as a daemon that failed to start."""
+    from gpulayer.control.log_cap import MAX_LOG_BYTES_ENV, parse_byte_size
+
+    configured = os.environ.get(MAX_LOG_BYTES_ENV)
+    if configured:
+        parse_byte_size(configured, MAX_LOG_BYTES_ENV)
+
 
 START_TIMEOUT_SECONDS = 20.0
 STOP_TIMEOUT_SECONDS = 30.0
@@ -90,7 +128,6 @@ class _NotUpYet(Exception):
 
 def start(layout: HomeLayout) -> ControlClient:
     from gpulayer.backoff import CONTROL_PLANE_START  # tenacity: only on this slower path
-    from gpulayer.control.connect import check_daemon_settings, daemon_environment
 
     check_daemon_settings()
     log = layout.daemon_log.open("ab")

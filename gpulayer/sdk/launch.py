@@ -49,7 +49,7 @@ def launch(
     overrides use the builders' short names: gpus=2, target="remote", max_hourly_cost=4, ...
     For a function, keyword arguments that are not spec fields go to the function.
     """
-    from gpulayer.control.connect import connect
+    from gpulayer.sdk.connection import connect
     from gpulayer.sdk.submission import send_job
 
     data = job_data(what, args, overrides)

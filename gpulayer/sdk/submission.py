@@ -7,8 +7,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpulayer.control.connect import Connection
 from gpulayer.errors import UsageError
+from gpulayer.sdk.connection import Connection
 
 
 def source_fields(
