@@ -280,16 +280,19 @@ def test_plugins_import_only_the_cloud_api() -> None:
     assert not problems, _report(problems)
 
 
-def _import_graph() -> dict[str, dict[str, Import]]:
-    """Module -> the modules it imports when it is imported (top-level only)."""
+def _import_graph(*, lazy: bool = False) -> dict[str, dict[str, Import]]:
+    """Module -> the modules it imports when it is imported (top-level only), or at any time
+    (lazy too; the package's own __init__, imported for the version, left out)."""
     modules = _modules()
     graph: dict[str, dict[str, Import]] = {module: {} for module in modules}
     for found in _all_imports():
-        if not found.top_level:
+        if not found.top_level and not lazy:
             continue
         target = found.target
         while target and target not in modules:  # `import a.b.c` names a name in a.b
             target = target.rpartition(".")[0]
+        if lazy and target == "gpulayer":
+            continue
         if target and target != found.module:
             graph[found.module].setdefault(target, found)
     return graph
@@ -351,10 +354,9 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycles({"a": {"b": edge}, "b": {}}) == []
 
 
-def test_no_import_circles_between_modules() -> None:
-    graph = _import_graph()
+def _circle_report(graph: dict[str, dict[str, Import]], components: list[list[str]]) -> str:
     problems = []
-    for component in _cycles(graph):
+    for component in components:
         members = set(component)
         lines = [
             f"  {found}"
@@ -363,7 +365,28 @@ def test_no_import_circles_between_modules() -> None:
             if target in members
         ]
         problems.append("circle: " + " <-> ".join(component) + "\n" + "\n".join(lines))
-    assert not problems, "\n".join(problems)
+    return "\n".join(problems)
+
+
+def test_no_import_circles_between_modules() -> None:
+    graph = _import_graph()
+    components = _cycles(graph)
+    assert not components, _circle_report(graph, components)
+
+
+# Circles that a function-level import closes, still to be untied (the import runs only when
+# the function does, so they do not break loading, but the two modules are one piece).
+KNOWN_LAZY_CIRCLES = {
+    ("gpulayer.cloud.wheelhouse.model", "gpulayer.cloud.wheelhouse.tags"),
+    ("gpulayer_aws.catalog", "gpulayer_aws.price_list"),
+    ("gpulayer_gcp.billing", "gpulayer_gcp.catalog"),
+}
+
+
+def test_no_new_circles_through_lazy_imports() -> None:
+    graph = _import_graph(lazy=True)
+    components = [c for c in _cycles(graph) if tuple(c) not in KNOWN_LAZY_CIRCLES]
+    assert not components, _circle_report(graph, components)
 
 
 _HEAVY_PROBE = """
