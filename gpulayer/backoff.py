@@ -57,7 +57,7 @@ class BackoffPolicy:
         pause: Callable[[float], Any] = sleep or tenacity.nap.sleep
         if sleep is None and stop_event is not None:
             pause = stop_event.wait
-        retry: tenacity.retry.retry_base = tenacity.retry_if_exception_type(retry_on)
+        retry: tenacity.retry_base = tenacity.retry_if_exception_type(retry_on)
         if retry_if is not None:
             retry = retry & tenacity.retry_if_exception(retry_if)
         return tenacity.Retrying(

@@ -93,8 +93,7 @@ class SshHost(BaseModel):
     def _host_key(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        from gpulayer.ssh.errors import InvalidHostKey
-        from gpulayer.ssh.hostkeys import parse_host_key
+        from gpulayer.cloud import InvalidHostKey, parse_host_key
 
         try:
             parse_host_key(value)
@@ -105,7 +104,7 @@ class SshHost(BaseModel):
     @field_validator("install_root")
     @classmethod
     def _install_root(cls, value: str) -> str:
-        from gpulayer.cloud.bootstrap import install_dir_problem
+        from gpulayer.cloud import install_dir_problem
 
         value = value.rstrip("/") or "/"
         # The root itself is never removed, but every job dir below it must be removable.
