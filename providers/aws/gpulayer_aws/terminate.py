@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpulayer.cloud import CLOUD_RESOURCE_RELEASE, ProvisionTimeout
+from gpulayer.cloud import ProvisionTimeout
 from gpulayer_aws import tags as t
 from gpulayer_aws.errors import PROVIDER, aws_errors, error_code
 from gpulayer_aws.instances import security_group_ids
@@ -123,6 +123,8 @@ def _delete_group(
     ec2: Any, settings: AwsSettings, group_id: str, sleep: Callable[[float], None]
 ) -> None:
     # A terminated instance's network interface can hold on to the group for a little while.
+    from gpulayer.cloud import CLOUD_RESOURCE_RELEASE  # tenacity, only once it is needed
+
     def still_in_use(exc: BaseException) -> bool:
         return error_code(exc) == "DependencyViolation"
 
