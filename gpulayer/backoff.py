@@ -31,6 +31,13 @@ class BackoffPolicy:
             return exponential
         return exponential + tenacity.wait_random(0, self.jitter)
 
+    def delay(self, tries: int) -> float:
+        """The wait after the `tries`-th failed try (1: the first), as `retrying` would wait:
+        for loops that record when to try again rather than sleep (a reconciler's records)."""
+        state = tenacity.RetryCallState(tenacity.Retrying(), None, (), {})
+        state.attempt_number = max(1, tries)
+        return float(self.wait()(state))
+
     def retrying(
         self,
         *,
@@ -77,6 +84,10 @@ WORKER_OUTPUTS = BackoffPolicy("worker-outputs", initial=0.5, maximum=10.0, give
 WORKER_CLAIM = BackoffPolicy("worker-claim", initial=1.0, maximum=1.0)
 CONTROL_PLANE_START = BackoffPolicy("control-plane-start", initial=0.05, maximum=0.5)
 CLOUD_TEARDOWN_POLL = BackoffPolicy("cloud-teardown-poll", initial=2.0, maximum=15.0)
+# When a cloud record is looked at again: a place that refused for capacity, a terminate that
+# failed (the reconciler records the time; it never sleeps).
+CLOUD_CAPACITY_RETRY = BackoffPolicy("cloud-capacity-retry", initial=5.0, maximum=60.0)
+CLOUD_TERMINATE_RETRY = BackoffPolicy("cloud-terminate-retry", initial=2.0, maximum=60.0)
 # A resource the cloud still holds on to for a while after what used it ended (a security
 # group a terminated instance's network interface still uses): each try is one API call.
 CLOUD_RESOURCE_RELEASE = BackoffPolicy("cloud-resource-release", initial=1.0, maximum=10.0)
