@@ -2,7 +2,8 @@
 
 Each probe takes a ``runner`` so the parsing can be exercised on recorded tool output. A tool
 that is missing, fails or hangs means "no such GPUs here", never an exception: a worker must
-still come up on a machine whose driver is broken.
+still come up on a machine whose driver is broken. nvidia-smi's output is read by
+:mod:`gpulayer.cloud.probe_parsing`, which a provider probing a host over SSH reads it with too.
 """
 
 from __future__ import annotations
