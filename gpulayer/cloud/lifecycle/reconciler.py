@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpulayer.backoff import CLOUD_TERMINATE_RETRY
 from gpulayer.cloud.lifecycle import planning
 from gpulayer.cloud.lifecycle.links import Link, Links, connect, host_keys_path, reopen
 from gpulayer.cloud.lifecycle.placement import candidates, fallback_target
@@ -722,7 +723,7 @@ class Reconciler:
     def _terminate_later(self, r: InstanceRecord, why: str) -> None:
         failures = self._failures.get(r.request_id, 0) + 1
         self._failures[r.request_id] = failures
-        self._retry_at[r.request_id] = time.time() + min(60.0, 2.0**failures)
+        self._retry_at[r.request_id] = time.time() + CLOUD_TERMINATE_RETRY.delay(failures)
         self.store.update_instance(r.request_id, note=f"terminate failed: {why}")
         log.warning("terminating %s failed (%s); retrying", r.request_id, why)
         if failures == 1:
