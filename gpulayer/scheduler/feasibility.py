@@ -112,11 +112,12 @@ def check(name: str, scope: Scope, reads: Sequence[str] = ()) -> Callable[[Check
 
 
 def _freeze(value: Any) -> Hashable:
-    if isinstance(value, dict):
-        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple, set, frozenset)):
+    kind = type(value)
+    if kind is list or kind is tuple:
         return tuple(_freeze(v) for v in value)
-    return value  # type: ignore[no-any-return]
+    if kind is dict:
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    return value
 
 
 def key_reader(checks: Sequence[Check]) -> Callable[[JobSpec], Hashable]:
@@ -128,7 +129,11 @@ def key_reader(checks: Sequence[Check]) -> Callable[[JobSpec], Hashable]:
     getter = attrgetter(*paths)
     if len(paths) == 1:
         return lambda job: (_freeze(getter(job)),)
-    return lambda job: tuple(_freeze(value) for value in getter(job))
+
+    def read(job: JobSpec) -> Hashable:
+        return tuple([_freeze(value) for value in getter(job)])
+
+    return read
 
 
 def _num(value: float) -> str:
