@@ -153,7 +153,7 @@ class LivePlacement:
         self,
         store: Store,
         *,
-        full_every: float = 30.0,
+        full_every: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
