@@ -111,12 +111,14 @@ def check(name: str, scope: Scope, reads: Sequence[str] = ()) -> Callable[[Check
     return wrap
 
 
+_CONTAINERS = (list, tuple, dict)
+
+
 def _freeze(value: Any) -> Hashable:
-    kind = type(value)
-    if kind is list or kind is tuple:
-        return tuple(_freeze(v) for v in value)
-    if kind is dict:
+    if isinstance(value, dict):
         return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
     return value
 
 
@@ -131,7 +133,8 @@ def key_reader(checks: Sequence[Check]) -> Callable[[JobSpec], Hashable]:
         return lambda job: (_freeze(getter(job)),)
 
     def read(job: JobSpec) -> Hashable:
-        return tuple([_freeze(value) for value in getter(job)])
+        # Asked once per placement decision: scalars pass through without a call.
+        return tuple([_freeze(v) if type(v) in _CONTAINERS else v for v in getter(job)])
 
     return read
 

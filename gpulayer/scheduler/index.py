@@ -147,10 +147,11 @@ class _Plan:
     """One class's cached answer for one requirement key: it could run the job, given that
     these conditions hold on the worker now."""
 
-    __slots__ = ("conditions", "cores", "eligible", "gpus", "level", "ready")
+    __slots__ = ("_tests", "conditions", "cores", "eligible", "gpus", "level", "ready")
 
     def __init__(self, conditions: tuple[Condition, ...], eligible: frozenset[int] | None):
         self.conditions = conditions
+        self._tests = tuple(c.holds for c in conditions)
         self.ready = any(c.ready for c in conditions)
         self.gpus = max((c.gpus for c in conditions), default=0)
         self.cores = max((c.cores for c in conditions), default=0.0)
@@ -160,7 +161,7 @@ class _Plan:
         what :meth:`WorkerIndex.closest` counts a shortfall in."""
 
     def holds(self, snap: WorkerSnapshot) -> bool:
-        return all(condition.holds(snap) for condition in self.conditions)
+        return all(test(snap) for test in self._tests)
 
 
 class _KeyEntry:
@@ -474,7 +475,7 @@ class WorkerIndex:
                 yield entry
 
     def _identity_ok(self, job: JobSpec, snap: WorkerSnapshot) -> bool:
-        return all(chk(job, snap) is None for chk in self._identity_checks)
+        return all(outcome(c.function(job, snap), snap) is None for c in self._identity_checks)
 
     def _fits(self, job: JobSpec, snap: WorkerSnapshot, plan: _Plan) -> bool:
         return plan.holds(snap) and self._identity_ok(job, snap)
