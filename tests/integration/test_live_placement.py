@@ -175,3 +175,26 @@ def test_a_periodic_rebuild_picks_up_what_no_one_noted(tmp_path: Path) -> None:
     assert worker.id not in live.pools()["remote"] and live.rebuilds == 2
     live.worker_changed("w2")  # noted but never stored: read, found absent, left out
     assert "w2" not in live.pools()["remote"] and live.refreshed == 1
+
+
+def test_a_gang_whose_node_no_longer_fits_is_dropped_whole(tmp_path: Path) -> None:
+    service = plane(tmp_path)
+    store = service.store
+    first = register(service, "g0", caps(cpu_cores=4))
+    second = register(service, "g1", caps(cpu_cores=4))
+    assert {first, second} <= set(w.id for w in service.placement.pools()["remote"])
+    store.set_worker_state(second, "lost")  # not told
+    spec = {
+        "workload": {"kind": "distributed", "entrypoint": "train.py", "num_workers": 2},
+        "resources": {"cpu_cores": 2},
+        "placement": {"target": "remote"},
+    }
+    job = service.submit(spec).id
+    assert store.get_job(job).state == "queued"
+    assert service.placement.rejected == 1
+    assert store.attempts_for(job) == []  # no node was given out alone
+    service.heartbeat(second)
+    service.dispatch()
+    nodes = store.attempts_for(job)
+    assert sorted(a.worker_id for a in nodes if a.worker_id) == sorted([first, second])
+    assert [a.node_rank for a in nodes] == [0, 1]
