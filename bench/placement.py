@@ -48,9 +48,9 @@ from typing import Any
 
 from gpulayer.control.dispatch import LivePlacement, plan_assignments
 from gpulayer.control.paths import HomeLayout
-from gpulayer.control.protocol import AttemptReport, Registration
 from gpulayer.control.service import ControlService
 from gpulayer.control.store import Store
+from gpulayer.protocol.messages import AttemptReport, Registration
 from gpulayer.scheduler import QueuedJob, WorkerIndex, WorkerSnapshot, place_by_scan, plan_pass
 from gpulayer.spec import JobSpec
 from gpulayer.spec.capabilities import GpuDevice, WorkerCapabilities
