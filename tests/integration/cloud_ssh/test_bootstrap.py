@@ -249,7 +249,7 @@ def test_worker_that_cannot_join_fails_with_its_log_and_leaves_nothing(
     session = connect(ssh_host)
     try:
         with pytest.raises(BootstrapError, match="did not join") as err:
-            bootstrap_worker(session, plan, wheelhouse, lambda line: None, timeout=12)
+            bootstrap_worker(session, plan, wheelhouse, lambda line: None, timeout=25)
     finally:
         session.close()
     assert not isinstance(err.value, BootstrapTimeout)
