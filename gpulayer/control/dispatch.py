@@ -6,7 +6,7 @@ from collections import defaultdict
 
 from gpulayer.control.store import JobRecord, Store
 from gpulayer.control.targets import TARGET_WORKER_KIND, WorkerView
-from gpulayer.scheduler import QueuedJob, WorkerSnapshot, plan
+from gpulayer.scheduler import QueuedJob, WorkerSnapshot, node_count, plan
 from gpulayer.spec import JobSpec
 from gpulayer.spec.capabilities import WorkerCapabilities
 
@@ -86,27 +86,30 @@ def plan_assignments(store: Store) -> list[tuple[str, list[tuple[str, tuple[int,
 def _reserved_assignments(
     store: Store, jobs: list[JobRecord], views: list[WorkerView]
 ) -> list[tuple[str, list[tuple[str, tuple[int, ...]]]]]:
-    """A cloud job runs only on the worker of the instance reserved for it, once it joined.
-    The machine was chosen for the job, so worker pins in its spec name other workers."""
+    """A cloud job runs only on the workers of the instances reserved for it, once they all
+    joined, node rank r on node r's instance. The machines were chosen for the job, so worker
+    pins in its spec name other workers."""
     if not jobs:
         return []
     by_id = {v.snapshot.id: v.snapshot for v in views if v.kind == "cloud"}
-    bound = {
-        r.job_id: r.worker_id
-        for r in store.live_reservations()
-        if r.state == "bound" and r.worker_id in by_id
-    }
+    rank_of = {i.request_id: i.node_rank for i in store.list_instances(live_only=True)}
+    bound: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for r in store.live_reservations():
+        if r.state == "bound" and r.worker_id in by_id:
+            bound[r.job_id].append((rank_of.get(r.request_id, 0), r.worker_id))
     decisions = []
     for job in jobs:
-        worker_id = bound.get(job.id)
-        if worker_id is None:
-            continue
         spec = JobSpec.model_validate(job.spec)
+        # A gang's instances' workers, by their node ranks; it goes once all N joined.
+        workers = [w for _, w in sorted(bound.get(job.id, []))]
+        if not workers or len(workers) != node_count(spec):
+            continue
         spec.placement.worker_ids = []
         spec.placement.worker_labels = {}
         queue = [QueuedJob(job.id, spec, job.created_at)]
-        for assignment in plan(queue, [by_id[worker_id]]):
-            decisions.append(
-                (assignment.job_id, [(assignment.worker_id, tuple(assignment.gpu_indices))])
-            )
+        placed = {
+            a.worker_id: tuple(a.gpu_indices) for a in plan(queue, [by_id[w] for w in workers])
+        }
+        if len(placed) == len(workers):
+            decisions.append((job.id, [(w, placed[w]) for w in workers]))
     return decisions
