@@ -635,6 +635,7 @@ class Reconciler:
                 deadman_action=self._deadman_action(r.provider),
                 python=tags.get("gpulayer:python", "python3"),
                 instance_request_id=request_id,
+                system_site_packages=bool(self.settings.get("system_site_packages", False)),
                 # The other nodes of a gang reach this one where the provider says it is.
                 node_address=(
                     str(machine.get("private_ip") or machine["ssh_host"]) if r.launch_id else None
