@@ -147,6 +147,8 @@ class Reconciler:
         for record in records:
             if self._busy(record.request_id) or self._retry_at.get(record.request_id, 0) > now:
                 continue
+            if record.launch_id and self._busy(_launch_key(record.launch_id)):
+                continue  # its gang's launch moves every node itself
             try:
                 self._drive(record, now)
             except Exception:
@@ -209,12 +211,13 @@ class Reconciler:
                 self._move(r, "never_launched", "its job ended before the launch", ended_at=now)
                 self._gone(r)
             elif launches:
-                self._submit(rid, self._launch, rid)
+                self._submit(_launch_key(rid), self._launch, rid)
         elif r.state == "launching":
             if ended:
                 self._move(r, "terminating", "its job ended during the launch")
             elif launches:
-                self._submit(rid, self._launch, rid)  # a launch is idempotent by request id
+                # A launch is idempotent by request id.
+                self._submit(_launch_key(rid), self._launch, rid)
         elif r.state in ("booting", "bootstrapping"):
             if ended:
                 self._move(r, "draining", f"its job ended while {r.state}")
@@ -445,7 +448,7 @@ class Reconciler:
         what = offer.label if nodes == 1 else f"{nodes} x {offer.label}"
         if not self.service.begin_provisioning(job.id, f"provisioning {what}"):
             return  # cancelled meanwhile: the next pass ends the record as never launched
-        self._submit(request_id, self._launch, request_id)
+        self._submit(_launch_key(request_id), self._launch, request_id)
 
     def _launch(self, request_id: str) -> None:
         from gpulayer.cloud.errors import ProviderError, ScopedProviderError
@@ -831,8 +834,9 @@ class Reconciler:
             self._move(node, "terminated", "the provider confirmed", ended_at=time.time())
         for node in nodes:
             self._gone(node)
-        self._capacity_freed_at = time.time()
-        self._job_retry_at.clear()  # jobs waiting for capacity look again now
+        if ids:
+            self._capacity_freed_at = time.time()
+            self._job_retry_at.clear()  # jobs waiting for capacity look again now
         if r.launch_id:
             self._note(
                 r.job_id,
@@ -948,6 +952,12 @@ class Reconciler:
         # Powering off is how a cloud instance stops billing; on a host we do not own, only
         # the worker stops.
         return "stop" if provider == "ssh" else "poweroff"
+
+
+def _launch_key(request_id: str) -> str:
+    """The in-flight key of a launch: apart from the node's own steps, so the gang's other
+    nodes can tell their launch is under way."""
+    return f"launch:{request_id}"
 
 
 def _left(deadline: float, why: str = "provisioning_timeout_seconds ran out") -> float:
