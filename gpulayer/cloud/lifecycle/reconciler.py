@@ -271,10 +271,22 @@ class Reconciler:
                 self.service.hand_to_reserved_worker(job.id)
             return
         if active is None:
+            if r.launch_id and self._gang_still_runs(r):
+                return  # its node is done; the gang's machines go together when all are
             self._release(r, "its job's attempt ended")
         elif now - self._checked_at.get(rid, 0) > CHECK_EVERY_SECONDS:
             self._checked_at[rid] = now
             self._submit(rid, self._check, rid)
+
+    def _gang_still_runs(self, r: InstanceRecord) -> bool:
+        """Does another node of the gang still run its part of the job?"""
+        for node in self._gang(r):
+            if node.request_id == r.request_id:
+                continue
+            reservation = self.store.reservation(node.request_id)
+            if reservation is not None and self._active_attempt(r.job_id, reservation.worker_id):
+                return True
+        return False
 
     def _active_attempt(self, job_id: str, worker_id: str | None) -> Any:
         if worker_id is None:
@@ -830,8 +842,9 @@ class Reconciler:
                     raise RuntimeError(f"{', '.join(still)} not terminated yet")
         except Exception as exc:
             return self._terminate_later(r, str(exc))
+        ended_at = time.time()  # one confirmation ends every node at once
         for node in nodes:
-            self._move(node, "terminated", "the provider confirmed", ended_at=time.time())
+            self._move(node, "terminated", "the provider confirmed", ended_at=ended_at)
         for node in nodes:
             self._gone(node)
         if ids:
