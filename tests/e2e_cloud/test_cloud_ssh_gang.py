@@ -51,7 +51,9 @@ def gang_job(folder: Path, *, max_hourly_cost: float | None = None) -> Path:
 
 def rank_reports(text: str) -> list[dict[str, Any]]:
     return [
-        json.loads(line.split("RANKINFO ", 1)[1]) for line in text.splitlines() if "RANKINFO " in line
+        json.loads(line.split("RANKINFO ", 1)[1])
+        for line in text.splitlines()
+        if "RANKINFO " in line
     ]
 
 
