@@ -19,13 +19,15 @@ from tests.support.servers import free_port
 DDP_TRAIN = Path(__file__).parents[1] / "fixtures" / "ddp" / "train.py"
 
 
-def gang_job(folder: Path, *, max_hourly_cost: float | None = None) -> Path:
+def gang_job(
+    folder: Path, *, max_hourly_cost: float | None = None, provider: str = "ssh"
+) -> Path:
     """A 2-node x 1-process gloo job file, with the DDP fixture beside it as its source."""
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copy(DDP_TRAIN, folder / "train.py")
     placement: dict[str, Any] = {
         "target": "cloud",
-        "providers": ["ssh"],
+        "providers": [provider],
         "on_unschedulable": "fail",
     }
     if max_hourly_cost is not None:
