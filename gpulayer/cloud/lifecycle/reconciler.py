@@ -520,33 +520,19 @@ class Reconciler:
                 )
         except ScopedProviderError as exc:
             # A refusal: the provider says it created nothing, so nothing is to be torn down.
-            for node in gang:
-                self._move(
-                    node,
-                    "never_launched",
-                    f"{exc.kind}: {exc}",
-                    note=planning.refusal_note(exc.kind, exc.scope, exc.message),
-                    ended_at=time.time(),
-                )
-                self._gone(node)
+            note = planning.refusal_note(exc.kind, exc.scope, exc.message)
+            self._end_launch(gang, "never_launched", f"{exc.kind}: {exc}", note)
             self._note(r.job_id, f"{offer.label}: {exc}; blocking that {exc.scope} and moving on")
             return
         except UsageError as exc:  # ProviderSettingsError, an image release missing, ...
             # Refused before any call that creates: nothing to tear down.
-            for node in gang:
-                self._move(
-                    node,
-                    "never_launched",
-                    f"configuration error: {exc}",
-                    note=planning.config_note(str(exc)),
-                    ended_at=time.time(),
-                )
-                self._gone(node)
-            earlier = {
-                i.launch_id or i.request_id
+            note = planning.config_note(str(exc))
+            self._end_launch(gang, "never_launched", f"configuration error: {exc}", note)
+            earlier = [
+                i
                 for i in self.store.list_instances(job_id=r.job_id)
                 if i.provider == offer.provider and (i.note or "").startswith("config: ")
-            }
+            ]
             if len(earlier) >= planning.CONFIG_TRIES_PER_PROVIDER:
                 self._note(r.job_id, f"{offer.label}: {exc}; not trying {offer.provider} again")
             else:
@@ -554,13 +540,8 @@ class Reconciler:
             return
         except Exception as exc:
             # It may or may not have created something: terminate looks it up by request tag.
-            for node in gang:
-                self._move(
-                    node,
-                    "terminating",
-                    f"launch failed: {exc}",
-                    note=planning.failure_note(str(exc)),
-                )
+            failure = planning.failure_note(str(exc))
+            self._end_launch(gang, "terminating", f"launch failed: {exc}", failure)
             self._note(r.job_id, f"{offer.label}: {exc}; trying the next offer")
             return
         for node, instance in zip(gang, instances, strict=True):
@@ -585,6 +566,17 @@ class Reconciler:
                     f"node {n.node_rank} on {i.id}" for n, i in zip(gang, instances, strict=True)
                 ),
             )
+
+    def _end_launch(self, gang: list[InstanceRecord], to: str, reason: str, note: str) -> None:
+        """The launch call did not give the gang: every node moves to ``to``. Node 0's record
+        alone carries the note, so one gang counts as one try when the next offer is chosen."""
+        for node in gang:
+            values: dict[str, Any] = {"note": note} if node.node_rank == 0 else {}
+            if to == "never_launched":
+                values["ended_at"] = time.time()
+            self._move(node, to, reason, **values)
+            if to == "never_launched":
+                self._gone(node)
 
     def _prepare(self, request_id: str) -> None:
         """booting -> bootstrapping -> ready: wait for SSH, install and start the worker."""

@@ -53,14 +53,8 @@ def launch_instances(
     with aws_errors(region, zone):
         existing = live_by_tags(ec2, {t.REQUEST: request.request_id})
     if existing:
-        if len(existing) < request.count:
-            # Never from one MinCount call; some were ended from outside since: start over.
-            terminate_raws(ec2, settings, region, existing)
-            raise CapacityError(
-                "zone", PROVIDER, region, zone,
-                f"only {len(existing)} of the gang's {request.count} instances are left",
-            )  # fmt: skip
-        return _instances(existing, region, settings)
+        # Fewer never come from one MinCount call: some were ended from outside since.
+        return _whole_gang(ec2, settings, request, (region, zone), existing, "are left")
 
     # The provider's own image setting wins over the newest release's default AMI; a release
     # the job names explicitly wins over both.
@@ -93,12 +87,23 @@ def launch_instances(
     except ProviderError:
         _remove_request_resources(ec2, name, group_id)
         raise
+    return _whole_gang(ec2, settings, request, (region, zone), raws, "were started")
+
+
+def _whole_gang(
+    ec2: Any,
+    settings: AwsSettings,
+    request: LaunchRequest,
+    where: tuple[str, str],
+    raws: list[dict[str, Any]],
+    what: str,
+) -> list[Instance]:
+    """The instances, when all the request asked for are there; else none are left."""
+    region, zone = where
     if len(raws) < request.count:
         terminate_raws(ec2, settings, region, raws)
-        raise CapacityError(
-            "zone", PROVIDER, region, zone,
-            f"EC2 started {len(raws)} of the gang's {request.count} instances",
-        )  # fmt: skip
+        message = f"only {len(raws)} of the gang's {request.count} instances {what}"
+        raise CapacityError("zone", PROVIDER, region, zone, message)
     return _instances(raws, region, settings)
 
 
