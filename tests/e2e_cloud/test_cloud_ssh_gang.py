@@ -20,7 +20,11 @@ DDP_TRAIN = Path(__file__).parents[1] / "fixtures" / "ddp" / "train.py"
 
 
 def gang_job(
-    folder: Path, *, max_hourly_cost: float | None = None, provider: str = "ssh"
+    folder: Path,
+    *,
+    max_hourly_cost: float | None = None,
+    provider: str = "ssh",
+    args: tuple[str, ...] = ("5",),
 ) -> Path:
     """A 2-node x 1-process gloo job file, with the DDP fixture beside it as its source."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -37,7 +41,7 @@ def gang_job(
         "workload": {
             "kind": "distributed",
             "entrypoint": "train.py",
-            "args": ["5"],
+            "args": list(args),
             "num_workers": 2,
             "procs_per_worker": 1,
             "comm_backend": "gloo",
@@ -137,6 +141,35 @@ def test_a_gang_that_cannot_be_had_whole_claims_nothing(
     assert sorted(i["node_rank"] for i in instances) == [0, 1], result.stderr
     assert {i["state"] for i in instances} == {"never_launched"}
     assert free_hosts() == ["lone"]
+
+
+@pytest.mark.slow
+def test_a_cancelled_gang_is_torn_down_together_with_every_process(
+    ssh_hosts: Any, cloud_home: Path, tmp_path: Path
+) -> None:
+    first, second = ssh_hosts(2)
+    root = tmp_path / "installs"
+    write_providers(
+        cloud_home,
+        [host_entry(first, "c1", 0.4, root), host_entry(second, "c2", 0.4, root)],
+        system_site_packages=True,
+    )
+    job_file = gang_job(tmp_path / "src", args=("600", "slow"))  # 0.5 s an epoch
+    result = run_cli(["submit", "-d", "-f", str(job_file)], cwd=job_file.parent, timeout=120)
+    assert result.returncode == 0, result.stderr
+    job_id = result.stdout.strip().split()[-1]
+    wait_until(
+        lambda: [i["state"] for i in ledger(job_id)["instances"]] == ["in_use", "in_use"],
+        timeout=300,
+        what="both nodes to run",
+    )
+    assert job_processes(root)
+    assert run_cli(["cancel", job_id]).returncode == 0
+    instances = teardown_done(job_id)
+    assert {i["state"] for i in instances} == {"terminated"}
+    wait_until(lambda: not job_processes(root), what="every node's processes to end")
+    assert free_hosts() == ["c1", "c2"]
+    assert not list(root.glob(f"{job_id}*"))
 
 
 @pytest.mark.slow
