@@ -158,11 +158,15 @@ def test_a_cancelled_gang_is_torn_down_together_with_every_process(
     result = run_cli(["submit", "-d", "-f", str(job_file)], cwd=job_file.parent, timeout=120)
     assert result.returncode == 0, result.stderr
     job_id = result.stdout.strip().split()[-1]
-    wait_until(
-        lambda: [i["state"] for i in ledger(job_id)["instances"]] == ["in_use", "in_use"],
-        timeout=300,
-        what="both nodes to run",
-    )
+
+    def both_run() -> bool:
+        states = [i["state"] for i in ledger(job_id)["instances"]]
+        if any(state in ("draining", "terminating", "terminated") for state in states):
+            logs = run_cli(["logs", job_id]).stdout
+            raise AssertionError(f"the gang ended before it was cancelled: {states}\n{logs}")
+        return states == ["in_use", "in_use"]
+
+    wait_until(both_run, timeout=240, what="both nodes to run")
     assert job_processes(root)
     assert run_cli(["cancel", job_id]).returncode == 0
     instances = teardown_done(job_id)
