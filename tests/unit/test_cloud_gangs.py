@@ -4,6 +4,7 @@ when a node ends with the others, when the job may be handed over and who termin
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from gpulayer.cloud.lifecycle import gangs, planning
 from gpulayer.cloud.offer import Offer
@@ -66,3 +67,27 @@ def test_the_lowest_node_terminates_the_gang_once_every_node_is_terminating() ->
 def test_every_node_installs_in_a_dir_of_its_own() -> None:
     assert node_install_dir("/var/tmp/gpulayer", "j-1") == "/var/tmp/gpulayer/j-1"
     assert node_install_dir("/var/tmp/gpulayer", "j-1", 2) == "/var/tmp/gpulayer/j-1-node2"
+
+
+def test_a_gang_with_only_providers_that_cannot_launch_one_is_refused_before_any_search(
+    tmp_path: Path,
+) -> None:
+    from gpulayer_gcp import GcpProvider
+
+    from gpulayer.cloud.lifecycle.placement import gang_refusal
+    from gpulayer.cloud.protocol import can_launch_gangs
+    from gpulayer.spec import JobSpec
+
+    # Nothing listens there: a search would fail, and the refusal comes before one.
+    gcp = GcpProvider({"endpoint_url": "http://127.0.0.1:9", "cache_dir": str(tmp_path)})
+    assert not can_launch_gangs(gcp)
+    spec = JobSpec.model_validate(
+        {
+            "workload": {"kind": "distributed", "entrypoint": "t.py", "num_workers": 2},
+            "placement": {"target": "cloud"},
+        }
+    )
+    assert gang_refusal(spec, {"gcp": gcp}, []) == (
+        "num_workers: 2 nodes need a provider that launches machines together, "
+        "and none is enabled (gcp cannot)"
+    )
