@@ -264,6 +264,8 @@ class Reconciler:
             if active is not None:
                 self._move(r, "in_use", f"attempt {active.number} started on its worker")
             elif any(a.worker_id == worker_id for a in self.store.attempts_for(job.id)):
+                if r.launch_id and self._gang_still_runs(r):
+                    return  # its part ran between two passes; the others still run theirs
                 self._release(r, "its job's attempt ended")
             elif all_ready and timed_out("ready", since, now):
                 self._release(r, "its job was not dispatched to its worker in time")
