@@ -143,18 +143,18 @@ def test_a_gang_that_cannot_be_had_whole_claims_nothing(
     assert free_hosts() == ["lone"]
 
 
-@pytest.mark.slow
-def test_a_cancelled_gang_is_torn_down_together_with_every_process(
-    ssh_hosts: Any, cloud_home: Path, tmp_path: Path
-) -> None:
+def running_gang(
+    ssh_hosts: Any, home: Path, tmp_path: Path, names: tuple[str, str], epochs: str
+) -> tuple[Path, str]:
+    """Two hosts and a slow gang running on both (0.5 s an epoch): (install root, job id)."""
     first, second = ssh_hosts(2)
     root = tmp_path / "installs"
     write_providers(
-        cloud_home,
-        [host_entry(first, "c1", 0.4, root), host_entry(second, "c2", 0.4, root)],
+        home,
+        [host_entry(first, names[0], 0.4, root), host_entry(second, names[1], 0.4, root)],
         system_site_packages=True,
     )
-    job_file = gang_job(tmp_path / "src", args=("600", "slow"))  # 0.5 s an epoch
+    job_file = gang_job(tmp_path / "src", args=(epochs, "slow"))
     result = run_cli(["submit", "-d", "-f", str(job_file)], cwd=job_file.parent, timeout=120)
     assert result.returncode == 0, result.stderr
     job_id = result.stdout.strip().split()[-1]
@@ -163,17 +163,50 @@ def test_a_cancelled_gang_is_torn_down_together_with_every_process(
         states = [i["state"] for i in ledger(job_id)["instances"]]
         if any(state in ("draining", "terminating", "terminated") for state in states):
             logs = run_cli(["logs", job_id]).stdout
-            raise AssertionError(f"the gang ended before it was cancelled: {states}\n{logs}")
+            raise AssertionError(f"the gang ended before it ran: {states}\n{logs}")
         return states == ["in_use", "in_use"]
 
     wait_until(both_run, timeout=240, what="both nodes to run")
     assert job_processes(root)
+    return root, job_id
+
+
+@pytest.mark.slow
+def test_a_cancelled_gang_is_torn_down_together_with_every_process(
+    ssh_hosts: Any, cloud_home: Path, tmp_path: Path
+) -> None:
+    root, job_id = running_gang(ssh_hosts, cloud_home, tmp_path, ("c1", "c2"), "600")
     assert run_cli(["cancel", job_id]).returncode == 0
     instances = teardown_done(job_id)
     assert {i["state"] for i in instances} == {"terminated"}
     wait_until(lambda: not job_processes(root), what="every node's processes to end")
     assert free_hosts() == ["c1", "c2"]
     assert not list(root.glob(f"{job_id}*"))
+
+
+@pytest.mark.slow
+def test_a_gang_outlives_its_controller_and_is_torn_down_together_after(
+    ssh_hosts: Any, cloud_home: Path, tmp_path: Path
+) -> None:
+    from tests.e2e_cloud.test_cloud_ssh_lifecycle import kill_controller, logs
+
+    root, job_id = running_gang(ssh_hosts, cloud_home, tmp_path, ("k1", "k2"), "60")
+    before = sorted(i["request_id"] for i in ledger(job_id)["instances"])
+    kill_controller(cloud_home)
+    # The next command starts a new control plane, which reopens both nodes' tunnels.
+    wait_until(
+        lambda: logs(job_id).count("SSH tunnel reopened") >= 2,
+        timeout=120,
+        what="both tunnels",
+    )
+    wait_until(lambda: last_job()["state"] in ("succeeded", "failed"), timeout=240, what="the gang")
+    job = last_job()
+    assert job["state"] == "succeeded", job
+    instances = teardown_done(job_id)
+    assert sorted(i["request_id"] for i in instances) == before  # rented once, not again
+    assert {i["state"] for i in instances} == {"terminated"}
+    wait_until(lambda: not job_processes(root), what="every node's processes to end")
+    assert free_hosts() == ["k1", "k2"]
 
 
 @pytest.mark.slow
