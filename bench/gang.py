@@ -23,8 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpulayer.control.client import ControlClient
-from gpulayer.worker.bundle import create_bundle
+from gpulayer.protocol.bundle import create_bundle
+from gpulayer.protocol.client import ControlClient
 from tests.support.servers import ServerProcess, WorkerProcess, free_port, wait_for_workers
 
 DDP = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "ddp"

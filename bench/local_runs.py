@@ -41,7 +41,7 @@ def rss_mb(pid: int) -> float:
 
 
 def cold_start(env: dict[str, str], repeat: int) -> tuple[float, float]:
-    from gpulayer.control.connect import local_control_plane
+    from gpulayer.sdk.connection import local_control_plane
     from tests.support.daemon import stop_local_control_plane
 
     times, memory = [], []

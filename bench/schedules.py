@@ -42,8 +42,8 @@ class Plane:
     """A fresh local control plane in its own home."""
 
     def __init__(self) -> None:
-        from gpulayer.control.connect import local_control_plane
-        from gpulayer.control.schedule_client import ScheduleClient
+        from gpulayer.sdk.connection import local_control_plane
+        from gpulayer.sdk.schedule_client import ScheduleClient
 
         self.home = Path(tempfile.mkdtemp(prefix="gpulayer-bench-schedules-"))
         os.environ["GPULAYER_HOME"] = str(self.home)

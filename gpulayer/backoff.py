@@ -31,18 +31,27 @@ class BackoffPolicy:
             return exponential
         return exponential + tenacity.wait_random(0, self.jitter)
 
+    def delay(self, tries: int) -> float:
+        """The wait after the `tries`-th failed try (1: the first), as `retrying` would wait:
+        for loops that record when to try again rather than sleep (a reconciler's records)."""
+        state = tenacity.RetryCallState(tenacity.Retrying(), None, (), {})
+        state.attempt_number = max(1, tries)
+        return float(self.wait()(state))
+
     def retrying(
         self,
         *,
         retry_on: tuple[type[BaseException], ...] = (Exception,),
+        retry_if: Callable[[BaseException], bool] | None = None,
         stop_event: threading.Event | None = None,
         give_up_after: float | None = None,
         before_sleep: Callable[[tenacity.RetryCallState], None] | None = None,
         sleep: Callable[[float], Any] | None = None,
     ) -> tenacity.Retrying:
-        """A tenacity.Retrying under this policy. Exceptions outside `retry_on` pass at once;
-        when the time is up or `stop_event` is set, the last exception is raised. A stop event
-        also cuts a wait short, so a stopping caller never sleeps out a long backoff."""
+        """A tenacity.Retrying under this policy. Exceptions outside `retry_on`, or that
+        `retry_if` (when given) says no to (an error code not worth waiting out), pass at
+        once; when the time is up or `stop_event` is set, the last exception is raised. A stop
+        event also cuts a wait short, so a stopping caller never sleeps out a long backoff."""
         stops: list[tenacity.stop.stop_base] = []
         limit = give_up_after if give_up_after is not None else self.give_up_after
         if limit is not None:
@@ -55,10 +64,13 @@ class BackoffPolicy:
         pause: Callable[[float], Any] = sleep or tenacity.nap.sleep
         if sleep is None and stop_event is not None:
             pause = stop_event.wait
+        retry: tenacity.retry_base = tenacity.retry_if_exception_type(retry_on)
+        if retry_if is not None:
+            retry = retry & tenacity.retry_if_exception(retry_if)
         return tenacity.Retrying(
             wait=self.wait(),
             stop=stop,
-            retry=tenacity.retry_if_exception_type(retry_on),
+            retry=retry,
             before_sleep=before_sleep,
             sleep=lambda seconds: pause(seconds),
             reraise=True,
@@ -68,7 +80,14 @@ class BackoffPolicy:
 # The table. A new loop picks one of these or adds a row here.
 WORKER_JOIN = BackoffPolicy("worker-join", initial=0.2, maximum=10.0, jitter=0.5)
 WORKER_REPORT = BackoffPolicy("worker-report", initial=0.2, maximum=10.0, jitter=0.2)
-WORKER_OUTPUTS = BackoffPolicy("worker-outputs", initial=0.5, maximum=10.0, give_up_after=300.0)
+WORKER_OUTPUTS = BackoffPolicy("worker-outputs", initial=0.2, maximum=10.0, give_up_after=300.0)
 WORKER_CLAIM = BackoffPolicy("worker-claim", initial=1.0, maximum=1.0)
-CONTROL_PLANE_START = BackoffPolicy("control-plane-start", initial=0.05, maximum=0.5)
+CONTROL_PLANE_START = BackoffPolicy("control-plane-start", initial=0.01, maximum=0.2)
 CLOUD_TEARDOWN_POLL = BackoffPolicy("cloud-teardown-poll", initial=2.0, maximum=15.0)
+# When a cloud record is looked at again: a place that refused for capacity, a terminate that
+# failed (the reconciler records the time; it never sleeps).
+CLOUD_CAPACITY_RETRY = BackoffPolicy("cloud-capacity-retry", initial=5.0, maximum=60.0)
+CLOUD_TERMINATE_RETRY = BackoffPolicy("cloud-terminate-retry", initial=2.0, maximum=60.0)
+# A resource the cloud still holds on to for a while after what used it ended (a security
+# group a terminated instance's network interface still uses): each try is one API call.
+CLOUD_RESOURCE_RELEASE = BackoffPolicy("cloud-resource-release", initial=1.0, maximum=10.0)

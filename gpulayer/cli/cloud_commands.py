@@ -44,7 +44,7 @@ def offers(
     Every installed provider's catalog is listed, enabled or not, without credentials; rows
     of providers that are not enabled are marked, with the line that enables them."""
     from gpulayer.cli.spec_flags import SubmitFlags, apply_flags
-    from gpulayer.control.connect import connect
+    from gpulayer.sdk.connection import connect
     from gpulayer.spec.loader import load_spec_data
     from gpulayer.spec.validate import validate_spec
 
@@ -82,7 +82,7 @@ def cost(
     server: Optional[str] = typer.Option(None, "--server", help="Control plane URL."),
 ) -> None:
     """What rented machines cost: per instance, per job, and in total."""
-    from gpulayer.control.connect import connect
+    from gpulayer.sdk.connection import connect
 
     ledger: dict[str, Any] = connect(server).client.request("GET", "/v1/cost", params={"job": job})
     if as_json:
@@ -99,7 +99,7 @@ def reap(
     server: Optional[str] = typer.Option(None, "--server", help="Control plane URL."),
 ) -> None:
     """End owned cloud instances that have no live job (a crashed controller's leftovers)."""
-    from gpulayer.control.connect import connect
+    from gpulayer.sdk.connection import connect
 
     ended = connect(server).client.request(
         "POST", "/v1/reap", params={"dry_run": str(dry_run).lower()}

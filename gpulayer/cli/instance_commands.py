@@ -19,7 +19,7 @@ def instances(
 ) -> None:
     """Each rented instance: provider, type, region/zone, state, age in state, price, accrued
     cost and job."""
-    from gpulayer.control.connect import connect
+    from gpulayer.sdk.connection import connect
 
     params = {"all": "true" if include_gone else None, "job": job}
     found: list[dict[str, Any]] = connect(server).client.request(

@@ -15,7 +15,7 @@ from gpulayer.cli.output import print_json, print_json_items
 from gpulayer.cli.spec_flags import SubmitFlags
 
 if TYPE_CHECKING:
-    from gpulayer.control.connect import Connection
+    from gpulayer.sdk.connection import Connection
 
 ServerOption = typer.Option(
     None, "--server", help="Control plane URL (default: $GPULAYER_SERVER, else local)."
@@ -24,7 +24,7 @@ JsonOption = typer.Option(False, "--json", help="Print JSON for scripts.")
 
 
 def _connect(server: str | None) -> Connection:
-    from gpulayer.control.connect import connect
+    from gpulayer.sdk.connection import connect
 
     return connect(server)
 

@@ -13,8 +13,8 @@ from gpulayer.cli.output import print_json
 from gpulayer.cli.spec_flags import SubmitFlags
 
 if TYPE_CHECKING:
-    from gpulayer.control.connect import Connection
-    from gpulayer.control.schedule_client import ScheduleClient
+    from gpulayer.sdk.connection import Connection
+    from gpulayer.sdk.schedule_client import ScheduleClient
 
 schedule_app = typer.Typer(
     name="schedule",
@@ -31,8 +31,8 @@ NameArgument = typer.Argument(..., help="Schedule name.")
 
 
 def _connect(server: str | None) -> tuple[Connection, ScheduleClient]:
-    from gpulayer.control.connect import connect
-    from gpulayer.control.schedule_client import ScheduleClient
+    from gpulayer.sdk.connection import connect
+    from gpulayer.sdk.schedule_client import ScheduleClient
 
     connection = connect(server)
     return connection, ScheduleClient(connection.client)

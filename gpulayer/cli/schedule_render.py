@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from gpulayer.control.connect import Connection
+    from gpulayer.sdk.connection import Connection
 
 
 def _console() -> Console:

@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import os
-import signal
-import socket
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import typer
 
 from gpulayer.cli.output import print_json
-
-if TYPE_CHECKING:
-    import threading
-
-    from gpulayer.worker.agent import WorkerAgent
-    from gpulayer.worker.process import RunAs
 
 worker_app = typer.Typer(
     help="Run a worker that takes jobs from a control plane.", no_args_is_help=True
@@ -134,98 +126,42 @@ def worker_start(
     ),
 ) -> None:
     """Register this machine with a control plane and run the jobs it assigns, until stopped."""
-    import logging
-    import threading
-
     from gpulayer.cli.spec_flags import parse_pairs
-    from gpulayer.control.client import ControlClient
     from gpulayer.control.paths import home
-    from gpulayer.control.protocol import Registration
     from gpulayer.errors import UsageError
-    from gpulayer.worker.agent import WorkerAgent
-    from gpulayer.worker.deadman import DeadmanAction, DeadmanSwitch
-    from gpulayer.worker.http_link import HttpLink
-    from gpulayer.worker.netif import address_towards
-    from gpulayer.worker.probe import probe_capabilities
+    from gpulayer.worker import WorkerOptions, run_worker
 
     server_url = server_url or os.environ.get("GPULAYER_SERVER")
     if not server_url:
         raise UsageError("--server: the control plane URL is required (or set GPULAYER_SERVER)")
     token = _join_token(token_file)
-    runner = _run_as_user(run_as)
-    if max_output_file_bytes < 0:
-        raise UsageError("--max-output-file-bytes: must be >= 0")
     labels = parse_pairs(label, "--label")
     if kind not in ("remote", "cloud"):
         raise UsageError(f"--kind: remote or cloud, not {kind!r}")
-    if deadman_seconds is not None and deadman_seconds <= 0:
-        raise UsageError("--deadman-seconds: must be > 0")
-    action = DeadmanAction.parse(deadman_action)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    layout = home().ensure()
-    root = work_dir or layout.root / "worker-jobs"
-    capabilities = probe_capabilities(root.parent if root.parent.exists() else layout.root)
-    capabilities = capabilities.model_copy(
-        update={
-            "provider": provider,
-            "region": region,
-            "zone": zone,
-            "hourly_price": hourly_price,
-            "currency": currency,
-            "address": address or address_towards(server_url),
-        }
-    )
-    registration = Registration(
-        name=name or capabilities.hostname or socket.gethostname(),
+    options = WorkerOptions(
+        server_url=server_url,
+        token=token,
+        home_root=home().ensure().root,
+        name=name,
         kind="cloud" if kind == "cloud" else "remote",
         labels=labels,
-        capabilities=capabilities.model_dump(mode="json"),
-        instance_request_id=instance_request_id or None,
-    )
-    stopped = threading.Event()
-    deadman: DeadmanSwitch | None = None
-
-    def contact() -> None:
-        if deadman is not None:
-            deadman.contact()
-
-    if runner is not None:
-        _check_reachable(root, runner)
-    elif os.geteuid() == 0:
-        typer.echo(
-            "warning: this worker runs as root without --run-as: its jobs can read its "
-            "credential and act as this worker",
-            err=True,
-        )
-    agent = WorkerAgent(
-        HttpLink(ControlClient(server_url, token, timeout=30)),
-        registration,
-        work_root=root,
+        work_dir=work_dir,
+        address=address,
         heartbeat_seconds=heartbeat_seconds,
-        on_contact=contact,
-        run_as=runner,
+        run_as=run_as,
         max_output_file_bytes=max_output_file_bytes,
+        provider=provider,
+        region=region,
+        zone=zone,
+        hourly_price=hourly_price,
+        currency=currency,
+        deadman_seconds=deadman_seconds,
+        deadman_action=deadman_action,
+        instance_request_id=instance_request_id,
     )
-    if deadman_seconds is not None:
-        deadman = DeadmanSwitch(
-            deadman_seconds,
-            action,
-            end_jobs=lambda: agent.stop(cancel_running=True),
-            stop_worker=stopped.set,
-            worker_name=registration.name,
-        )
-        deadman.start()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stopped.set())
-    worker_id = _join(agent, stopped)
-    if worker_id:
-        typer.echo(f"worker {registration.name} ({worker_id}) joined {server_url}", err=True)
-    stopped.wait()
-    typer.echo("stopping: ending running jobs", err=True)
-    agent.stop(cancel_running=True)
-    agent.drain(timeout=30)
-    if deadman is not None and deadman.fired:
-        raise typer.Exit(3)
+    code = run_worker(options)
+    if code:
+        raise typer.Exit(code)
 
 
 def _join_token(token_file: Path | None) -> str:
@@ -243,53 +179,6 @@ def _join_token(token_file: Path | None) -> str:
     if not from_env:
         raise UsageError("--token-file: a join token is required (or set GPULAYER_TOKEN)")
     return from_env
-
-
-def _run_as_user(name: str | None) -> RunAs | None:
-    from gpulayer.errors import UsageError
-    from gpulayer.worker.process import RunAs
-
-    if name is None:
-        return None
-    if os.geteuid() != 0:
-        raise UsageError("--run-as: only a worker running as root can run jobs as another user")
-    try:
-        return RunAs.lookup(name)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _check_reachable(root: Path, runner: RunAs) -> None:
-    """The job's user must be able to walk down to the work dir the worker makes for it."""
-    import stat
-
-    from gpulayer.errors import UsageError
-
-    for folder in [*reversed(root.resolve().parents)]:
-        mode = folder.stat()
-        others = mode.st_mode & stat.S_IXOTH
-        owned = mode.st_uid == runner.uid and mode.st_mode & stat.S_IXUSR
-        grouped = mode.st_gid == runner.gid and mode.st_mode & stat.S_IXGRP
-        if not (others or owned or grouped):
-            raise UsageError(
-                f"--run-as: {runner.name} cannot reach --work-dir {root} ({folder} is closed "
-                "to it); choose a --work-dir it can reach"
-            )
-
-
-def _join(agent: WorkerAgent, stopped: threading.Event) -> str | None:
-    """Register, waiting out a control plane that is not up yet (until stopped)."""
-    import logging
-
-    delay = 0.2
-    while not stopped.is_set():
-        try:
-            return agent.start()
-        except Exception as exc:
-            logging.getLogger("gpulayer.worker").warning("cannot join yet (%s); retrying", exc)
-            stopped.wait(delay)
-            delay = min(delay * 2, 10.0)
-    return None
 
 
 @token_app.command("create")
@@ -313,8 +202,8 @@ def token_create(
     import time
 
     from gpulayer.cli.durations import parse_duration
-    from gpulayer.control.connect import connect
     from gpulayer.errors import UsageError
+    from gpulayer.sdk.connection import connect
 
     if max_workers is not None and not worker:
         raise UsageError("--max-workers: only a join token (--worker) registers workers")
@@ -345,7 +234,7 @@ def token_ls(
 ) -> None:
     """List the server's tokens (never the tokens themselves)."""
     from gpulayer.cli.render import token_table
-    from gpulayer.control.connect import connect
+    from gpulayer.sdk.connection import connect
 
     connection = connect(server_url)
     tokens = connection.client.request("GET", "/v1/tokens", params={"all_kinds": all_kinds})
@@ -366,7 +255,7 @@ def token_revoke(
     """Refuse a token from its next call on; a join token's workers lose their credentials too."""
     from urllib.parse import quote
 
-    from gpulayer.control.connect import connect
+    from gpulayer.sdk.connection import connect
 
     connection = connect(server_url)
     reply = connection.client.request("POST", f"/v1/tokens/{quote(token_id, safe='')}/revoke")

@@ -6,7 +6,7 @@ import signal
 import sys
 from typing import Any
 
-from gpulayer.control.client import ControlClient
+from gpulayer.protocol.client import ControlClient
 from gpulayer.sdk.submission import send_job
 
 __all__ = ["describe_end", "exit_code_of", "print_line", "send_job", "stream_until_done"]

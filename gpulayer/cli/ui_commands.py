@@ -16,7 +16,7 @@ def ui(
     """Open the web dashboard, logged in through a one-time link (valid once, for 2 minutes).
 
     The local control plane is started if it is not running."""
-    from gpulayer.control.connect import connect
+    from gpulayer.sdk.connection import connect
 
     client = connect(server).client
     link = client.request("POST", "/v1/ui/login-links")

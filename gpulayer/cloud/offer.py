@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -44,37 +44,40 @@ def check_os(value: str) -> str:
     return value.lower()
 
 
-class Offer(BaseModel):
-    """One way to rent hardware: an instance type in a zone, on-demand or spot, at a price."""
+class Hardware(BaseModel):
+    """What a machine has, as jobs ask for it: an offer's hardware, or a host's described by
+    hand. One set of fields and checks, so what a provider says of a machine reads the same
+    everywhere."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", allow_inf_nan=False, use_attribute_docstrings=True
+    )
+    _noun: ClassVar[str] = "machine"
+    """Names the machine in errors: "a cpu offer has no GPUs"."""
 
-    provider: Annotated[str, Field(min_length=1)]
-    instance_type: Annotated[str, Field(min_length=1)]
-    region: Annotated[str, Field(min_length=1)]
-    zone: str | None = None
-    zones: tuple[str, ...] = ()
-    """When ``zone`` is None: the zones of the region known to have it (a catalog's offer,
-    made for the region as a whole); a launch asks the provider's API for a zone."""
     accelerator: Accelerator = "cpu"
+    """cpu, cuda, mps or rocm."""
     gpu_name: str | None = None
+    """The GPU model as the driver names it, e.g. NVIDIA A100-SXM4-80GB."""
     gpu_count: Annotated[int, Field(ge=0)] = 0
+    """GPUs on the machine; at least 1 unless the accelerator is cpu."""
     gpu_memory_gb: Annotated[float, Field(gt=0)] | None = None
-    """Per device."""
+    """Memory per GPU in GB."""
     gpu_memory_kind: MemoryKind | None = None
+    """dedicated (a discrete GPU) or unified (shared with the CPU)."""
     cuda_compute_capability: str | None = None
+    """major.minor, e.g. 8.0, for cuda machines."""
     cpu_cores: Annotated[float, Field(gt=0)]
+    """CPU cores jobs may use."""
     memory_gb: Annotated[float, Field(gt=0)] | None = None
+    """RAM in GB; None: unknown (jobs asking for memory do not fit)."""
     disk_gb: Annotated[float, Field(gt=0)] | None = None
-    """None: the disk is sized at launch (network block storage)."""
+    """Free disk in GB; None: unknown, or for a cloud offer sized at launch (network block
+    storage)."""
     cpu_arch: str = "x86_64"
+    """x86_64 or aarch64 (amd64 and arm64 are read as those)."""
     os: str = "linux"
-    hourly_price: Annotated[float, Field(ge=0)] | None = None
-    """None when the price is unknown; such offers never pass a cost cap."""
-    currency: CurrencyCode = "USD"
-    spot: bool = False
-    price_as_of: str | None = None
-    """The date of the price catalog the price comes from; None for a price read live."""
+    """linux, darwin or windows."""
 
     @field_validator("cuda_compute_capability")
     @classmethod
@@ -92,12 +95,40 @@ class Offer(BaseModel):
         return check_os(value)
 
     @model_validator(mode="after")
-    def _gpu_consistency(self) -> Offer:
+    def _gpu_consistency(self) -> Hardware:
+        noun = self._noun
         if self.accelerator == "cpu" and self.gpu_count:
-            raise ValueError("gpu_count: a cpu offer has no GPUs; set its accelerator")
+            raise ValueError(f"gpu_count: a cpu {noun} has no GPUs; set its accelerator")
         if self.accelerator != "cpu" and not self.gpu_count:
-            raise ValueError(f"gpu_count: a {self.accelerator} offer needs at least 1 GPU")
+            raise ValueError(f"gpu_count: a {self.accelerator} {noun} needs at least 1 GPU")
         return self
+
+
+class _OfferPlace(BaseModel):
+    # Offer's first fields, in a base of their own so that an offer's JSON still starts with
+    # where it is (Offer lists this base last, and pydantic orders fields base-last-first).
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    provider: Annotated[str, Field(min_length=1)]
+    instance_type: Annotated[str, Field(min_length=1)]
+    region: Annotated[str, Field(min_length=1)]
+    zone: str | None = None
+    zones: tuple[str, ...] = ()
+    """When ``zone`` is None: the zones of the region known to have it (a catalog's offer,
+    made for the region as a whole); a launch asks the provider's API for a zone."""
+
+
+class Offer(Hardware, _OfferPlace):
+    """One way to rent hardware: an instance type in a zone, on-demand or spot, at a price."""
+
+    _noun: ClassVar[str] = "offer"
+
+    hourly_price: Annotated[float, Field(ge=0)] | None = None
+    """None when the price is unknown; such offers never pass a cost cap."""
+    currency: CurrencyCode = "USD"
+    spot: bool = False
+    price_as_of: str | None = None
+    """The date of the price catalog the price comes from; None for a price read live."""
 
     @property
     def capability(self) -> tuple[int, int] | None:

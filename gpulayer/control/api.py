@@ -19,15 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpulayer import __version__
 from gpulayer.control.auth import LOCAL_ADMIN, Principal
-from gpulayer.control.protocol import (
-    AttemptReport,
-    Heartbeat,
-    LogBatch,
-    Registration,
-    TokenRequest,
-)
 from gpulayer.control.service import ControlService
 from gpulayer.control.text_checks import repaired, unsafe_text
+from gpulayer.control.uploads import incoming_bundle
 from gpulayer.control.views import (
     cost_view,
     job_view,
@@ -43,6 +37,13 @@ from gpulayer.errors import (
     SpecError,
     StaleAttemptError,
     UsageError,
+)
+from gpulayer.protocol.messages import (
+    AttemptReport,
+    Heartbeat,
+    LogBatch,
+    Registration,
+    TokenRequest,
 )
 
 log = logging.getLogger("gpulayer.api")
@@ -175,7 +176,7 @@ def create_app(
     # Checked inside (service.submit for the spec): a refused job must not leave its bundle.
     @app.post("/v1/jobs", dependencies=[Depends(admin_only)], status_code=201)
     def submit(body: SubmitBody) -> dict[str, Any]:
-        bundle = _incoming_bundle(service, body.bundle_id)
+        bundle = incoming_bundle(service, body.bundle_id)
         problems = unsafe_text(body.model_dump(exclude={"spec"}))
         if problems:
             if bundle is not None:
@@ -368,7 +369,7 @@ def create_app(
 
     @app.put("/v1/bundles", dependencies=auth, openapi_extra=_ARCHIVE_BODY)
     async def upload_bundle(request: Request) -> dict[str, Any]:
-        from gpulayer.worker.bundle import check_archive
+        from gpulayer.protocol.bundle import check_archive
 
         out = await _receive_file(service, request)
         try:
@@ -453,17 +454,6 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 class _Unauthorized(Exception):
     pass
-
-
-def _incoming_bundle(service: ControlService, bundle_id: Any) -> Path | None:
-    if bundle_id is None:
-        return None
-    if not isinstance(bundle_id, str) or "/" in bundle_id or not bundle_id.endswith(".tar.gz"):
-        raise UsageError("bundle_id: not a bundle this server handed out")
-    path = service.layout.root / "incoming" / bundle_id
-    if not path.is_file():
-        raise UsageError(f"bundle_id: {bundle_id} was not uploaded (or was used already)")
-    return path
 
 
 def _instances(

@@ -3,7 +3,9 @@
 It holds the store, runs the local worker, and outlives the CLI that started it, which is what
 lets a detached job finish and be recorded after `gpulayer submit -d` has returned.
 
-Run as `python -m gpulayer.control.daemon`; clients find it through server.json in the home.
+The local worker is handed in (see gpulayer.embedded, which assembles the two and is what
+`python -m gpulayer.embedded` runs), so the control plane never imports the worker; clients
+find the daemon through server.json in the home.
 """
 
 from __future__ import annotations
@@ -12,16 +14,32 @@ import json
 import logging
 import os
 import socket
-import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from gpulayer.control.paths import HomeLayout, home
+from gpulayer.control.paths import HomeLayout
 from gpulayer.control.tokens import ensure_token
 
+if TYPE_CHECKING:
+    from gpulayer.control.service import ControlService
+
 log = logging.getLogger("gpulayer.daemon")
+
+
+class LocalWorker(Protocol):
+    """What the daemon needs of its local worker: how busy it is, and how to stop it."""
+
+    @property
+    def running(self) -> int: ...
+
+    def stop(self, *, cancel_running: bool = True) -> None: ...
+
+
+StartWorker = Callable[["ControlService", HomeLayout], LocalWorker]
+"""Starts the local worker on the service (over an in-process link) once the store is up."""
 
 DEFAULT_IDLE_SECONDS = 300.0
 
@@ -77,25 +95,7 @@ def _remove_server_file(layout: HomeLayout) -> None:
         pass
 
 
-def start_local_worker(service: Any, layout: HomeLayout) -> Any:
-    from gpulayer.control.local_link import LocalLink
-    from gpulayer.control.protocol import Registration
-    from gpulayer.worker.agent import WorkerAgent
-    from gpulayer.worker.probe import probe_capabilities
-
-    capabilities = probe_capabilities(layout.root)
-    registration = Registration(
-        name=capabilities.hostname or "local",
-        kind="local",
-        capabilities=capabilities.model_dump(mode="json"),
-        worker_id="local",
-    )
-    agent = WorkerAgent(LocalLink(service), registration, work_root=layout.jobs_dir)
-    agent.start()
-    return agent
-
-
-def serve(layout: HomeLayout, *, idle_seconds: float) -> int:
+def serve(layout: HomeLayout, *, idle_seconds: float, start_worker: StartWorker) -> int:
     layout.ensure()
     lock = _acquire_lock(layout.daemon_lock)
     if lock is None:
@@ -115,7 +115,7 @@ def serve(layout: HomeLayout, *, idle_seconds: float) -> int:
     info = _server_info(f"http://127.0.0.1:{port}", idle_seconds)
     _write_server_file(layout, info)
     try:
-        return _run(layout, listener, token, idle_seconds, info)
+        return _run(layout, listener, token, idle_seconds, info, start_worker)
     finally:
         _remove_server_file(layout)
         lock.close()
@@ -127,6 +127,7 @@ def _run(
     token: str,
     idle_seconds: float,
     info: dict[str, Any],
+    start_worker: StartWorker,
 ) -> int:
     import uvicorn
 
@@ -139,7 +140,7 @@ def _run(
 
     store = Store(f"sqlite:///{layout.database}", max_log_bytes=_max_log_bytes())
     service = ControlService(store, layout)
-    agent = start_local_worker(service, layout)
+    agent = start_worker(service, layout)
     lifecycle = attach_lifecycle(service, control_port=listener.getsockname()[1])
     firing = attach_schedules(service)
     exit_requested = threading.Event()
@@ -206,17 +207,3 @@ def _max_log_bytes() -> int | None:
 
     configured = os.environ.get(MAX_LOG_BYTES_ENV)
     return parse_byte_size(configured, MAX_LOG_BYTES_ENV) if configured else None
-
-
-def main() -> None:
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-        stream=sys.stderr,
-    )
-    idle = float(os.environ.get("GPULAYER_IDLE_SECONDS", DEFAULT_IDLE_SECONDS))
-    sys.exit(serve(home(), idle_seconds=idle))
-
-
-if __name__ == "__main__":
-    main()

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpulayer.control.protocol import GangNode
 from gpulayer.control.store import AttemptRecord, JobRecord, NotFoundError, Store
+from gpulayer.protocol.messages import GangNode
 
 
 def gang_size(job: JobRecord) -> int:

@@ -15,14 +15,52 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpulayer.control.client import ControlClient
 from gpulayer.control.paths import HomeLayout
 from gpulayer.control.tokens import read_token
 from gpulayer.errors import ControlPlaneError, NotFoundError
+from gpulayer.protocol.client import ControlClient
+
+# What the local control plane keeps of the environment of the `submit` that starts it: what
+# a process needs to run at all, gpulayer's own settings, and the cloud SDKs' credential chains
+# that its provisioning reads. Everything else (another shell's secrets, unrelated keys) stays
+# out of its /proc environ; each local job gets its own submitter's environment, in memory.
+_DAEMON_NAMES = frozenset(
+    {
+        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ",
+        "TMPDIR", "TEMP", "TMP", "LD_LIBRARY_PATH",
+        "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "CONDA_PREFIX",
+        "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR",
+        "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
+        "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+    }
+)  # fmt: skip
+_DAEMON_PREFIXES = ("LC_", "GPULAYER_", "AWS_", "GOOGLE_", "CLOUDSDK_")
+_CLIENT_ONLY = frozenset({"GPULAYER_TOKEN", "GPULAYER_SERVER"})
+
+
+def daemon_environment(environ: Mapping[str, str], home_root: str) -> dict[str, str]:
+    """The scrubbed environment the local control plane starts with."""
+    kept = {
+        name: value
+        for name, value in environ.items()
+        if (name in _DAEMON_NAMES or name.startswith(_DAEMON_PREFIXES)) and name not in _CLIENT_ONLY
+    }
+    kept["GPULAYER_HOME"] = home_root
+    return kept
+
+
+def check_daemon_settings() -> None:
+    """Refuse a bad setting here, naming it, rather than as a daemon that failed to start."""
+    from gpulayer.control.log_cap import MAX_LOG_BYTES_ENV, parse_byte_size
+
+    configured = os.environ.get(MAX_LOG_BYTES_ENV)
+    if configured:
+        parse_byte_size(configured, MAX_LOG_BYTES_ENV)
+
 
 START_TIMEOUT_SECONDS = 20.0
 STOP_TIMEOUT_SECONDS = 30.0
@@ -84,13 +122,17 @@ def staleness(info: dict[str, Any]) -> Staleness:
     return found
 
 
+class _NotUpYet(Exception):
+    """The daemon is starting but does not answer yet."""
+
+
 def start(layout: HomeLayout) -> ControlClient:
-    from gpulayer.control.connect import check_daemon_settings, daemon_environment
+    from gpulayer.backoff import CONTROL_PLANE_START  # tenacity: only on this slower path
 
     check_daemon_settings()
     log = layout.daemon_log.open("ab")
     daemon = subprocess.Popen(
-        [sys.executable, "-m", "gpulayer.control.daemon"],
+        [sys.executable, "-m", "gpulayer.embedded"],
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=log,
@@ -99,16 +141,18 @@ def start(layout: HomeLayout) -> ControlClient:
         env=daemon_environment(os.environ, str(layout.root)),
     )
     log.close()
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
-    delay = 0.01
-    while time.monotonic() < deadline:
-        time.sleep(delay)
-        delay = min(delay * 1.5, 0.2)
-        running = find_running(layout)
-        if running is not None:
-            return running.client
-        if daemon.poll() not in (None, 0):
-            break  # it failed; exit 0 means another daemon won the lock and is starting
+    try:
+        for attempt in CONTROL_PLANE_START.retrying(
+            retry_on=(_NotUpYet,), give_up_after=START_TIMEOUT_SECONDS
+        ):
+            with attempt:
+                running = find_running(layout)
+                if running is not None:
+                    return running.client
+                if daemon.poll() in (None, 0):
+                    raise _NotUpYet  # exit 0: another daemon won the lock and is starting
+    except _NotUpYet:
+        pass
     tail = _tail(layout.daemon_log.read_bytes().decode(errors="replace"))
     raise ControlPlaneError(f"the local control plane did not start; {layout.daemon_log}: {tail}")
 
@@ -161,7 +205,7 @@ def _signal(pid: int) -> None:
 
 
 def _alive(pid: int) -> bool:
-    from gpulayer.worker.process import is_alive
+    from gpulayer.procs import is_alive
 
     return pid > 0 and is_alive(pid)
 

@@ -6,14 +6,14 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from gpulayer.control.protocol import (
+from gpulayer.control.service import ControlService
+from gpulayer.protocol.messages import (
     Assignment,
     AttemptReport,
     HeartbeatReply,
     Registration,
     split_job_reference,
 )
-from gpulayer.control.service import ControlService
 
 
 class LocalLink:

@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from gpulayer.control.schedule_service import ScheduleService, TickSkipped
 from gpulayer.control.schedule_views import run_view, schedule_detail, schedule_summary
+from gpulayer.control.uploads import incoming_bundle
 from gpulayer.errors import UsageError
 
 
@@ -22,15 +23,13 @@ def add_schedule_routes(app: FastAPI, service: Any, auth: list[Any], *, embedded
 
     @app.post("/v1/schedules", dependencies=auth)
     def apply(body: dict[str, Any]) -> dict[str, Any]:
-        from gpulayer.control.api import _incoming_bundle
-
         document = body.get("schedule")
         if not isinstance(document, dict):
             raise UsageError("schedule: a Schedule object is required")
         source_dir = body.get("source_dir")
         if source_dir is not None and not embedded:
             raise UsageError("source_dir: only the local control plane reads local directories")
-        bundle = _incoming_bundle(service, body.get("bundle_id"))
+        bundle = incoming_bundle(service, body.get("bundle_id"))
         record, created = schedules().apply(
             document,
             working_dir=body.get("working_dir"),

@@ -331,7 +331,7 @@ def _read_source(source_dir: Path | None, bundle: Path | None) -> bytes | None:
         return bundle.read_bytes()
     if source_dir is None:
         return None
-    from gpulayer.worker.bundle import create_bundle
+    from gpulayer.protocol.bundle import create_bundle
 
     with tempfile.TemporaryDirectory(prefix="gpulayer-schedule-") as scratch:
         path = Path(scratch) / "source.tar.gz"

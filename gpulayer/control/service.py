@@ -20,7 +20,6 @@ from gpulayer.control.auth import Principal, PrincipalKind, issue_token
 from gpulayer.control.ids import new_id
 from gpulayer.control.job_states import ACTIVE_ATTEMPT_STATES, JobStates
 from gpulayer.control.paths import HomeLayout
-from gpulayer.control.protocol import Assignment, AttemptReport, HeartbeatReply, Registration
 from gpulayer.control.store import (
     TERMINAL_STATES,
     AttemptRecord,
@@ -38,6 +37,7 @@ from gpulayer.errors import (
     StaleAttemptError,
     UsageError,
 )
+from gpulayer.protocol.messages import Assignment, AttemptReport, HeartbeatReply, Registration
 from gpulayer.spec import JobSpec
 from gpulayer.spec.capabilities import WorkerCapabilities
 from gpulayer.spec.validate import validate_spec
@@ -133,7 +133,7 @@ class ControlService:
         job_id = new_id("j")
         destination = self.layout.bundle_file(job_id)
         if source_dir is not None:
-            from gpulayer.worker.bundle import bundle_warning, create_bundle
+            from gpulayer.protocol.bundle import bundle_warning, create_bundle
 
             destination.parent.mkdir(parents=True, exist_ok=True)
             try:
@@ -434,7 +434,7 @@ class ControlService:
         raise ForbiddenError(f"job {job_id}'s outputs are not an input of this worker's jobs")
 
     def _names_job(self, source: str, job_id: str) -> bool:
-        from gpulayer.control.protocol import JOB_ARTIFACT_PREFIX, split_job_reference
+        from gpulayer.protocol.messages import JOB_ARTIFACT_PREFIX, split_job_reference
 
         if not source.startswith(JOB_ARTIFACT_PREFIX):
             return False
@@ -564,7 +564,7 @@ class ControlService:
         """A remote worker's outputs, sent as a tar.gz of its output folder."""
         import tempfile
 
-        from gpulayer.worker.bundle import extract_bundle
+        from gpulayer.protocol.bundle import extract_bundle
 
         self.own_attempt(attempt_id, caller)
         with tempfile.TemporaryDirectory(dir=self.layout.root) as scratch:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gpulayer.control.client import ControlClient
 from gpulayer.errors import GpulayerError
+from gpulayer.protocol.client import ControlClient
 
 TERMINAL_STATES = ("succeeded", "failed", "cancelled")
 

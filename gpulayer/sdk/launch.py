@@ -13,11 +13,11 @@ from gpulayer.sdk.job import Job
 
 
 def _builder_for(what: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> JobBuilder:
-    from gpulayer.sdk.remote import RemoteFunction, function_job
+    from gpulayer.sdk.functions import BuildsJob, function_job
 
     if isinstance(what, JobBuilder):
         return what
-    if isinstance(what, RemoteFunction):
+    if isinstance(what, BuildsJob):
         return what.builder(*args, **kwargs)
     if callable(what) and not isinstance(what, type):
         return function_job(what, args, kwargs)
@@ -49,7 +49,7 @@ def launch(
     overrides use the builders' short names: gpus=2, target="remote", max_hourly_cost=4, ...
     For a function, keyword arguments that are not spec fields go to the function.
     """
-    from gpulayer.control.connect import connect
+    from gpulayer.sdk.connection import connect
     from gpulayer.sdk.submission import send_job
 
     data = job_data(what, args, overrides)

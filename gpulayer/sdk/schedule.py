@@ -11,8 +11,8 @@ import time
 from datetime import datetime
 from typing import Any
 
-from gpulayer.control.client import ControlClient
 from gpulayer.errors import GpulayerError, UsageError
+from gpulayer.protocol.client import ControlClient
 from gpulayer.schedules.model import Budget, Cron
 from gpulayer.sdk.job import Job
 
@@ -89,10 +89,10 @@ def schedule(
     go to it). Further schedule fields (catch_up, starting_deadline_seconds, suspend,
     history_limit) may be given by keyword; other keywords override job fields as in launch.
     """
-    from gpulayer.control.connect import connect
-    from gpulayer.control.schedule_client import ScheduleClient
     from gpulayer.schedules.validate import validate_schedule
+    from gpulayer.sdk.connection import connect
     from gpulayer.sdk.launch import job_data
+    from gpulayer.sdk.schedule_client import ScheduleClient
     from gpulayer.sdk.submission import source_fields
 
     options = {k: more.pop(k) for k in list(more) if k in SCHEDULE_OPTIONS - {"timezone"}}
@@ -116,7 +116,7 @@ class Schedule:
     """A schedule kept by the control plane, by name."""
 
     def __init__(self, client: ControlClient, name: str) -> None:
-        from gpulayer.control.schedule_client import ScheduleClient
+        from gpulayer.sdk.schedule_client import ScheduleClient
 
         self._client = client
         self._schedules = ScheduleClient(client)

@@ -7,8 +7,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpulayer.control.connect import Connection
 from gpulayer.errors import UsageError
+from gpulayer.sdk.connection import Connection
 
 
 def source_fields(
@@ -36,7 +36,7 @@ def source_fields(
 
 def _uploaded_bundle(connection: Connection, source: Path) -> tuple[str, str | None]:
     from gpulayer.control.paths import home
-    from gpulayer.worker.bundle import bundle_warning, create_bundle
+    from gpulayer.protocol.bundle import bundle_warning, create_bundle
 
     with tempfile.TemporaryDirectory(prefix="gpulayer-bundle-") as scratch:
         bundle = Path(scratch) / "source.tar.gz"

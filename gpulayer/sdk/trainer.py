@@ -13,11 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpulayer.control.protocol import JOB_ARTIFACT_PREFIX, split_job_reference
 from gpulayer.errors import UsageError
+from gpulayer.protocol.messages import JOB_ARTIFACT_PREFIX, split_job_reference
 from gpulayer.sdk.builders import JobBuilder, ensure_json
+from gpulayer.sdk.functions import function_location
 from gpulayer.sdk.job import Job, JobFailed
-from gpulayer.sdk.remote import function_location
 from gpulayer.sdk.train import CHECKPOINT_FOLDER, RESUME_FOLDER
 
 _RUNNER = "gpulayer.sdk.train:run"

@@ -10,15 +10,19 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from gpulayer.control.protocol import Assignment, AttemptReport, HeartbeatReply, Registration
+from gpulayer.backoff import WORKER_CLAIM, WORKER_OUTPUTS, WORKER_REPORT
 from gpulayer.errors import ForbiddenError, StaleAttemptError, UsageError
+from gpulayer.protocol.messages import Assignment, AttemptReport, HeartbeatReply, Registration
 from gpulayer.worker.containment import Containment, reap_orphans
 from gpulayer.worker.distributed import NodePlace
 from gpulayer.worker.logship import LogShipper
 from gpulayer.worker.outputs import DEFAULT_MAX_FILE_BYTES, gather_outputs
 from gpulayer.worker.process import RunAs
+
+if TYPE_CHECKING:
+    import tenacity
 
 log = logging.getLogger("gpulayer.worker")
 
@@ -33,10 +37,6 @@ class ControlLink(Protocol):
     def store_outputs(self, attempt_id: int, files: list[tuple[str, Path]]) -> None: ...
     def resolve_artifact(self, reference: str, scratch: Path) -> Path: ...
     def job_environment(self, job_id: str) -> Mapping[str, str] | None: ...
-
-
-_OUTPUT_UPLOAD_SECONDS = 300.0
-"""How long outputs keep being retried before the attempt reports without them."""
 
 
 class WorkerAgent:
@@ -118,23 +118,30 @@ class WorkerAgent:
         assert self.worker_id is not None
         while not self._stop.is_set():
             try:
-                assignments = self.link.claim(self.worker_id, self.claim_wait_seconds)
-                self._on_contact()
-                for assignment in assignments:
-                    with self._runs_lock:
-                        self._held.add(assignment.attempt_id)
-                    thread = threading.Thread(
-                        target=self._run_assignment,
-                        args=(assignment,),
-                        name=f"gpulayer-job-{assignment.job_id}",
-                        daemon=True,
-                    )
-                    thread.start()
-                    self._job_threads.append(thread)
-                self._job_threads = [t for t in self._job_threads if t.is_alive()]
-            except Exception:  # a control plane hiccup must not end the worker
-                log.exception("claiming work failed; retrying")
-                self._stop.wait(1.0)
+                for attempt in WORKER_CLAIM.retrying(
+                    stop_event=self._stop, before_sleep=_noted("claiming work failed")
+                ):
+                    with attempt:  # a control plane hiccup must not end the worker
+                        if not self._stop.is_set():
+                            self._claim_once(self.worker_id)
+            except Exception:
+                return  # stopped while the control plane was away
+
+    def _claim_once(self, worker_id: str) -> None:
+        assignments = self.link.claim(worker_id, self.claim_wait_seconds)
+        self._on_contact()
+        for assignment in assignments:
+            with self._runs_lock:
+                self._held.add(assignment.attempt_id)
+            thread = threading.Thread(
+                target=self._run_assignment,
+                args=(assignment,),
+                name=f"gpulayer-job-{assignment.job_id}",
+                daemon=True,
+            )
+            thread.start()
+            self._job_threads.append(thread)
+        self._job_threads = [t for t in self._job_threads if t.is_alive()]
 
     def _heartbeat_loop(self) -> None:
         assert self.worker_id is not None
@@ -258,32 +265,35 @@ class WorkerAgent:
 
     def _store_outputs(self, assignment: Assignment, output_dir: Path, shipper: LogShipper) -> None:
         """Upload the attempt's regular files, retried for a while; cancel and fencing win."""
-        import time
-
         attempt_id = assignment.attempt_id
         found = gather_outputs(output_dir, max_file_bytes=self.max_output_file_bytes)
         for line in found.skipped:
             shipper.add("system", f"outputs: skipped {line}\n")
-        deadline = time.monotonic() + _OUTPUT_UPLOAD_SECONDS
-        delay = 0.2
-        while True:
-            try:
-                self.link.store_outputs(attempt_id, found.files)
-                return
-            except (StaleAttemptError, ForbiddenError) as exc:
-                self._fence(attempt_id, exc)
-                return
-            except UsageError as exc:  # refused for good (an archive the server will not take)
-                shipper.add("system", f"outputs: refused ({exc})\n")
-                return
-            except Exception as exc:
-                if self._cancelled(assignment) or time.monotonic() >= deadline:
-                    shipper.add("system", f"outputs: not stored ({exc})\n")
-                    return
-                log.warning("storing outputs of attempt %s failed (%s); retrying", attempt_id, exc)
-                if self._abandon.wait(delay):
-                    return
-                delay = min(delay * 2, 10.0)
+        try:
+            for attempt in WORKER_OUTPUTS.retrying(
+                stop_event=self._abandon,
+                before_sleep=_noted(f"storing outputs of attempt {attempt_id} failed"),
+            ):
+                with attempt:
+                    if self._abandon.is_set():
+                        return
+                    try:
+                        self.link.store_outputs(attempt_id, found.files)
+                        return
+                    except (StaleAttemptError, ForbiddenError) as exc:
+                        self._fence(attempt_id, exc)
+                        return
+                    except UsageError as exc:  # refused for good (an archive it will not take)
+                        shipper.add("system", f"outputs: refused ({exc})\n")
+                        return
+                    except Exception as exc:
+                        if self._cancelled(assignment):
+                            shipper.add("system", f"outputs: not stored ({exc})\n")
+                            return
+                        raise
+        except Exception as exc:  # out of time, or the worker gave up on its attempts
+            if not self._abandon.is_set():
+                shipper.add("system", f"outputs: not stored ({exc})\n")
 
     def _cancelled(self, assignment: Assignment) -> bool:
         return assignment.attempt_id in self._cancel_requested
@@ -291,19 +301,32 @@ class WorkerAgent:
     def _report(self, attempt_id: int, report: AttemptReport) -> None:
         """Retry until the report lands, waiting out a control plane that is away; a report the
         control plane refuses as stale is dropped (the job has moved on)."""
-        delay = 0.2
-        while True:
-            try:
-                self.link.finish(attempt_id, report)
-                return
-            except (StaleAttemptError, ForbiddenError) as exc:
-                log.warning("attempt %s: report refused (%s)", attempt_id, exc)
-                return
-            except Exception as exc:
-                log.warning("reporting attempt %s failed (%s); retrying", attempt_id, exc)
-                if self._abandon.wait(delay):
-                    return
-                delay = min(delay * 2, 10.0)
+        try:
+            for attempt in WORKER_REPORT.retrying(
+                stop_event=self._abandon,
+                before_sleep=_noted(f"reporting attempt {attempt_id} failed"),
+            ):
+                with attempt:
+                    if self._abandon.is_set():
+                        return
+                    try:
+                        self.link.finish(attempt_id, report)
+                        return
+                    except (StaleAttemptError, ForbiddenError) as exc:
+                        log.warning("attempt %s: report refused (%s)", attempt_id, exc)
+                        return
+        except Exception:
+            return  # the worker gave up on its attempts (drain ran out)
+
+
+def _noted(what: str) -> Callable[[tenacity.RetryCallState], None]:
+    """A before-sleep hook that logs the failure a retry follows."""
+
+    def note(state: tenacity.RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        log.warning("%s (%s); retrying", what, error)
+
+    return note
 
 
 def _node_place(assignment: Assignment) -> NodePlace | None:

@@ -8,15 +8,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import quote
 
-from gpulayer.control.client import ControlClient
-from gpulayer.control.protocol import (
+from gpulayer.errors import NotFoundError
+from gpulayer.protocol.client import ControlClient
+from gpulayer.protocol.messages import (
     Assignment,
     AttemptReport,
     HeartbeatReply,
     Registration,
     split_job_reference,
 )
-from gpulayer.errors import NotFoundError
 
 
 class HttpLink:

@@ -15,8 +15,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from gpulayer.cloud.probe_parsing import normalize_cpu_arch, parse_meminfo
 from gpulayer.spec.capabilities import WorkerCapabilities
-from gpulayer.spec.models import CPU_ARCH_ALIASES, Accelerator
+from gpulayer.spec.models import Accelerator
 from gpulayer.worker.probe_frameworks import (
     framework_key,
     framework_versions,
@@ -66,18 +67,6 @@ def cpu_cores() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def parse_meminfo(text: str) -> float | None:
-    """GiB of MemTotal from /proc/meminfo text."""
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key == "MemTotal":
-            parts = value.split()
-            if parts and parts[0].isdigit():
-                kib = int(parts[0])
-                return round(kib * 1024 / _GIB, 2)
-    return None
-
-
 def host_memory_gb(system: str, runner: Runner = run_command) -> float | None:
     if system == "linux":
         try:
@@ -120,8 +109,7 @@ def os_name(system: str | None = None) -> str:
 
 
 def cpu_arch(machine: str | None = None) -> str:
-    raw = (machine or platform.machine()).lower()
-    return CPU_ARCH_ALIASES.get(raw, raw)
+    return normalize_cpu_arch(machine or platform.machine())
 
 
 def _probe_gpus(

@@ -2,7 +2,8 @@
 
 Each probe takes a ``runner`` so the parsing can be exercised on recorded tool output. A tool
 that is missing, fails or hangs means "no such GPUs here", never an exception: a worker must
-still come up on a machine whose driver is broken.
+still come up on a machine whose driver is broken. nvidia-smi's output is read by
+:mod:`gpulayer.cloud.probe_parsing`, which a provider probing a host over SSH reads it with too.
 """
 
 from __future__ import annotations
@@ -16,8 +17,39 @@ import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from gpulayer.cloud.gpus import cuda_capability, uses_host_memory
+from gpulayer.cloud.probe_parsing import (
+    NVIDIA_FIELDS,
+    NVIDIA_FIELDS_LEGACY,
+    compute_capability_for_name,
+    has_unified_memory,
+    nvidia_query_argv,
+    parse_cuda_version,
+    parse_nvidia_query,
+    tool_value,
+)
 from gpulayer.spec.capabilities import GpuDevice
+
+__all__ = [
+    "COMMAND_TIMEOUT_SECONDS",
+    "NOT_FOUND",
+    "NVIDIA_FIELDS",
+    "NVIDIA_FIELDS_LEGACY",
+    "NVIDIA_HEADER_ARGV",
+    "TIMED_OUT",
+    "CommandResult",
+    "GpuReport",
+    "Runner",
+    "compute_capability_for_name",
+    "has_unified_memory",
+    "nvidia_query_argv",
+    "parse_cuda_version",
+    "parse_nvidia_query",
+    "parse_rocm_smi",
+    "probe_apple",
+    "probe_nvidia",
+    "probe_rocm",
+    "run_command",
+]
 
 COMMAND_TIMEOUT_SECONDS = 5.0
 """A wedged driver can make nvidia-smi hang for minutes; the probe must not."""
@@ -86,113 +118,7 @@ class GpuReport:
 
 # --- NVIDIA -----------------------------------------------------------------------------------
 
-NVIDIA_FIELDS: tuple[str, ...] = (
-    "index",
-    "name",
-    "memory.total",
-    "compute_cap",
-    "uuid",
-    "driver_version",
-)
-# Drivers before R510 do not know compute_cap; they are asked for the rest.
-NVIDIA_FIELDS_LEGACY: tuple[str, ...] = tuple(f for f in NVIDIA_FIELDS if f != "compute_cap")
-
-
-def nvidia_query_argv(fields: Sequence[str]) -> list[str]:
-    return [
-        "nvidia-smi",
-        f"--query-gpu={','.join(fields)}",
-        "--format=csv,noheader,nounits",
-    ]
-
-
 NVIDIA_HEADER_ARGV: tuple[str, ...] = ("nvidia-smi",)
-
-_NOT_A_VALUE = re.compile(r"^\[.*\]$|^N/A$", re.IGNORECASE)  # [N/A], [Not Supported]
-_CUDA_VERSION_RE = re.compile(r"CUDA Version\s*:\s*(\d+\.\d+)")
-_MIB_PER_GIB = 1024
-
-
-def compute_capability_for_name(name: str) -> str | None:
-    """For drivers that cannot report it: the GPU facts table's, by product name (A10 is not
-    an A100, L4 not an L40S); None for a name the table does not know, which a job with
-    min_cuda_compute_capability treats as "not known to be enough"."""
-    return cuda_capability(name)
-
-
-def has_unified_memory(name: str) -> bool:
-    """Integrated parts whose GPU shares the host's memory (DGX Spark's GB10): nvidia-smi
-    reports their memory as not supported, so the host's RAM is what the GPU can use."""
-    return uses_host_memory(name)
-
-
-def _value(text: str) -> str | None:
-    text = text.strip()
-    if not text or _NOT_A_VALUE.match(text):
-        return None
-    return text
-
-
-def _gib_from_mib(text: str | None) -> float | None:
-    if text is None:
-        return None
-    try:
-        return round(float(text) / _MIB_PER_GIB, 2)
-    except ValueError:
-        return None
-
-
-def _capability(text: str | None) -> str | None:
-    if text is not None and re.fullmatch(r"\d{1,2}\.\d{1,2}", text):
-        return text
-    return None
-
-
-def parse_nvidia_query(
-    text: str,
-    fields: Sequence[str] = NVIDIA_FIELDS,
-    host_memory_gb: float | None = None,
-) -> tuple[list[GpuDevice], str | None]:
-    """Devices and driver version from ``--format=csv,noheader,nounits`` output.
-
-    Lines that are not device rows (warnings, "Unable to determine the device handle" for a GPU
-    that fell off the bus) are skipped: the devices that do answer are still usable.
-    """
-    gpus: list[GpuDevice] = []
-    driver: str | None = None
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.split(",")]
-        if len(cells) != len(fields):
-            continue
-        row = dict(zip(fields, cells, strict=True))
-        index = _value(row["index"])
-        name = _value(row["name"])
-        if index is None or not index.isdigit() or name is None:
-            continue
-        unified = has_unified_memory(name)
-        memory_gb = _gib_from_mib(_value(row["memory.total"]))
-        if unified and memory_gb is None:
-            memory_gb = host_memory_gb
-        capability = _capability(_value(row.get("compute_cap", "")))
-        gpus.append(
-            GpuDevice(
-                index=int(index),
-                name=name,
-                memory_gb=memory_gb,
-                memory_kind="unified" if unified else "dedicated",
-                compute_capability=capability or compute_capability_for_name(name),
-                uuid=_value(row.get("uuid", "")),
-            )
-        )
-        driver = driver or _value(row.get("driver_version", ""))
-    gpus.sort(key=lambda g: g.index)
-    return gpus, driver
-
-
-def parse_cuda_version(text: str) -> str | None:
-    """The CUDA version the driver supports, from the banner of plain ``nvidia-smi``."""
-    match = _CUDA_VERSION_RE.search(text)
-    return match.group(1) if match else None
 
 
 def _field_unknown(result: CommandResult, field_name: str) -> bool:
@@ -234,7 +160,7 @@ def _lookup(entry: dict[str, object], *keys: str) -> str | None:
     for key in keys:
         value = folded.get(key.casefold())
         if value is not None:
-            text = _value(str(value))
+            text = tool_value(str(value))
             if text is not None:
                 return text
     return None

@@ -25,74 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpulayer.procs import GONE_STATES, PROC, ProcStat, proc_table, read_stat
+
 if TYPE_CHECKING:
     from gpulayer.worker.containment import AttemptGroup
 
 _log = logging.getLogger(__name__)
 
-_PROC = Path("/proc")
-_GONE_STATES = frozenset({"Z", "X", "x"})
-
 LogSink = Callable[[str, str], None]
 """(stream, text): stream is "stdout", "stderr" or "system"."""
-
-
-@dataclass(frozen=True)
-class ProcStat:
-    pid: int
-    ppid: int
-    pgrp: int
-    session: int
-    state: str
-    start_time: int
-    """Clock ticks after boot; with the pid it names one process for good."""
-
-
-def parse_stat(text: str) -> ProcStat:
-    """Parse /proc/<pid>/stat. The command name may hold spaces and parentheses, so split
-    after its last ')'."""
-    head, _, rest = text.rpartition(")")
-    pid = int(head.split("(", 1)[0])
-    fields = rest.split()
-    return ProcStat(
-        pid=pid,
-        state=fields[0],
-        ppid=int(fields[1]),
-        pgrp=int(fields[2]),
-        session=int(fields[3]),
-        start_time=int(fields[19]),
-    )
-
-
-def read_stat(pid: int) -> ProcStat | None:
-    try:
-        return parse_stat((_PROC / str(pid) / "stat").read_text())
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def proc_table() -> list[ProcStat]:
-    table = []
-    for entry in os.scandir(_PROC):
-        if entry.name.isdigit():
-            stat = read_stat(int(entry.name))
-            if stat is not None:
-                table.append(stat)
-    return table
-
-
-def is_alive(pid: int) -> bool:
-    """True while the process exists and is not a zombie."""
-    if _PROC.is_dir():
-        stat = read_stat(pid)
-        return stat is not None and stat.state not in _GONE_STATES
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def tree_members(
@@ -101,7 +42,7 @@ def tree_members(
     """Pids (with start times) that belong to the tree led by ``leader``: its process group,
     its session, the processes already ``known`` (if still the same process) and all of
     their descendants. Zombies are left out: they are dead already."""
-    live = [p for p in table if p.state not in _GONE_STATES]
+    live = [p for p in table if p.state not in GONE_STATES]
     members = {
         p.pid: p.start_time
         for p in live
@@ -167,7 +108,7 @@ class ProcessTree:
         self.group = group
         self._known: dict[int, int] = {}
         self._returncode: int | None = None
-        self._can_scan = _PROC.is_dir()
+        self._can_scan = PROC.is_dir()
 
     @classmethod
     def spawn(
@@ -224,7 +165,7 @@ class ProcessTree:
         if self.group is not None:
             grouped = self.group.pids()
             for stat in table:
-                if stat.pid in grouped and stat.state not in _GONE_STATES:
+                if stat.pid in grouped and stat.state not in GONE_STATES:
                     self._known.setdefault(stat.pid, stat.start_time)
         self._known = tree_members(table, self.pid, self._known)
         return dict(self._known)

@@ -30,6 +30,7 @@ from typing import Literal
 from pydantic import JsonValue
 
 from gpulayer.errors import GpulayerError
+from gpulayer.protocol.bundle import BundleError, extract_bundle
 from gpulayer.spec.models import (
     CommandWorkload,
     DistributedWorkload,
@@ -38,7 +39,6 @@ from gpulayer.spec.models import (
     SecretRef,
     is_reserved_env_name,
 )
-from gpulayer.worker.bundle import BundleError, extract_bundle
 from gpulayer.worker.containment import TAG_VARIABLE, AttemptGroup
 from gpulayer.worker.distributed import NodePlace, launch_argv, launch_env
 from gpulayer.worker.process import LogSink, OutputPump, ProcessTree, Redactor, RunAs

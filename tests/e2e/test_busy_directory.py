@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulayer.control.connect import connect
+from gpulayer.sdk.connection import connect
 from tests.support.daemon import stop_local_control_plane
 
 SUBMITTERS = 20
@@ -21,7 +21,7 @@ JOBS_EACH = int(os.environ.get("GPULAYER_TEST_JOBS_EACH", "50"))
 
 SUBMITTER = """
 import json, sys
-from gpulayer.control.connect import connect
+from gpulayer.sdk.connection import connect
 from gpulayer.sdk.submission import send_job
 
 spec = json.loads(sys.argv[1])

@@ -195,7 +195,7 @@ def test_only_an_admin_token_logs_in(
 ) -> None:
     from selenium.webdriver.common.by import By
 
-    from gpulayer.control.client import ControlClient
+    from gpulayer.protocol.client import ControlClient
 
     admin = ControlClient(base_url, admin_token(dashboard_home))
     if which == "wrong":

@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from gpulayer.control.connect import daemon_environment
+from gpulayer.control.local_daemon import daemon_environment
 from tests.support.cli import run_cli
 from tests.support.daemon import stop_local_control_plane
 

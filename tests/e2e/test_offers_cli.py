@@ -55,8 +55,8 @@ def test_offers_that_list_nothing_say_why(shared_home: Path) -> None:
 
 @pytest.mark.slow
 def test_offers_route_refuses_bad_input_with_the_field_named(shared_home: Path) -> None:
-    from gpulayer.control.connect import connect
     from gpulayer.errors import SpecError, UsageError
+    from gpulayer.sdk.connection import connect
 
     client = connect().client
     with pytest.raises(SpecError, match=r"resources\.gpu_models"):

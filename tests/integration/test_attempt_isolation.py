@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from gpulayer.control.client import ControlClient, Unauthorized
 from gpulayer.errors import ForbiddenError, StaleAttemptError
+from gpulayer.protocol.client import ControlClient, Unauthorized
 from tests.support.cluster import Cluster, command_job, submit
 from tests.support.fault_proxy import LossyProxy
 from tests.support.procs import DAEMON_PREAMBLE, processes_with, wait_until

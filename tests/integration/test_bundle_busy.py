@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulayer.worker.bundle import bundle_warning, create_bundle, extract_bundle
+from gpulayer.protocol.bundle import bundle_warning, create_bundle, extract_bundle
 
 # Paced, as a training log is: a busy loop would only measure how fast 2 cores read gigabytes.
 pytestmark = pytest.mark.slow

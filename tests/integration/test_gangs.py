@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from gpulayer.control.client import ControlClient
-from gpulayer.worker.bundle import create_bundle
+from gpulayer.protocol.bundle import create_bundle
+from gpulayer.protocol.client import ControlClient
 from tests.support.servers import free_port, wait_for_job
 
 DDP_SOURCE = Path(__file__).parents[1] / "fixtures" / "ddp"

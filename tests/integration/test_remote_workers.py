@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from gpulayer.control.client import ControlClient, Unauthorized
 from gpulayer.errors import ForbiddenError
+from gpulayer.protocol.client import ControlClient, Unauthorized
 from tests.support.cluster import command_job, submit
 from tests.support.servers import (
     ServerProcess,

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from gpulayer.protocol.bundle import create_bundle
 from gpulayer.spec import JobSpec
-from gpulayer.worker.bundle import create_bundle
 from gpulayer.worker.runner import JobRun, RunContext, RunOutcome
 
 # A job that waits for the test to answer polls for a file; it gives up (exit 9) after this

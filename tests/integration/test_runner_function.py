@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from gpulayer.protocol.bundle import create_bundle
 from gpulayer.spec import JobSpec
-from gpulayer.worker.bundle import create_bundle
 from gpulayer.worker.runner import JobRun, RunContext, RunOutcome
 
 MODULE = """

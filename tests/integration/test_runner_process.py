@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpulayer.worker.process import OutputPump, ProcStat, Redactor, parse_stat, tree_members
+from gpulayer.procs import ProcStat, parse_stat
+from gpulayer.worker.process import OutputPump, Redactor, tree_members
 
 # --- /proc/<pid>/stat -------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gpulayer.control.schedule_client import ScheduleClient
+from gpulayer.sdk.schedule_client import ScheduleClient
 from tests.e2e_cloud.journey import wait_until
 from tests.support.cli import run_cli
 from tests.support.servers import (

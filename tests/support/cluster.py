@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpulayer.control.client import ControlClient
+from gpulayer.protocol.client import ControlClient
 from tests.support.servers import ServerProcess, WorkerProcess, wait_for_workers
 
 

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from gpulayer.control.client import ControlClient
 from gpulayer.errors import ControlPlaneError
+from gpulayer.protocol.client import ControlClient
 
 ADMIN_TOKEN = "test-admin-token-0123456789"
 

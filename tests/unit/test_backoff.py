@@ -31,6 +31,32 @@ def test_exception_outside_retry_on_passes_at_once() -> None:
     assert calls == 1
 
 
+def test_retry_if_narrows_which_errors_are_waited_out() -> None:
+    calls = 0
+    slept: list[float] = []
+    with pytest.raises(OSError, match="gone for good"):
+        for attempt in BackoffPolicy("t", 0.1, 0.1).retrying(
+            retry_if=lambda exc: "in use" in str(exc), sleep=slept.append
+        ):
+            with attempt:
+                calls += 1
+                raise OSError("in use" if calls < 3 else "gone for good")
+    assert (calls, slept) == (3, [0.1, 0.1])
+
+
+def test_delay_is_the_wait_retrying_would_sleep() -> None:
+    slept: list[float] = []
+    policy = BackoffPolicy("t", initial=0.5, maximum=3.0)
+    with pytest.raises(ValueError):
+        for attempt in policy.retrying(retry_on=(ConnectionError,), sleep=slept.append):
+            with attempt:
+                if len(slept) == 5:
+                    raise ValueError("enough")
+                raise ConnectionError("again")
+    assert slept == [policy.delay(n) for n in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+    assert policy.delay(0) == policy.delay(1)
+
+
 def test_stop_event_raises_last_error_without_waiting() -> None:
     stopped = threading.Event()
     stopped.set()

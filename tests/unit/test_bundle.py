@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpulayer.errors import UsageError
-from gpulayer.worker.bundle import (
+from gpulayer.protocol.bundle import (
     BundleError,
     BundleTooLargeError,
     UnsafeBundleError,

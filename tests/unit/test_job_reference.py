@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpulayer.control.protocol import split_job_reference
 from gpulayer.errors import UsageError
+from gpulayer.protocol.messages import split_job_reference
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,7 @@ from gpulayer.cloud.wheelhouse import (
     incompatibility,
     repack_distribution,
     tag_fits,
+    wheel_fits,
     wheel_name,
     worker_distributions,
 )
@@ -39,6 +40,7 @@ from gpulayer.cloud.wheelhouse import (
         ("py3-none-any", "3.10.4", "linux_aarch64", None, True),
         ("py2.py3-none-any", "3.12.0", "linux_x86_64", None, False),  # compressed: split first
         ("py311-none-any", "3.11.2", "linux_x86_64", None, True),
+        ("py3-abi3-any", "3.11.2", "linux_x86_64", None, False),  # pip does not install it
         ("py312-none-any", "3.11.2", "linux_x86_64", None, False),
         ("cp311-cp311-manylinux_2_17_x86_64", "3.11.9", "linux_x86_64", "2.36", True),
         ("cp311-cp311-manylinux_2_17_x86_64", "3.10.12", "linux_x86_64", "2.36", False),
@@ -61,6 +63,14 @@ def test_cpython_wheels_do_not_fit_another_implementation() -> None:
     tag = "cp311-cp311-manylinux_2_17_x86_64"
     assert not tag_fits(tag, "3.11.0", "linux_x86_64", implementation="pypy")
     assert tag_fits("py3-none-any", "3.11.0", "linux_x86_64", implementation="pypy")
+
+
+def test_a_wheel_fits_by_the_tags_its_file_name_carries() -> None:
+    name = "pyyaml-6.0.3-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
+    assert wheel_fits(name, "3.11.4", "linux_x86_64", glibc="2.17")
+    assert not wheel_fits(name, "3.11.4", "linux_x86_64", glibc="2.12")
+    assert wheel_fits("six-1.17.0-py2.py3-none-any.whl", "3.12.0", "linux_aarch64")
+    assert not wheel_fits("not-a-wheel.tar.gz", "3.12.0", "linux_aarch64")
 
 
 def test_incompatibility_names_the_first_wheel_that_does_not_fit() -> None:

@@ -6,9 +6,20 @@ and says what the asking one does.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from gpulayer.spec import JobSpec
 
 ENDING_OR_GONE = frozenset({"draining", "terminating", "terminated", "never_launched"})
+
+
+def nodes_of(spec: JobSpec) -> int:
+    """How many machines the job rents at once: num_workers for a distributed job, else 1."""
+    from gpulayer.spec.models import DistributedWorkload
+
+    workload = spec.workload
+    return workload.num_workers if isinstance(workload, DistributedWorkload) else 1
 
 
 class NodeRecord(Protocol):

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpulayer.cloud.lifecycle import planning
+from gpulayer.cloud.lifecycle import gangs, planning
 
 if TYPE_CHECKING:
     from gpulayer.cloud.offer import Offer
@@ -36,10 +36,9 @@ def candidates(
     from gpulayer.cloud.protocol import can_launch_gangs
     from gpulayer.cloud.ranking import rank
     from gpulayer.cloud.search import gather, select, why_nothing_fits
-    from gpulayer.scheduler import node_count
 
     placement = spec.placement
-    nodes = node_count(spec)
+    nodes = gangs.nodes_of(spec)
     if nodes > 1:
         # A gang's nodes come from one launch call, which only some providers can make.
         unable = sorted(name for name, p in providers.items() if not can_launch_gangs(p))

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from gpulayer.backoff import CLOUD_CAPACITY_RETRY
 from gpulayer.cloud.errors import SCOPES, Scope
 from gpulayer.cloud.offer import Offer
 from gpulayer.cloud.ranking import BlockList
@@ -24,8 +25,6 @@ REFUSALS: tuple[str, ...] = ("capacity", "quota", "auth")
 CONFIG_TRIES_PER_PROVIDER = 2
 """A configuration error repeats on every offer of its provider: one more try (it may be one
 region's, such as an image missing there), then none."""
-_MAX_BACKOFF_SECONDS = 60.0
-_FIRST_BACKOFF_SECONDS = 5.0
 
 
 def offer_key(offer: Offer | Mapping[str, Any]) -> OfferKey:
@@ -101,7 +100,7 @@ class Decision:
 
 
 def backoff_seconds(capacity_tries: int) -> float:
-    return min(_MAX_BACKOFF_SECONDS, _FIRST_BACKOFF_SECONDS * 2 ** max(0, capacity_tries - 1))
+    return CLOUD_CAPACITY_RETRY.delay(capacity_tries)
 
 
 def choose(

@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpulayer.backoff import CLOUD_TERMINATE_RETRY
 from gpulayer.cloud.lifecycle import gangs, planning
 from gpulayer.cloud.lifecycle.links import Link, Links, connect, host_keys_path, reopen
 from gpulayer.cloud.lifecycle.placement import candidates, fallback_target
@@ -423,10 +424,9 @@ class Reconciler:
     def _record(self, job: JobRecord, spec: JobSpec, offer: Offer) -> None:
         """Write the instance down (with its reservation) before anything is created."""
         from gpulayer.control.ids import new_id
-        from gpulayer.scheduler import node_count
         from gpulayer.ssh.keys import generate_keypair
 
-        nodes = node_count(spec)
+        nodes = gangs.nodes_of(spec)
         request_ids = [new_id("r", 12) for _ in range(nodes)]
         request_id = request_ids[0]
         # One key for the gang: its nodes come from one launch call, which takes one key.
@@ -856,7 +856,7 @@ class Reconciler:
     def _terminate_later(self, r: InstanceRecord, why: str) -> None:
         failures = self._failures.get(r.request_id, 0) + 1
         self._failures[r.request_id] = failures
-        self._retry_at[r.request_id] = time.time() + min(60.0, 2.0**failures)
+        self._retry_at[r.request_id] = time.time() + CLOUD_TERMINATE_RETRY.delay(failures)
         self.store.update_instance(r.request_id, note=f"terminate failed: {why}")
         log.warning("terminating %s failed (%s); retrying", r.request_id, why)
         if failures == 1:

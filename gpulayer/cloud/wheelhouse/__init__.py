@@ -34,7 +34,7 @@ from gpulayer.cloud.wheelhouse.closure import (
     worker_distributions,
 )
 from gpulayer.cloud.wheelhouse.errors import DistributionNotRepackable, WheelhouseError
-from gpulayer.cloud.wheelhouse.model import WheelFile, Wheelhouse
+from gpulayer.cloud.wheelhouse.model import WheelFile, Wheelhouse, incompatibility
 from gpulayer.cloud.wheelhouse.repack import (
     build_from_source,
     build_pip_runner,
@@ -43,7 +43,7 @@ from gpulayer.cloud.wheelhouse.repack import (
     source_digest,
     wheel_name,
 )
-from gpulayer.cloud.wheelhouse.tags import host_platform_tag, incompatibility, tag_fits
+from gpulayer.cloud.wheelhouse.tags import host_platform_tag, tag_fits, wheel_fits
 
 __all__ = [
     "FORMAT",
@@ -66,6 +66,7 @@ __all__ = [
     "repack_distribution",
     "source_digest",
     "tag_fits",
+    "wheel_fits",
     "wheel_name",
     "wheelhouse_key",
     "worker_distributions",

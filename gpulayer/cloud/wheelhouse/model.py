@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpulayer.cloud.wheelhouse.tags import incompatibility
+from gpulayer.cloud.wheelhouse.tags import wheel_fits
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,34 @@ class WheelFile:
     version: str
     tags: tuple[str, ...]
     """Every ``python-abi-platform`` tag the WHEEL file lists."""
+
+
+def incompatibility(
+    files: Iterable[WheelFile],
+    host_python_version: str,
+    host_platform: str,
+    *,
+    glibc: str | None = None,
+    implementation: str = "cpython",
+) -> str | None:
+    """The first wheel that does not fit the host, said in one line; None when all fit."""
+    for wheel in files:
+        if not wheel_fits(
+            wheel.name,
+            host_python_version,
+            host_platform,
+            glibc=glibc,
+            implementation=implementation,
+        ):
+            host = f"{implementation} {host_python_version} on {host_platform}"
+            if glibc:
+                host += f" (glibc {glibc})"
+            return (
+                f"{wheel.name} does not install on {host}: it is built for "
+                f"{', '.join(wheel.tags)}; the worker's wheels come from this controller, "
+                "so the host needs the controller's python version and platform"
+            )
+    return None
 
 
 @dataclass(frozen=True)

@@ -2,18 +2,18 @@
 
 A tag is ``python-abi-platform`` (``cp311-cp311-manylinux_2_17_x86_64``). The host is
 described by its python version, implementation, wheel platform tag (``linux_x86_64``) and
-glibc version; manylinux tags fit a glibc at least as new as they name.
+glibc version. The tags it installs are packaging.tags' for that python, on the platforms the
+host admits: its own, ``any``, and on linux the manylinux tags its glibc is at least as new as.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import sysconfig
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from gpulayer.cloud.wheelhouse.model import WheelFile
+from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 _LEGACY_MANYLINUX = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
 _MANYLINUX = re.compile(r"^manylinux_(\d+)_(\d+)_(.+)$")
@@ -26,42 +26,43 @@ def _version_pair(text: str, what: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
-def _python_fits(interpreter: str, abi: str, py: tuple[int, int], implementation: str) -> bool:
-    major, minor = py
-    if interpreter.startswith("py"):
-        digits = interpreter[2:]
-        if digits == str(major):
-            return True
-        return digits.startswith(str(major)) and digits[1:].isdigit() and int(digits[1:]) <= minor
-    if interpreter.startswith("cp") and implementation == "cpython":
-        digits = interpreter[2:]
-        if not digits.isdigit() or not digits.startswith(str(major)) or len(digits) < 2:
-            return False
-        wanted = int(digits[len(str(major)) :])
-        # abi3 wheels run on their version and every later one; others on their version only.
-        return wanted <= minor if abi == "abi3" else wanted == minor
-    return False
-
-
-def _abi_fits(abi: str, py: tuple[int, int], implementation: str) -> bool:
-    if abi in ("none", "abi3"):
-        return abi == "none" or implementation == "cpython"
-    return implementation == "cpython" and abi == f"cp{py[0]}{py[1]}"
-
-
-def _platform_fits(tag: str, host: str, glibc: tuple[int, int] | None) -> bool:
-    if tag == "any" or tag == host:
-        return True
-    if not host.startswith("linux_"):
-        return False
-    arch = host[len("linux_") :]
+def _glibc_named(platform: str, arch: str) -> tuple[int, int] | None:
+    """The glibc a manylinux platform tag for ``arch`` needs; None for any other tag."""
     for legacy, needed in _LEGACY_MANYLINUX.items():
-        if tag == f"{legacy}_{arch}":
-            return glibc is None or glibc >= needed
-    match = _MANYLINUX.match(tag)
+        if platform == f"{legacy}_{arch}":
+            return needed
+    match = _MANYLINUX.match(platform)
     if match and match.group(3) == arch:
-        return glibc is None or glibc >= (int(match.group(1)), int(match.group(2)))
-    return False
+        return int(match.group(1)), int(match.group(2))
+    return None
+
+
+def host_platforms(host_platform: str, glibc: tuple[int, int] | None) -> tuple[str, ...]:
+    """The platform tags a host installs: its own, manylinux ones up to its glibc, ``any``."""
+    platforms = [host_platform]
+    if host_platform.startswith("linux_") and glibc is not None:
+        arch = host_platform[len("linux_") :]
+        major, minor = glibc
+        platforms += [f"manylinux_{major}_{m}_{arch}" for m in range(minor, -1, -1)]
+        platforms += [f"{name}_{arch}" for name, need in _LEGACY_MANYLINUX.items() if glibc >= need]
+    return (*platforms, "any")
+
+
+@functools.lru_cache(maxsize=64)
+def supported_tags(
+    python: tuple[int, int], platforms: tuple[str, ...], implementation: str
+) -> frozenset[Tag]:
+    """Every tag a ``python`` (major, minor) of ``implementation`` installs on ``platforms``."""
+    if implementation != "cpython":
+        # Only pure wheels without an ABI: the cp and abi3 tags are CPython's own.
+        return frozenset(compatible_tags(python, None, platforms))
+    interpreter = f"cp{python[0]}{python[1]}"
+    return frozenset(
+        (
+            *cpython_tags(python, [interpreter], platforms),
+            *compatible_tags(python, interpreter, platforms),
+        )
+    )
 
 
 def tag_fits(
@@ -72,49 +73,46 @@ def tag_fits(
     glibc: str | None = None,
     implementation: str = "cpython",
 ) -> bool:
-    """Whether one ``python-abi-platform`` wheel tag installs on the host."""
+    """Whether one ``python-abi-platform`` wheel tag installs on the host. A compressed tag
+    set (``py2.py3-none-any``) is not one tag: split it first."""
     parts = tag.split("-")
     if len(parts) != 3:
         return False
-    interpreter, abi, plat = parts
-    py = _version_pair(host_python_version, "host_python_version")
-    libc = _version_pair(glibc, "glibc") if glibc else None
-    return (
-        _python_fits(interpreter, abi, py, implementation)
-        and _abi_fits(abi, py, implementation)
-        and _platform_fits(plat, host_platform, libc)
-    )
+    return _fits(Tag(*parts), host_python_version, host_platform, glibc, implementation)
 
 
-def incompatibility(
-    files: Iterable[WheelFile],
+def wheel_fits(
+    filename: str,
     host_python_version: str,
     host_platform: str,
     *,
     glibc: str | None = None,
     implementation: str = "cpython",
-) -> str | None:
-    """The first wheel that does not fit the host, said in one line; None when all fit."""
-    for wheel in files:
-        if not any(
-            tag_fits(
-                tag,
-                host_python_version,
-                host_platform,
-                glibc=glibc,
-                implementation=implementation,
-            )
-            for tag in wheel.tags
-        ):
-            host = f"{implementation} {host_python_version} on {host_platform}"
-            if glibc:
-                host += f" (glibc {glibc})"
-            return (
-                f"{wheel.name} does not install on {host}: it is built for "
-                f"{', '.join(wheel.tags)}; the worker's wheels come from this controller, "
-                "so the host needs the controller's python version and platform"
-            )
-    return None
+) -> bool:
+    """Whether pip on the host installs the wheel file ``filename``: pip goes by the tags in
+    the name (compressed sets expanded), so these are the tags read here. A name that is not
+    a wheel's does not fit."""
+    try:
+        tags = parse_wheel_filename(filename)[3]
+    except InvalidWheelFilename:
+        return False
+    return any(_fits(t, host_python_version, host_platform, glibc, implementation) for t in tags)
+
+
+def _fits(
+    wanted: Tag,
+    host_python_version: str,
+    host_platform: str,
+    glibc: str | None,
+    implementation: str,
+) -> bool:
+    python = _version_pair(host_python_version, "host_python_version")
+    libc = _version_pair(glibc, "glibc") if glibc else None
+    if libc is None and host_platform.startswith("linux_"):
+        # An unknown glibc is taken to be as new as the wheel needs.
+        libc = _glibc_named(wanted.platform, host_platform[len("linux_") :])
+    platforms = host_platforms(host_platform, libc)
+    return wanted in supported_tags(python, platforms, implementation)
 
 
 def host_platform_tag(raw: str | None = None) -> str:

@@ -25,8 +25,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from gpulayer.cloud.catalogs import CatalogInfo
-from gpulayer.cloud.errors import ProviderError
+from gpulayer.cloud import CatalogInfo, ProviderError
 from gpulayer_aws.errors import PROVIDER, aws_errors
 from gpulayer_aws.settings import AwsSettings
 from gpulayer_aws.shapes import Shape
@@ -125,7 +124,7 @@ def load_catalog(cache_dir: Path) -> PriceCatalog:
 
 
 def save_catalog(catalog: PriceCatalog, cache_dir: Path) -> Path:
-    from gpulayer.cloud.cache import write_json_atomically
+    from gpulayer.cloud import write_json_atomically
 
     return write_json_atomically(Path(cache_dir) / REFRESHED_NAME, catalog.to_json(), indent=1)
 
@@ -156,7 +155,7 @@ def refresh_catalog(
     not refreshed keep what they had; hardware and zones the price list does not tell are
     kept from the catalog in use. ``on_region(region)`` is called as each region starts.
     Returns the file written."""
-    from gpulayer.cloud.settings import load_settings
+    from gpulayer.cloud import load_settings
 
     config = load_settings(AwsSettings, settings, provider=PROVIDER)
     wanted_regions = list(regions or config.regions)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 
-from gpulayer.cloud.errors import (
+from gpulayer.cloud import (
     AuthError,
     CapacityError,
     ImageNotFoundError,

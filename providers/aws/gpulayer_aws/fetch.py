@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
 
-from gpulayer.errors import NotFoundError, UsageError
+from gpulayer.cloud import NotFoundError, UsageError
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:

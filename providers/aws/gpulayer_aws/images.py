@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpulayer.cloud.errors import ImageNotFoundError, ProviderSettingsError
+from gpulayer.cloud import ImageNotFoundError, ProviderSettingsError
 from gpulayer_aws.errors import PROVIDER, aws_errors
 
 _KEYS = frozenset({"ami_id", "ami_ids", "owners", "name", "ssh_user"})

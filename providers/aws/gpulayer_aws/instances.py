@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpulayer.cloud.protocol import Instance, InstanceState
+from gpulayer.cloud import Instance, InstanceState
 from gpulayer_aws import tags as t
 from gpulayer_aws.errors import PROVIDER
 

@@ -17,9 +17,15 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from gpulayer.cloud.errors import CapacityError, ProviderError, ProviderSettingsError
-from gpulayer.cloud.offer import Offer
-from gpulayer.cloud.protocol import Instance, LaunchRequest, launch_zone
+from gpulayer.cloud import (
+    CapacityError,
+    Instance,
+    LaunchRequest,
+    Offer,
+    ProviderError,
+    ProviderSettingsError,
+    launch_zone,
+)
 from gpulayer_aws import tags as t
 from gpulayer_aws.errors import PROVIDER, aws_errors, error_code
 from gpulayer_aws.images import Image, resolve_image

@@ -12,10 +12,7 @@ import logging
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from gpulayer.cloud.cache import DiskCache
-from gpulayer.cloud.errors import ProviderError
-from gpulayer.cloud.gpus import gpu_facts
-from gpulayer.cloud.offer import Offer, OfferQuery
+from gpulayer.cloud import DiskCache, Offer, OfferQuery, ProviderError, gpu_facts
 from gpulayer_aws.catalog import PriceCatalog, load_catalog
 from gpulayer_aws.errors import PROVIDER, aws_errors
 from gpulayer_aws.pricing import fetch_on_demand, fetch_spot

@@ -15,8 +15,7 @@ import urllib.request
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from gpulayer.cloud.errors import ProviderError
-from gpulayer.cloud.gpus import gpu_facts
+from gpulayer.cloud import ProviderError, gpu_facts
 from gpulayer_aws.errors import PROVIDER
 from gpulayer_aws.families import gpu_model
 from gpulayer_aws.shapes import Shape

@@ -7,12 +7,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpulayer.cloud.cache import DiskCache
-from gpulayer.cloud.catalogs import CatalogInfo
-from gpulayer.cloud.errors import ProviderError
-from gpulayer.cloud.offer import Offer, OfferQuery
-from gpulayer.cloud.protocol import Instance, LaunchRequest
-from gpulayer.cloud.settings import load_settings
+from gpulayer.cloud import (
+    CatalogInfo,
+    DiskCache,
+    Instance,
+    LaunchRequest,
+    Offer,
+    OfferQuery,
+    ProviderError,
+    load_settings,
+)
 from gpulayer_aws import catalog
 from gpulayer_aws.errors import PROVIDER, aws_errors
 from gpulayer_aws.instances import by_ids, live_by_tags, to_instance

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gpulayer.cloud.settings import InstallRootSetting, PythonSetting
+from gpulayer.cloud import InstallRootSetting, PythonSetting
 
 _REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
 
@@ -76,6 +76,6 @@ class AwsSettings(BaseModel):
         return list(dict.fromkeys(regions))
 
     def default_cache_dir(self) -> Path:
-        from gpulayer.cloud.cache import default_cache_dir
+        from gpulayer.cloud import default_cache_dir
 
         return self.cache_dir or default_cache_dir("aws")

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpulayer.cloud.errors import ProvisionTimeout
+from gpulayer.cloud import ProvisionTimeout
 from gpulayer_aws import tags as t
 from gpulayer_aws.errors import PROVIDER, aws_errors, error_code
 from gpulayer_aws.instances import security_group_ids
@@ -123,16 +123,24 @@ def _delete_group(
     ec2: Any, settings: AwsSettings, group_id: str, sleep: Callable[[float], None]
 ) -> None:
     # A terminated instance's network interface can hold on to the group for a little while.
-    deadline = time.monotonic() + settings.terminate_timeout_seconds
-    while True:
-        try:
-            ec2.delete_security_group(GroupId=group_id)
-            return
-        except Exception as exc:
-            code = error_code(exc)
-            if code in _GROUP_GONE:
-                return
-            if code != "DependencyViolation" or time.monotonic() > deadline:
-                raise
-            log.info("aws: security group %s still in use; retrying", group_id)
-            sleep(settings.poll_seconds)
+    from gpulayer.cloud import CLOUD_RESOURCE_RELEASE  # tenacity, only once it is needed
+
+    def still_in_use(exc: BaseException) -> bool:
+        return error_code(exc) == "DependencyViolation"
+
+    def note(state: object) -> None:
+        log.info("aws: security group %s still in use; retrying", group_id)
+
+    retrying = CLOUD_RESOURCE_RELEASE.retrying(
+        retry_if=still_in_use,
+        give_up_after=settings.terminate_timeout_seconds,
+        before_sleep=note,
+        sleep=sleep,
+    )
+    for attempt in retrying:
+        with attempt:
+            try:
+                ec2.delete_security_group(GroupId=group_id)
+            except Exception as exc:
+                if error_code(exc) not in _GROUP_GONE:
+                    raise

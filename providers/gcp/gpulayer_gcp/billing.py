@@ -135,7 +135,7 @@ def reprice(
 def fetch_skus(settings: Any) -> list[dict[str, Any]]:
     """Compute Engine's SKUs as dicts, from the disk cache while younger than the settings'
     ``catalog_ttl_seconds``, else from the Cloud Billing Catalog API."""
-    from gpulayer.cloud.cache import DiskCache
+    from gpulayer.cloud import DiskCache
 
     cache = DiskCache(settings.default_cache_dir())
     key = f"billing-skus|{settings.endpoint_url or 'google'}"

@@ -62,7 +62,7 @@ class PriceCatalog:
     path: Path | None = field(default=None, compare=False)
 
     def accelerator_by_gpu(self, gpu: str) -> AcceleratorFacts | None:
-        from gpulayer.cloud.gpus import normalize_gpu_name
+        from gpulayer.cloud import normalize_gpu_name
 
         wanted = normalize_gpu_name(gpu)
         for facts in self.accelerators.values():
@@ -180,7 +180,7 @@ def load_catalog(cache_dir: Path | None) -> PriceCatalog:
 
 
 def save_catalog(catalog: PriceCatalog, cache_dir: Path) -> Path:
-    from gpulayer.cloud.cache import write_json_atomically
+    from gpulayer.cloud import write_json_atomically
 
     return write_json_atomically(Path(cache_dir) / CATALOG_NAME, catalog.to_json(), indent=1)
 
@@ -196,7 +196,7 @@ def refresh_catalog(
     offers read it from then on. The SKU list is kept in the disk cache for the settings'
     ``catalog_ttl_seconds``; ``skus`` replaces the API (tests, an exported list). Machine
     types, GPUs and zones stay as the current catalog has them. Returns the file written."""
-    from gpulayer.cloud.settings import load_settings
+    from gpulayer.cloud import load_settings
     from gpulayer_gcp.billing import fetch_skus, reprice
     from gpulayer_gcp.errors import PROVIDER
     from gpulayer_gcp.settings import GcpSettings

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from gpulayer.cloud.errors import (
+from gpulayer.cloud import (
     AuthError,
     CapacityError,
     ImageNotFoundError,

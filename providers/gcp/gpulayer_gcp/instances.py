@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from gpulayer.cloud.protocol import Instance, InstanceState
+from gpulayer.cloud import Instance, InstanceState
 from gpulayer_gcp.errors import PROVIDER
 from gpulayer_gcp.settings import zone_region
 

@@ -15,14 +15,16 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from gpulayer.cloud.errors import (
+from gpulayer.cloud import (
     ImageNotFoundError,
+    Instance,
+    LaunchRequest,
+    Offer,
     ProviderError,
     ProviderSettingsError,
     ProvisionTimeout,
+    launch_zone,
 )
-from gpulayer.cloud.offer import Offer
-from gpulayer.cloud.protocol import Instance, LaunchRequest, launch_zone
 from gpulayer_gcp.catalog import PriceCatalog
 from gpulayer_gcp.errors import PROVIDER, gcp_errors, is_conflict, is_not_found, operation_error
 from gpulayer_gcp.instances import label_key, to_instance, to_labels

@@ -15,9 +15,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpulayer.cloud.cache import DiskCache
-from gpulayer.cloud.gpus import gpu_facts
-from gpulayer.cloud.offer import Offer, OfferQuery
+from gpulayer.cloud import DiskCache, Offer, OfferQuery, gpu_facts
 from gpulayer_gcp.catalog import AcceleratorFacts, MachineShape, PriceCatalog, load_catalog
 from gpulayer_gcp.errors import PROVIDER, gcp_errors
 from gpulayer_gcp.session import Clients

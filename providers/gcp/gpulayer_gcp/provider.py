@@ -6,12 +6,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpulayer.cloud.cache import DiskCache
-from gpulayer.cloud.catalogs import CatalogInfo
-from gpulayer.cloud.errors import ProviderError
-from gpulayer.cloud.offer import Offer, OfferQuery
-from gpulayer.cloud.protocol import Instance, LaunchRequest
-from gpulayer.cloud.settings import load_settings
+from gpulayer.cloud import (
+    CatalogInfo,
+    DiskCache,
+    Instance,
+    LaunchRequest,
+    Offer,
+    OfferQuery,
+    ProviderError,
+    load_settings,
+)
 from gpulayer_gcp import catalog
 from gpulayer_gcp.errors import PROVIDER, gcp_errors, is_not_found
 from gpulayer_gcp.instances import (

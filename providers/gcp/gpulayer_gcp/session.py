@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from gpulayer.cloud.errors import AuthError, ProviderSettingsError
+from gpulayer.cloud import AuthError, ProviderSettingsError
 from gpulayer_gcp.errors import PROVIDER, gcp_errors
 from gpulayer_gcp.settings import GcpSettings
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gpulayer.cloud.settings import InstallRootSetting, PythonSetting
+from gpulayer.cloud import InstallRootSetting, PythonSetting
 
 _REGION_RE = re.compile(r"^[a-z]+-[a-z]+\d+$")
 _ZONE_RE = re.compile(r"^([a-z]+-[a-z]+\d+)-[a-z]+\d*$")
@@ -131,7 +131,7 @@ class GcpSettings(BaseModel):
         return [z for z in zones if z in self.zones]
 
     def default_cache_dir(self) -> Path:
-        from gpulayer.cloud.cache import default_cache_dir
+        from gpulayer.cloud import default_cache_dir
 
         return self.cache_dir or default_cache_dir("gcp")
 

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpulayer.cloud.errors import ProviderError
-from gpulayer.cloud.protocol import Instance
+from gpulayer.cloud import Instance, ProviderError
 from gpulayer_ssh.errors import PROVIDER
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpulayer.cloud.errors import CapacityError
+from gpulayer.cloud import CapacityError
 
 PROVIDER = "ssh"
 

@@ -1,20 +1,21 @@
 """What a host has, asked over SSH in one command and read by pure parsers.
 
 The command prints sections (cores, /proc/meminfo, machine, system, free disk below the
-install root, the nvidia-smi query); the parsing reuses the worker's own probe parsers, so a
-host's offer says what its worker will report once bootstrapped.
+install root, the nvidia-smi query); the parsers are the ones the worker's own probe uses, so
+a host's offer says what its worker will report once bootstrapped.
 """
 
 from __future__ import annotations
 
 import shlex
 
-from gpulayer.cloud.offer import Offer
-from gpulayer.worker.probe import cpu_arch, parse_meminfo
-from gpulayer.worker.probe_gpu import (
+from gpulayer.cloud import (
     NVIDIA_FIELDS,
     NVIDIA_FIELDS_LEGACY,
+    Offer,
+    normalize_cpu_arch,
     nvidia_query_argv,
+    parse_meminfo,
     parse_nvidia_query,
 )
 from gpulayer_ssh.errors import PROVIDER
@@ -88,7 +89,7 @@ def parse_probe(text: str) -> HostHardware:
         cpu_cores=int(cores_text),
         memory_gb=memory_gb,
         disk_gb=_free_disk_gb(sections.get("disk", "")) or None,
-        cpu_arch=cpu_arch(sections.get("machine", "").strip() or "x86_64"),
+        cpu_arch=normalize_cpu_arch(sections.get("machine", "").strip() or "x86_64"),
         os=sections.get("system", "").strip().lower() or "linux",
     )
     if not gpus:

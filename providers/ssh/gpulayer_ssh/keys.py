@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import shlex
 
-from gpulayer.ssh.errors import InvalidHostKey
-from gpulayer.ssh.hostkeys import parse_host_key
+from gpulayer.cloud import InvalidHostKey, parse_host_key
 
 MARKER = "gpulayer-request:"
 

@@ -18,19 +18,26 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from gpulayer.cloud.bootstrap import remove_command, stop_command
-from gpulayer.cloud.cache import DiskCache
-from gpulayer.cloud.errors import CapacityError, ProviderError
-from gpulayer.cloud.offer import Offer, OfferQuery
-from gpulayer.cloud.protocol import Instance, LaunchRequest, node_install_dir
-from gpulayer.cloud.settings import load_settings
+from gpulayer.cloud import (
+    CapacityError,
+    DiskCache,
+    Instance,
+    LaunchRequest,
+    Offer,
+    OfferQuery,
+    ProviderError,
+    load_settings,
+    node_install_dir,
+    remove_command,
+    stop_command,
+)
 from gpulayer_ssh import hardware, keys
 from gpulayer_ssh.claims import Claim, ClaimStore
 from gpulayer_ssh.errors import PROVIDER, HostUnreachable
 from gpulayer_ssh.settings import HostHardware, SshHost, SshProviderSettings
 
 if TYPE_CHECKING:
-    from gpulayer.ssh.session import SshSession
+    from gpulayer.cloud import SshSession
 
 log = logging.getLogger("gpulayer.providers.ssh")
 
@@ -384,10 +391,7 @@ class _HostSession:
         self._session: SshSession | None = None
 
     def __enter__(self) -> SshSession:
-        from gpulayer.ssh.errors import SshError
-        from gpulayer.ssh.hostkeys import JsonHostKeyStore
-        from gpulayer.ssh.session import SshSession
-        from gpulayer.ssh.target import SshTarget
+        from gpulayer.cloud import JsonHostKeyStore, SshError, SshSession, SshTarget
 
         h = self._host
         settings = self._provider.settings
@@ -401,7 +405,7 @@ class _HostSession:
             )
             host_keys = JsonHostKeyStore(self._provider._host_keys_dir)
             if self._wait > 0:
-                from gpulayer.ssh.wait import wait_for_ssh
+                from gpulayer.cloud import wait_for_ssh
 
                 self._session = wait_for_ssh(
                     target,
@@ -424,8 +428,7 @@ class _HostSession:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        from gpulayer.errors import UsageError
-        from gpulayer.ssh.errors import SshError
+        from gpulayer.cloud import SshError, UsageError
 
         if self._session is not None:
             self._session.close()

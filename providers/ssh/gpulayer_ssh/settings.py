@@ -11,13 +11,11 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gpulayer.cloud.offer import MemoryKind, check_arch, check_os
-from gpulayer.spec.currency import check_currency
-from gpulayer.spec.models import Accelerator
+from gpulayer.cloud import Hardware, check_currency
 
 HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _PATH_CHARS = re.compile(r"^[A-Za-z0-9_.@+/-]+$")
@@ -33,51 +31,10 @@ def default_state_dir() -> Path:
     return Path(platformdirs.user_data_dir("gpulayer", appauthor=False)) / "ssh-provider"
 
 
-class HostHardware(BaseModel):
+class HostHardware(Hardware):
     """A host described by hand instead of probed (hosts where probing is unwanted)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
-    cpu_cores: Annotated[float, Field(gt=0)]
-    """CPU cores jobs may use."""
-    memory_gb: Annotated[float, Field(gt=0)] | None = None
-    """RAM in GB; None: unknown (jobs asking for memory do not fit)."""
-    disk_gb: Annotated[float, Field(gt=0)] | None = None
-    """Free disk in GB; None: unknown."""
-    cpu_arch: str = "x86_64"
-    """x86_64 or aarch64 (amd64 and arm64 are read as those)."""
-    os: str = "linux"
-    """linux, darwin or windows."""
-    accelerator: Accelerator = "cpu"
-    """cpu, cuda, mps or rocm."""
-    gpu_name: str | None = None
-    """The GPU model as the driver names it, e.g. NVIDIA A100-SXM4-80GB."""
-    gpu_count: Annotated[int, Field(ge=0)] = 0
-    """GPUs on the host; at least 1 unless the accelerator is cpu."""
-    gpu_memory_gb: Annotated[float, Field(gt=0)] | None = None
-    """Memory per GPU in GB."""
-    gpu_memory_kind: MemoryKind | None = None
-    """dedicated (a discrete GPU) or unified (shared with the CPU)."""
-    cuda_compute_capability: str | None = None
-    """major.minor, e.g. 8.0, for cuda hosts."""
-
-    @model_validator(mode="after")
-    def _gpus(self) -> HostHardware:
-        if self.accelerator == "cpu" and self.gpu_count:
-            raise ValueError("gpu_count: a cpu host has no GPUs; set its accelerator")
-        if self.accelerator != "cpu" and not self.gpu_count:
-            raise ValueError(f"gpu_count: a {self.accelerator} host needs at least 1 GPU")
-        return self
-
-    @field_validator("cpu_arch")
-    @classmethod
-    def _arch(cls, value: str) -> str:
-        return check_arch(value)
-
-    @field_validator("os")
-    @classmethod
-    def _os(cls, value: str) -> str:
-        return check_os(value)
+    _noun: ClassVar[str] = "host"
 
 
 class SshHost(BaseModel):
@@ -136,8 +93,7 @@ class SshHost(BaseModel):
     def _host_key(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        from gpulayer.ssh.errors import InvalidHostKey
-        from gpulayer.ssh.hostkeys import parse_host_key
+        from gpulayer.cloud import InvalidHostKey, parse_host_key
 
         try:
             parse_host_key(value)
@@ -148,7 +104,7 @@ class SshHost(BaseModel):
     @field_validator("install_root")
     @classmethod
     def _install_root(cls, value: str) -> str:
-        from gpulayer.cloud.bootstrap import install_dir_problem
+        from gpulayer.cloud import install_dir_problem
 
         value = value.rstrip("/") or "/"
         # The root itself is never removed, but every job dir below it must be removable.

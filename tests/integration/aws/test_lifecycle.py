@@ -238,3 +238,26 @@ def test_vpc_setting_picks_a_subnet_of_that_vpc(
         provider.launch(_offer(provider, "g5.xlarge", "us-east-1a"), make_request("req-vpc-a"))
     assert _ours(moto, "req-vpc-a")["key_pairs"] == []
     provider.terminate([instance.id])
+
+
+def test_a_security_group_still_in_use_is_deleted_once_released(
+    moto: Moto, provider: AwsProvider, make_request: MakeRequest
+) -> None:
+    # EC2 refuses to delete a group a terminated instance's interface still holds for a while.
+    instance = provider.launch(_offer(provider, "g5.xlarge", "us-east-1a"), make_request("req-sg"))
+    moto.fault("DeleteSecurityGroup", "DependencyViolation", times=2)
+    provider.terminate([instance.id])
+    assert _ours(moto, "req-sg") == {"instances": [], "key_pairs": [], "security_groups": []}
+    assert len(moto.calls("DeleteSecurityGroup")) == 3
+
+
+def test_a_security_group_that_stays_in_use_fails_the_terminate_in_time(
+    moto: Moto, settings: dict[str, Any], make_request: MakeRequest
+) -> None:
+    provider = AwsProvider(settings | {"terminate_timeout_seconds": 2})
+    instance = provider.launch(_offer(provider, "g5.xlarge", "us-east-1a"), make_request("req-sg2"))
+    moto.fault("DeleteSecurityGroup", "DependencyViolation")
+    with pytest.raises(ProviderError, match="DependencyViolation"):
+        provider.terminate([instance.id])
+    assert len(moto.calls("DeleteSecurityGroup")) >= 2  # waited, then gave up
+    assert len(_ours(moto, "req-sg2")["security_groups"]) == 1

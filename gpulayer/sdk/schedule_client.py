@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from gpulayer.control.client import ControlClient
+from gpulayer.protocol.client import ControlClient
 
 
 class ScheduleClient:
