@@ -1,6 +1,7 @@
 """Placement throughput with 100, 1,000 and 10,000 registered workers, measured side by side.
 
     python bench/placement.py [--queue 20000] [--sizes 100,1000,10000] [--seed 1]
+                              [--plane-sizes 1000,10000] [--burst 200] [--changes 10]
 
 Each fleet is a realistic mix: a few dozen hardware/software signatures (CUDA boxes of seven
 GPU models with 1 to 8 devices, CPU-only x86 and ARM hosts, Apple hosts), spread over
@@ -16,6 +17,17 @@ Three measurements per fleet size:
 - scan: the same decisions made by judging every worker with the full check chain
   (``place_by_scan``), on a small sample, to show what the index saves and that both agree.
 
+Then the same index live in a running control plane (``ControlService`` over a SQLite file),
+against the path that reads every worker and running attempt from the store on every pass
+(``LivePlacement(full_every=0)``), each on its own store built from the same seed:
+
+- decisions/s: one pass's decisions over ``--burst`` queued jobs, reads of the store
+  included, nothing committed;
+- burst: then the dispatch pass that places them, commits included;
+- attempt ends: one attempt finishes (``finish_attempt``), and the pass that follows places
+  one queued job: the cost of one worker's change;
+- re-registers: one worker registers again with new labels, and the pass that follows.
+
 Times are CPU time of this process (``time.process_time``), so other work on a shared machine
 inflates them less than wall-clock time would. The ratios compare per-decision cost with the
 1,000-worker fleet. Nothing here asserts a timing; the numbers are printed for people to read.
@@ -25,12 +37,20 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import math
 import random
+import tempfile
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+from gpulayer.control.dispatch import LivePlacement, plan_assignments
+from gpulayer.control.paths import HomeLayout
+from gpulayer.control.protocol import AttemptReport, Registration
+from gpulayer.control.service import ControlService
+from gpulayer.control.store import Store
 from gpulayer.scheduler import QueuedJob, WorkerIndex, WorkerSnapshot, place_by_scan, plan_pass
 from gpulayer.spec import JobSpec
 from gpulayer.spec.capabilities import GpuDevice, WorkerCapabilities
@@ -255,16 +275,201 @@ def measure(
     }
 
 
+# --- the live index in a running control plane ---------------------------------------------
+
+
+def _store_fleet(store: Store, workers: list[WorkerSnapshot]) -> None:
+    """The fleet's rows in one transaction: registering 10,000 workers one call at a time
+    would measure the setup, not placement."""
+    from sqlalchemy import insert
+
+    from gpulayer.control import tables
+
+    now = time.time()
+    rows = [
+        {
+            "id": w.id,
+            "name": w.name,
+            "kind": "remote",
+            "labels": json.dumps(dict(w.labels)),
+            "capabilities": w.capabilities.model_dump_json(),
+            "state": "ready",
+            "registered_at": now,
+            "last_heartbeat": now,
+            "epoch": 1,
+        }
+        for w in workers
+    ]
+    with store.engine.begin() as conn:
+        conn.execute(insert(tables.workers), rows)
+
+
+def _queue(store: Store, rng: random.Random, count: int, serial: list[int]) -> list[str]:
+    ids = []
+    for _ in range(count):
+        spec = random_job(rng).model_dump(mode="json")
+        spec["placement"]["target"] = "remote"
+        serial[0] += 1
+        job_id = f"j{serial[0]:07d}"
+        store.insert_job(
+            job_id=job_id,
+            name=job_id,
+            spec=spec,
+            state="queued",
+            target="remote",
+            working_dir=None,
+            has_bundle=False,
+            labels={},
+        )
+        ids.append(job_id)
+    return ids
+
+
+def _cpu(action: Any) -> float:
+    gc.collect()
+    started = time.process_time()
+    action()
+    return time.process_time() - started
+
+
+def measure_plane(
+    size: int,
+    seed: int,
+    templates: list[WorkerCapabilities],
+    *,
+    full_every: float,
+    burst: int,
+    changes: int,
+) -> dict[str, float]:
+    rng = random.Random(seed + size)
+    workers = fleet(rng, size, templates)
+    by_id = {w.id: w for w in workers}
+    serial = [0]
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(f"sqlite:///{tmp}/state.db")
+        _store_fleet(store, workers)
+        layout = HomeLayout(Path(tmp) / "home").ensure()
+        service = ControlService(store, layout, heartbeat_timeout=1e9)
+        service.placement = LivePlacement(store, full_every=full_every)
+        _queue(store, rng, 1, serial)
+        service.dispatch()  # the first pass after a start reads everything, on either path
+
+        jobs = _queue(store, rng, burst, serial)
+        # The decisions alone: a pass whose answers are not committed (the workers it chose
+        # are read again by the next pass, as after any pass).
+        decide_s = _cpu(lambda: plan_assignments(store, service.placement))
+        burst_s = _cpu(service.dispatch)
+        placed = sum(store.get_job(j).state == "running" for j in jobs)
+
+        ends: list[float] = []
+        for _ in range(changes):
+            _queue(store, rng, 1, serial)
+            attempt = rng.choice([a for a in store.active_attempts() if a.worker_id])
+            assert attempt.worker_id is not None
+            service.claim(attempt.worker_id)
+            report = AttemptReport(state="succeeded", exit_code=0)
+            ends.append(_cpu(lambda a=attempt, r=report: service.finish_attempt(a.id, r)))
+
+        registers: list[float] = []
+        for i in range(changes):
+            _queue(store, rng, 1, serial)
+            w = by_id[rng.choice(workers).id]
+            registration = Registration(
+                name=w.name,
+                kind="remote",
+                worker_id=w.id,
+                labels={**w.labels, "pool": f"moved-{i}"},
+                capabilities=w.capabilities.model_dump(mode="json"),
+            )
+            registers.append(_cpu(lambda r=registration: service.register_worker(r)))
+        rejected = service.placement.rejected
+        store.close()
+    return {
+        "decide_s": decide_s,
+        "burst_s": burst_s,
+        "burst": float(burst),
+        "placed": float(placed),
+        "end_ms": sorted(ends)[len(ends) // 2] * 1e3,
+        "register_ms": sorted(registers)[len(registers) // 2] * 1e3,
+        "rejected": float(rejected),
+    }
+
+
+def plane_table(rows: list[tuple[int, dict[str, float], dict[str, float]]], burst: int) -> None:
+    body = []
+    for size, full, live in rows:
+        for name, r in (("read all", full), ("live", live)):
+            body.append(
+                [
+                    f"{size:,}",
+                    name,
+                    f"{r['burst'] / r['decide_s']:,.0f}",
+                    f"{r['burst'] / r['burst_s']:,.0f}",
+                    f"{r['placed']:.0f}",
+                    f"{r['end_ms']:.1f}",
+                    f"{r['register_ms']:.1f}",
+                    f"{r['rejected']:.0f}",
+                ]
+            )
+        body.append(
+            [
+                "",
+                "x faster",
+                f"{full['decide_s'] / live['decide_s']:.1f}",
+                f"{full['burst_s'] / live['burst_s']:.1f}",
+                "",
+                f"{full['end_ms'] / live['end_ms']:.1f}",
+                f"{full['register_ms'] / live['register_ms']:.1f}",
+                "",
+            ]
+        )
+    _table(
+        f"live index in a running control plane (SQLite file), {burst} queued jobs in a burst; "
+        "one worker's change, median",
+        [
+            "workers",
+            "path",
+            "decisions/s",
+            "burst jobs/s",
+            "placed",
+            "attempt end ms",
+            "re-register ms",
+            "dropped",
+        ],
+        body,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queue", type=int, default=20_000)
     parser.add_argument("--decisions", type=int, default=5_000)
     parser.add_argument("--sizes", default="100,1000,10000")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--plane-sizes", default="1000,10000")
+    parser.add_argument("--burst", type=int, default=200)
+    parser.add_argument("--changes", type=int, default=10)
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = [int(s) for s in args.sizes.split(",") if s]
     rng = random.Random(args.seed)
     templates = signatures(rng)
+    plane_rows = []
+    for size in (int(s) for s in args.plane_sizes.split(",") if s):
+        runs = [
+            measure_plane(
+                size,
+                args.seed,
+                templates,
+                full_every=full_every,
+                burst=args.burst,
+                changes=args.changes,
+            )
+            for full_every in (0.0, 3600.0)
+        ]
+        plane_rows.append((size, runs[0], runs[1]))
+    if not sizes:
+        plane_table(plane_rows, args.burst)
+        return
     jobs = [random_job(rng) for _ in range(args.decisions)]
     queue_jobs = [random_job(rng) for _ in range(args.queue)]
     rows = [measure(size, jobs, queue_jobs, args.seed, templates) for size in sizes]
@@ -323,6 +528,8 @@ def main() -> None:
             for r in rows
         ],
     )
+    if plane_rows:
+        plane_table(plane_rows, args.burst)
 
 
 def _table(title: str, header: list[str], rows: list[list[str]]) -> None:

@@ -12,8 +12,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from gpulayer.cloud.gpus import nominal_memory_gb
 from gpulayer.cloud.ranking import format_price
+from gpulayer.hardware.gpus import nominal_memory_gb
 
 
 def _gpus(row: dict[str, Any]) -> str:

@@ -7,7 +7,7 @@ releases, SSH access and backoff policies. What lies behind those names may move
 modules; these names stay.
 
 Names are loaded on first use, so importing the package (or one small module of it, such as
-the GPU facts of :mod:`gpulayer.cloud.gpus`, which workers read) loads nothing else; no cloud
+the GPU facts of :mod:`gpulayer.hardware.gpus`, which workers read) loads nothing else; no cloud
 SDK and no paramiko is imported here.
 """
 
@@ -44,11 +44,6 @@ if TYPE_CHECKING:
     from gpulayer.cloud.errors import QuotaError as QuotaError
     from gpulayer.cloud.errors import ScopedProviderError as ScopedProviderError
     from gpulayer.cloud.errors import translated as translated
-    from gpulayer.cloud.gpus import GpuFacts as GpuFacts
-    from gpulayer.cloud.gpus import cuda_capability as cuda_capability
-    from gpulayer.cloud.gpus import gpu_facts as gpu_facts
-    from gpulayer.cloud.gpus import normalize_gpu_name as normalize_gpu_name
-    from gpulayer.cloud.gpus import parse_gpu_name as parse_gpu_name
     from gpulayer.cloud.images import ImageRelease as ImageRelease
     from gpulayer.cloud.images import bootstrap_script as bootstrap_script
     from gpulayer.cloud.images import resolve_release as resolve_release
@@ -58,12 +53,6 @@ if TYPE_CHECKING:
     from gpulayer.cloud.offer import OfferQuery as OfferQuery
     from gpulayer.cloud.offer import check_arch as check_arch
     from gpulayer.cloud.offer import check_os as check_os
-    from gpulayer.cloud.probe_parsing import NVIDIA_FIELDS as NVIDIA_FIELDS
-    from gpulayer.cloud.probe_parsing import NVIDIA_FIELDS_LEGACY as NVIDIA_FIELDS_LEGACY
-    from gpulayer.cloud.probe_parsing import normalize_cpu_arch as normalize_cpu_arch
-    from gpulayer.cloud.probe_parsing import nvidia_query_argv as nvidia_query_argv
-    from gpulayer.cloud.probe_parsing import parse_meminfo as parse_meminfo
-    from gpulayer.cloud.probe_parsing import parse_nvidia_query as parse_nvidia_query
     from gpulayer.cloud.protocol import GangProvider as GangProvider
     from gpulayer.cloud.protocol import Instance as Instance
     from gpulayer.cloud.protocol import InstanceState as InstanceState
@@ -85,6 +74,17 @@ if TYPE_CHECKING:
     from gpulayer.errors import GpulayerError as GpulayerError
     from gpulayer.errors import NotFoundError as NotFoundError
     from gpulayer.errors import UsageError as UsageError
+    from gpulayer.hardware.gpus import GpuFacts as GpuFacts
+    from gpulayer.hardware.gpus import cuda_capability as cuda_capability
+    from gpulayer.hardware.gpus import gpu_facts as gpu_facts
+    from gpulayer.hardware.gpus import normalize_gpu_name as normalize_gpu_name
+    from gpulayer.hardware.gpus import parse_gpu_name as parse_gpu_name
+    from gpulayer.hardware.probe_parsing import NVIDIA_FIELDS as NVIDIA_FIELDS
+    from gpulayer.hardware.probe_parsing import NVIDIA_FIELDS_LEGACY as NVIDIA_FIELDS_LEGACY
+    from gpulayer.hardware.probe_parsing import normalize_cpu_arch as normalize_cpu_arch
+    from gpulayer.hardware.probe_parsing import nvidia_query_argv as nvidia_query_argv
+    from gpulayer.hardware.probe_parsing import parse_meminfo as parse_meminfo
+    from gpulayer.hardware.probe_parsing import parse_nvidia_query as parse_nvidia_query
     from gpulayer.spec.currency import CurrencyCode as CurrencyCode
     from gpulayer.spec.currency import check_currency as check_currency
     from gpulayer.spec.models import Accelerator as Accelerator
@@ -155,17 +155,17 @@ _EXPORTS = {
     "CatalogInfo": "gpulayer.cloud.catalogs",
     "has_catalog": "gpulayer.cloud.catalogs",
     # GPU facts, and reading what a machine's tools print.
-    "GpuFacts": "gpulayer.cloud.gpus",
-    "cuda_capability": "gpulayer.cloud.gpus",
-    "gpu_facts": "gpulayer.cloud.gpus",
-    "normalize_gpu_name": "gpulayer.cloud.gpus",
-    "parse_gpu_name": "gpulayer.cloud.gpus",
-    "NVIDIA_FIELDS": "gpulayer.cloud.probe_parsing",
-    "NVIDIA_FIELDS_LEGACY": "gpulayer.cloud.probe_parsing",
-    "normalize_cpu_arch": "gpulayer.cloud.probe_parsing",
-    "nvidia_query_argv": "gpulayer.cloud.probe_parsing",
-    "parse_meminfo": "gpulayer.cloud.probe_parsing",
-    "parse_nvidia_query": "gpulayer.cloud.probe_parsing",
+    "GpuFacts": "gpulayer.hardware.gpus",
+    "cuda_capability": "gpulayer.hardware.gpus",
+    "gpu_facts": "gpulayer.hardware.gpus",
+    "normalize_gpu_name": "gpulayer.hardware.gpus",
+    "parse_gpu_name": "gpulayer.hardware.gpus",
+    "NVIDIA_FIELDS": "gpulayer.hardware.probe_parsing",
+    "NVIDIA_FIELDS_LEGACY": "gpulayer.hardware.probe_parsing",
+    "normalize_cpu_arch": "gpulayer.hardware.probe_parsing",
+    "nvidia_query_argv": "gpulayer.hardware.probe_parsing",
+    "parse_meminfo": "gpulayer.hardware.probe_parsing",
+    "parse_nvidia_query": "gpulayer.hardware.probe_parsing",
     # Turning a machine into a worker, and the images that do it at boot.
     "BootstrapError": "gpulayer.cloud.bootstrap",
     "BootstrapPlan": "gpulayer.cloud.bootstrap",

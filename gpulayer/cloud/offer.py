@@ -176,7 +176,7 @@ class OfferQuery(BaseModel):
     """True: an offer needs exactly ``gpu_count`` GPUs (a rented machine's surplus GPUs are
     paid for and idle); False: at least that many (listing what there is)."""
     gpu_models: tuple[str, ...] = ()
-    """Only offers of one of these GPU models, read by :func:`gpulayer.cloud.gpus.parse_gpu_name`
+    """Only offers of one of these GPU models, read by :func:`gpulayer.hardware.gpus.parse_gpu_name`
     ("a100" matches "A100"; "A100-80GB" also needs 80 GB); empty: any."""
     spot: bool | None = None
     """True: spot offers only; False: on-demand only; None: either."""

@@ -18,8 +18,13 @@ from operator import attrgetter
 from typing import Any, NamedTuple, overload
 
 from gpulayer.cloud.errors import Scope, ScopedProviderError
-from gpulayer.cloud.gpus import any_gpu_matches, describe_models, nominal_memory_gb, parse_gpu_name
 from gpulayer.cloud.offer import Offer, OfferQuery, parse_capability
+from gpulayer.hardware.gpus import (
+    any_gpu_matches,
+    describe_models,
+    nominal_memory_gb,
+    parse_gpu_name,
+)
 
 # Row layout: one tuple per offer, positions below.
 _POSITION, _PROVIDER, _REGION, _ZONE, _ACCELERATOR, _GPU_NAME, _GPU_COUNT = range(7)

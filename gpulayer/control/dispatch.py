@@ -1,36 +1,88 @@
-"""Bridge from stored state to the pure scheduler: snapshots in, assignments out."""
+"""Bridge from stored state to the pure scheduler: snapshots in, assignments out.
+
+The control plane keeps its ready workers in a :class:`LivePlacement` between dispatch
+passes, so a pass reads only the workers something happened to since the last one (the
+service notes them as workers register, heartbeat, go lost or gone, and attempts start and
+end), not every worker and every running attempt. Three things keep that cache from placing
+a job where it cannot run:
+
+- every worker a pass chose is read again, with its running attempts, just before the
+  assignments are handed back, and each assignment is judged by the feasibility checks on
+  that fresh snapshot (with the pass's earlier assignments taken from it); one that no
+  longer fits is dropped and its job waits for the next pass;
+- every worker a pass chose is read again on the next pass, whatever became of its
+  assignments;
+- the whole cache is rebuilt from the store on the first pass (so after a restart) and
+  every ``full_every`` seconds after, which also picks up what another control plane sharing
+  the store changed.
+"""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from gpulayer.control.store import JobRecord, Store
+from gpulayer.control.store import AttemptRecord, JobRecord, Store, WorkerRecord
 from gpulayer.control.targets import TARGET_WORKER_KIND, WorkerView
-from gpulayer.scheduler import QueuedJob, WorkerSnapshot, node_count, plan
+from gpulayer.scheduler import (
+    QueuedJob,
+    WorkerIndex,
+    WorkerSnapshot,
+    node_count,
+    plan,
+    reasons_now,
+)
+from gpulayer.scheduler.gpus import device_meets
 from gpulayer.spec import JobSpec
 from gpulayer.spec.capabilities import WorkerCapabilities
 
+Nodes = list[tuple[str, tuple[int, ...]]]
+"""(worker id, GPU indices) by node rank."""
 
-def worker_snapshots(store: Store, *, only_ready: bool = False) -> list[WorkerView]:
-    """Every worker with its free capacity, from the attempts running on it."""
+_KINDS = tuple(dict.fromkeys(TARGET_WORKER_KIND.values()))
+
+_Parsed = dict[str, tuple[dict[str, Any], WorkerCapabilities]]
+"""Per worker id, its stored capabilities and their validated form, so that an unchanged
+worker read again is not validated again."""
+
+
+def _capabilities(worker: WorkerRecord, parsed: _Parsed | None) -> WorkerCapabilities:
+    if parsed is not None:
+        known = parsed.get(worker.id)
+        if known is not None and known[0] == worker.capabilities:
+            return known[1]
+    caps = WorkerCapabilities.model_validate(worker.capabilities)
+    if parsed is not None:
+        parsed[worker.id] = (worker.capabilities, caps)
+    return caps
+
+
+def _views(
+    workers: Iterable[WorkerRecord],
+    attempts: Iterable[AttemptRecord],
+    specs: Mapping[str, dict[str, Any]],
+    parsed: _Parsed | None = None,
+) -> list[WorkerView]:
+    """Each worker with its free capacity, from the attempts running on it."""
     busy_gpus: dict[str, set[int]] = defaultdict(set)
     busy_cores: dict[str, float] = defaultdict(float)
     busy_memory: dict[str, float] = defaultdict(float)
     running: dict[str, int] = defaultdict(int)
-    active = [a for a in store.active_attempts() if a.worker_id is not None]
-    specs = store.job_specs([a.job_id for a in active])  # one query, not one per attempt
-    for attempt in active:
-        assert attempt.worker_id is not None
+    for attempt in attempts:
+        if attempt.worker_id is None:
+            continue
         resources = specs.get(attempt.job_id, {}).get("resources") or {}
         busy_gpus[attempt.worker_id].update(attempt.gpu_indices)
         busy_cores[attempt.worker_id] += float(resources.get("cpu_cores") or 0)
         busy_memory[attempt.worker_id] += float(resources.get("memory_gb") or 0)
         running[attempt.worker_id] += 1
     views = []
-    for worker in store.list_workers():
-        if only_ready and worker.state != "ready":
-            continue
-        caps = WorkerCapabilities.model_validate(worker.capabilities)
+    for worker in workers:
+        caps = _capabilities(worker, parsed)
         free_memory = None if caps.memory_gb is None else caps.memory_gb - busy_memory[worker.id]
         snapshot = WorkerSnapshot(
             id=worker.id,
@@ -47,6 +99,222 @@ def worker_snapshots(store: Store, *, only_ready: bool = False) -> list[WorkerVi
     return views
 
 
+def worker_snapshots(store: Store, *, only_ready: bool = False) -> list[WorkerView]:
+    """Every worker with its free capacity, from the attempts running on it."""
+    active = [a for a in store.active_attempts() if a.worker_id is not None]
+    specs = store.job_specs([a.job_id for a in active])  # one query, not one per attempt
+    workers = [w for w in store.list_workers() if not only_ready or w.state == "ready"]
+    return _views(workers, active, specs)
+
+
+def _read_views(
+    store: Store, worker_ids: Iterable[str], parsed: _Parsed
+) -> tuple[dict[str, WorkerView], dict[str, set[str]]]:
+    """These workers as they are stored now, and the jobs each runs: three queries, whatever
+    their number."""
+    ids = list(worker_ids)
+    attempts = store.active_attempts_on(ids)
+    specs = store.job_specs([a.job_id for a in attempts])
+    views = _views(store.workers_by_ids(ids), attempts, specs, parsed)
+    return {view.snapshot.id: view for view in views}, _runs(attempts)
+
+
+def _runs(attempts: Iterable[AttemptRecord]) -> dict[str, set[str]]:
+    runs: dict[str, set[str]] = defaultdict(set)
+    for attempt in attempts:
+        if attempt.worker_id is not None:
+            runs[attempt.worker_id].add(attempt.job_id)
+    return runs
+
+
+@dataclass(frozen=True)
+class Planned:
+    job_id: str
+    spec: JobSpec
+    """The spec as placed (a cloud job's without its worker pins)."""
+    kind: str
+    nodes: Nodes
+
+
+def _still_fits(spec: JobSpec, snapshot: WorkerSnapshot, gpus: Sequence[int]) -> bool:
+    """Whether the worker, as stored now, can take the job on exactly these GPUs."""
+    r = spec.resources
+    chosen = set(gpus)
+    if reasons_now(spec, snapshot) or len(chosen) != r.gpus:
+        return False
+    if not chosen <= set(snapshot.free_gpus):
+        return False
+    devices = [d for d in snapshot.capabilities.gpus if d.index in chosen]
+    return all(device_meets(r, device) for device in devices)
+
+
+class LivePlacement:
+    """The ready workers of each kind, kept in a :class:`WorkerIndex` between dispatch passes
+    and brought up to date from what the control plane noted as changed.
+
+    The notes may come from any thread; :meth:`pools` and :meth:`confirm` are called by one
+    dispatch pass at a time.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        full_every: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.full_every = full_every
+        """Seconds between full rebuilds from the store; 0 rebuilds on every pass."""
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._dirty: set[str] = set()
+        self._stale = True
+        self._built_at = 0.0
+        self._pools: dict[str, WorkerIndex] = {kind: WorkerIndex() for kind in _KINDS}
+        self._kind_of: dict[str, str] = {}
+        """The pool each indexed worker is in."""
+        self._jobs_on: dict[str, set[str]] = defaultdict(set)
+        """Per job, the workers its active attempts ran on when last read."""
+        self._runs: dict[str, set[str]] = {}
+        self._parsed: _Parsed = {}
+        self.rebuilds = 0
+        self.refreshed = 0
+        """Workers read again one by one (not by a rebuild), for the benchmark and tests."""
+        self.rejected = 0
+        """Assignments the final check against the store dropped."""
+
+    # --- what the control plane notes -------------------------------------------------------
+
+    def worker_changed(self, *worker_ids: str | None) -> None:
+        """Something about these workers changed (state, capabilities, labels, attempts)."""
+        with self._lock:
+            self._dirty.update(w for w in worker_ids if w)
+
+    def job_changed(self, job_id: str) -> None:
+        """The job's attempts started or ended: read the workers they ran on again."""
+        with self._lock:
+            self._dirty.update(self._jobs_on.get(job_id, ()))
+
+    def worker_alive(self, worker_id: str) -> None:
+        """A heartbeat: news only for a worker that was not ready when last read."""
+        with self._lock:
+            if worker_id not in self._kind_of:
+                self._dirty.add(worker_id)
+
+    def invalidate(self) -> None:
+        """Rebuild everything from the store on the next pass."""
+        with self._lock:
+            self._stale = True
+
+    # --- what a dispatch pass asks ----------------------------------------------------------
+
+    def pools(self) -> Mapping[str, WorkerIndex]:
+        """Per worker kind, the index of its ready workers, brought up to date."""
+        with self._lock:
+            full = self._stale or self._clock() - self._built_at >= self.full_every
+            dirty, self._dirty = self._dirty, set()
+            self._stale = False
+        try:
+            if full:
+                self._rebuild()
+            elif dirty:
+                self._refresh(dirty)
+        except BaseException:
+            self.invalidate()  # half-updated: start from the store next time
+            raise
+        return self._pools
+
+    def confirm(self, planned: Sequence[Planned]) -> list[Planned]:
+        """The planned assignments that still fit the chosen workers as stored now.
+
+        Each is judged in order on a fresh read of its workers, less what the earlier ones
+        took; every chosen worker is read again on the next pass."""
+        ids = {worker_id for p in planned for worker_id, _ in p.nodes}
+        if not ids:
+            return []
+        fresh, _ = _read_views(self.store, ids, self._parsed)
+        self.worker_changed(*ids)
+        now = {worker_id: view.snapshot for worker_id, view in fresh.items()}
+        kept = []
+        for p in planned:
+            taken: dict[str, WorkerSnapshot] = {}
+            for worker_id, gpus in p.nodes:
+                view = fresh.get(worker_id)
+                snapshot = now.get(worker_id)
+                if view is None or snapshot is None or view.kind != p.kind:
+                    break
+                if not _still_fits(p.spec, snapshot, gpus):
+                    break
+                r = p.spec.resources
+                taken[worker_id] = snapshot.take(gpus, r.cpu_cores, r.memory_gb)
+            else:
+                now.update(taken)
+                kept.append(p)
+                continue
+            self.rejected += 1
+        return kept
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _rebuild(self) -> None:
+        self._built_at = self._clock()
+        attempts = [a for a in self.store.active_attempts() if a.worker_id is not None]
+        specs = self.store.job_specs([a.job_id for a in attempts])
+        workers = self.store.list_workers()
+        known = {w.id for w in workers}
+        self._parsed = {k: v for k, v in self._parsed.items() if k in known}
+        views = _views(workers, attempts, specs, self._parsed)
+        pools: dict[str, list[WorkerSnapshot]] = {kind: [] for kind in _KINDS}
+        kind_of: dict[str, str] = {}
+        for view in views:
+            if view.snapshot.ready and view.kind in pools:
+                pools[view.kind].append(view.snapshot)
+                kind_of[view.snapshot.id] = view.kind
+        self._pools = {kind: WorkerIndex(snapshots) for kind, snapshots in pools.items()}
+        self._kind_of = kind_of
+        with self._lock:
+            self._runs = {}
+            self._jobs_on = defaultdict(set)
+            for worker_id, jobs in _runs(attempts).items():
+                self._set_runs(worker_id, jobs)
+        self.rebuilds += 1
+
+    def _refresh(self, worker_ids: set[str]) -> None:
+        fresh, runs = _read_views(self.store, worker_ids, self._parsed)
+        with self._lock:
+            for worker_id in worker_ids:
+                self._set_runs(worker_id, runs.get(worker_id, set()))
+        for worker_id in worker_ids:
+            view = fresh.get(worker_id)
+            kind = None
+            if view is not None and view.snapshot.ready and view.kind in self._pools:
+                kind = view.kind
+            old = self._kind_of.get(worker_id)
+            if old is not None and old != kind:
+                self._pools[old].discard(worker_id)
+                del self._kind_of[worker_id]
+            if view is not None and kind is not None:
+                self._pools[kind].put(view.snapshot)
+                self._kind_of[worker_id] = kind
+            if view is None:
+                self._parsed.pop(worker_id, None)  # the worker's row is gone
+        self.refreshed += len(worker_ids)
+
+    def _set_runs(self, worker_id: str, jobs: set[str]) -> None:
+        """Called with the lock held."""
+        for job_id in self._runs.pop(worker_id, set()):
+            holders = self._jobs_on.get(job_id)
+            if holders is not None:
+                holders.discard(worker_id)
+                if not holders:
+                    del self._jobs_on[job_id]
+        if jobs:
+            self._runs[worker_id] = jobs
+            for job_id in jobs:
+                self._jobs_on[job_id].add(worker_id)
+
+
 def _readable(job: JobRecord) -> JobSpec | None:
     """The job's spec, or None for a row whose stored spec no longer validates: that one job
     waits (its status says why) rather than every job behind it."""
@@ -56,46 +324,59 @@ def _readable(job: JobRecord) -> JobSpec | None:
         return None
 
 
-def plan_assignments(store: Store) -> list[tuple[str, list[tuple[str, tuple[int, ...]]]]]:
+def plan_assignments(store: Store, live: LivePlacement | None = None) -> list[tuple[str, Nodes]]:
     """(job id, its nodes: (worker id, GPU indices) by node rank) for queued jobs that fit now,
-    per target pool. A job of one node has one; a gang has all of its N, never fewer."""
+    per target pool. A job of one node has one; a gang has all of its N, never fewer.
+
+    With ``live``, the workers come from its cache and every assignment is checked against
+    the store once more; without, every worker and running attempt is read for this pass."""
     queued = store.queued_jobs()
     if not queued:
         return []
-    views = worker_snapshots(store, only_ready=True)
-    decisions: list[tuple[str, list[tuple[str, tuple[int, ...]]]]] = []
+    pools = live.pools() if live is not None else _pools_from(store)
+    planned: list[Planned] = []
     for target, kind in TARGET_WORKER_KIND.items():
         jobs = [j for j in queued if j.target == target]
-        if target == "cloud":
-            decisions += _reserved_assignments(store, jobs, views)
+        if not jobs:
             continue
-        workers = [v.snapshot for v in views if v.kind == kind]
-        if not jobs or not workers:
+        if target == "cloud":
+            planned += _reserved_assignments(store, jobs, pools[kind], kind)
+            continue
+        index = pools[kind]
+        if not len(index):
             continue
         queue = [QueuedJob(j.id, spec, j.created_at) for j in jobs if (spec := _readable(j))]
+        specs = {item.job_id: item.spec for item in queue}
         nodes: dict[str, list[tuple[int, str, tuple[int, ...]]]] = {}
-        for assignment in plan(queue, workers):
+        for assignment in plan(queue, index):
             nodes.setdefault(assignment.job_id, []).append(
                 (assignment.node_rank, assignment.worker_id, tuple(assignment.gpu_indices))
             )
         for job_id, placed in nodes.items():
-            decisions.append((job_id, [(w, g) for _, w, g in sorted(placed)]))
-    return decisions
+            planned.append(
+                Planned(job_id, specs[job_id], kind, [(w, g) for _, w, g in sorted(placed)])
+            )
+    if live is not None:
+        planned = live.confirm(planned)
+    return [(p.job_id, p.nodes) for p in planned]
+
+
+def _pools_from(store: Store) -> dict[str, WorkerIndex]:
+    """Every ready worker read for this pass, by kind."""
+    views = worker_snapshots(store, only_ready=True)
+    return {kind: WorkerIndex(v.snapshot for v in views if v.kind == kind) for kind in _KINDS}
 
 
 def _reserved_assignments(
-    store: Store, jobs: list[JobRecord], views: list[WorkerView]
-) -> list[tuple[str, list[tuple[str, tuple[int, ...]]]]]:
+    store: Store, jobs: list[JobRecord], pool: WorkerIndex, kind: str
+) -> list[Planned]:
     """A cloud job runs only on the workers of the instances reserved for it, once they all
     joined, node rank r on node r's instance. The machines were chosen for the job, so worker
     pins in its spec name other workers."""
-    if not jobs:
-        return []
-    by_id = {v.snapshot.id: v.snapshot for v in views if v.kind == "cloud"}
     rank_of = {i.request_id: i.node_rank for i in store.list_instances(live_only=True)}
     bound: dict[str, list[tuple[int, str]]] = defaultdict(list)
     for r in store.live_reservations():
-        if r.state == "bound" and r.worker_id in by_id:
+        if r.state == "bound" and r.worker_id is not None and r.worker_id in pool:
             bound[r.job_id].append((rank_of.get(r.request_id, 0), r.worker_id))
     decisions = []
     for job in jobs:
@@ -108,8 +389,8 @@ def _reserved_assignments(
         spec.placement.worker_labels = {}
         queue = [QueuedJob(job.id, spec, job.created_at)]
         placed = {
-            a.worker_id: tuple(a.gpu_indices) for a in plan(queue, [by_id[w] for w in workers])
+            a.worker_id: tuple(a.gpu_indices) for a in plan(queue, [pool.get(w) for w in workers])
         }
         if len(placed) == len(workers):
-            decisions.append((job.id, [(w, placed[w]) for w in workers]))
+            decisions.append(Planned(job.id, spec, kind, [(w, placed[w]) for w in workers]))
     return decisions

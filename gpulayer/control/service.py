@@ -71,6 +71,10 @@ class ControlService:
         # The submitting shell's environment for local jobs: memory only, never the store.
         self._client_env: dict[str, dict[str, str]] = {}
         self._outputs_lock = threading.Lock()
+        from gpulayer.control.dispatch import LivePlacement
+
+        # The dispatch pass's workers, kept between passes: told below of every change.
+        self.placement = LivePlacement(store)
 
     # --- change notification ----------------------------------------------------------------
 
@@ -304,6 +308,7 @@ class ControlService:
             # Whatever it ran before it came back is gone with its old process.
             for attempt in self.store.active_attempts(worker.id):
                 self._lose_attempt(attempt, "the worker restarted")
+        self.placement.worker_changed(worker.id)
         self.dispatch()
         return worker, credential
 
@@ -330,6 +335,7 @@ class ControlService:
         heartbeat timeout to show up (a claim whose reply was lost), is lost and retried."""
         self._check_worker(caller, worker_id)
         self.store.set_worker_state(worker_id, "ready", heartbeat=True)
+        self.placement.worker_alive(worker_id)
         reply = self.pending_signals(worker_id)
         reported = set(running)
         active = self.store.active_attempts(worker_id)
@@ -485,6 +491,8 @@ class ControlService:
             attempt_id, report.state, reason=report.reason, exit_code=report.exit_code
         ):
             raise StaleAttemptError(f"attempt {attempt_id} is no longer current")
+        self.placement.job_changed(attempt.job_id)  # a gang's other nodes may end with it
+        self.placement.worker_changed(attempt.worker_id)
         if self._is_gang(attempt):
             self._finish_node(attempt, report)
         elif report.reason in _RETRYABLE_REASONS:
@@ -625,11 +633,14 @@ class ControlService:
                 and worker.id not in exempt
             ):
                 self.store.set_worker_state(worker.id, "lost")
+                self.placement.worker_changed(worker.id)
                 for attempt in self.store.active_attempts(worker.id):
                     self._lose_attempt(attempt, f"worker {worker.name} stopped heartbeating")
 
     def _lose_attempt(self, attempt: AttemptRecord, why: str) -> None:
         if self.states.move_attempt(attempt.id, "failed", reason="worker_lost"):
+            self.placement.job_changed(attempt.job_id)
+            self.placement.worker_changed(attempt.worker_id)
             if self._is_gang(attempt):
                 self._end_gang(attempt, "worker_lost", why)
             else:
@@ -698,13 +709,16 @@ class ControlService:
         ``reason``, and their jobs retry if their retry_on says so."""
         for attempt in self.store.active_attempts(worker_id):
             if self.states.move_attempt(attempt.id, "failed", reason=reason):
+                self.placement.job_changed(attempt.job_id)
                 self._retry_or_fail(attempt, reason, why)
         self.store.set_worker_state(worker_id, "gone")
+        self.placement.worker_changed(worker_id)
         self.dispatch()
 
     def retire_worker(self, worker_id: str) -> None:
         """Its machine is being handed back."""
         self.store.set_worker_state(worker_id, "gone")
+        self.placement.worker_changed(worker_id)
         self.notify()
 
     def credit_worker_silence(self, worker_id: str) -> None:
@@ -754,7 +768,7 @@ class ControlService:
 
         with self._dispatch_lock:
             assigned = 0
-            for job_id, nodes in plan_assignments(self.store):
+            for job_id, nodes in plan_assignments(self.store, self.placement):
                 if len(nodes) > 1:
                     if self.store.assign_gang(job_id, nodes) is not None:
                         assigned += 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -848,6 +848,28 @@ class Store:
         with self.engine.begin() as conn:
             conn.execute(update(t.workers).where(t.workers.c.id == worker_id).values(**values))
 
+    # --- placement reads: what the live worker index refreshes from -------------------------
+
+    def workers_by_ids(self, worker_ids: Iterable[str]) -> list[WorkerRecord]:
+        """These workers' rows (unknown ids are left out), in batches of bound parameters."""
+        found: list[WorkerRecord] = []
+        with self.engine.connect() as conn:
+            for chunk in _chunks(sorted(set(worker_ids))):
+                query = select(t.workers).where(t.workers.c.id.in_(chunk))
+                found.extend(_worker(r) for r in conn.execute(query))
+        return found
+
+    def active_attempts_on(self, worker_ids: Iterable[str]) -> list[AttemptRecord]:
+        """Assigned or running attempts on these workers (the worker-and-state index serves
+        it), in batches of bound parameters."""
+        found: list[AttemptRecord] = []
+        active = t.attempts.c.state.in_(["assigned", "running"])
+        with self.engine.connect() as conn:
+            for chunk in _chunks(sorted(set(worker_ids))):
+                query = select(t.attempts).where(and_(t.attempts.c.worker_id.in_(chunk), active))
+                found.extend(_attempt(r) for r in conn.execute(query))
+        return found
+
     # --- artifacts --------------------------------------------------------------------------
 
     def record_artifacts(self, job_id: str, entries: Sequence[tuple[str, int, str]]) -> None:
@@ -1415,6 +1437,15 @@ def _encode_instance_json(values: dict[str, Any]) -> None:
     for name in ("offer", "machine"):
         if values.get(name) is not None:
             values[name] = json.dumps(values[name])
+
+
+_CHUNK = 500
+"""Ids per IN (...) list: well under any database's limit on bound parameters."""
+
+
+def _chunks(ids: Sequence[str]) -> Iterator[list[str]]:
+    for start in range(0, len(ids), _CHUNK):
+        yield list(ids[start : start + _CHUNK])
 
 
 def _token(row: Any) -> TokenRecord:

@@ -1,6 +1,6 @@
 """Feasibility checks: can this worker run this job, and if not, why.
 
-Each check is a function ``(job, worker) -> str | None``: None when the worker satisfies the
+Each check is called as ``(job, worker) -> str | None``: None when the worker satisfies the
 one field it looks at, else a short reason a person can act on. The checks form a chain
 (:data:`CHECKS`, in the order reasons are reported) as in Nomad's feasibility checkers, so a
 new one plugs in by building a chain with it.
@@ -10,25 +10,33 @@ in the worker they are shown: :func:`reasons_now` shows the snapshot as it is;
 :func:`reasons_never` shows ``worker.idle()``, the same worker with nothing running and ready,
 so it judges total capacity and ignores load and state.
 
-Each check declares a scope, which lets :class:`~gpulayer.scheduler.index.WorkerIndex` judge
-most checks once per group of identical workers instead of once per worker:
+Each check is written once, in two stages, so that :class:`~gpulayer.scheduler.index.
+WorkerIndex` can judge the first stage once per class of identical workers (Nomad's computed
+class) and keep only the second, cheap one per worker. A check's function answers a
+:data:`Verdict` from what it reads of the worker's class: None (every worker of the class
+satisfies it), a reason (none does), or a :class:`Condition` on free capacity or state, which
+the caller then tests on the worker itself. Calling the check does both stages, so the plain
+scan and the index decide with the same code. The scope says what the first stage may read:
 
-- ``static``: reads only ``worker.capabilities``, but not its per-host fields (hostname,
-  zone, hourly_price, currency: see ``index.PER_HOST_FIELDS``);
-- ``load``: reads those capabilities plus free capacity, state or running count;
-- ``identity``: reads anything else about the worker: id, name, labels, per-host fields.
+- ``static``: only ``worker.capabilities``, but not its per-host fields (hostname, zone,
+  hourly_price, currency: see ``index.PER_HOST_FIELDS``); its verdict is never a Condition;
+- ``load``: the same capabilities; free capacity, state and running count only through the
+  Condition it returns;
+- ``identity``: anything else about the worker (id, name, labels, per-host fields), judged
+  per worker and never cached.
 
-Of the job, static and load checks read only ``job.resources`` and the placement's
-``providers`` and ``regions`` (what :func:`~gpulayer.scheduler.index.job_shape` holds), since
-the index caches their answers per shape; identity checks may read any of ``job.placement``.
+Of the job, each check declares in ``reads`` the fields it reads (attribute paths such as
+``resources.gpus``): equal values for every path mean equal verdicts, which is the key the
+index caches class verdicts by (see :func:`key_reader`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
+from operator import attrgetter
+from typing import Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
@@ -44,30 +52,91 @@ from gpulayer.scheduler.gpus import (
     meets_model,
 )
 from gpulayer.scheduler.snapshot import WorkerSnapshot
-from gpulayer.spec.capabilities import GpuDevice
+from gpulayer.spec.capabilities import GpuDevice, WorkerCapabilities
 from gpulayer.spec.models import CPU_ARCH_ALIASES, JobSpec, ResourceRequest
 
 Scope = Literal["static", "load", "identity"]
-CheckFunction = Callable[[JobSpec, WorkerSnapshot], "str | None"]
+
+
+@dataclass(frozen=True, eq=False)
+class Condition:
+    """What a load check asks of one worker's free capacity or state.
+
+    ``holds`` is the test; ``reason`` says why it fails, called only when it does. The bounds
+    are promises the index prunes by: ``holds`` is False for a worker that is not ready when
+    ``ready`` is set, with fewer than ``gpus`` free GPUs, or with fewer than ``cores`` free
+    cores.
+    """
+
+    holds: Callable[[WorkerSnapshot], bool]
+    reason: Callable[[WorkerSnapshot], str]
+    ready: bool = False
+    gpus: int = 0
+    cores: float = 0.0
+
+
+Verdict = None | str | Condition
+CheckFunction = Callable[[JobSpec, WorkerSnapshot], Verdict]
 
 
 @dataclass(frozen=True)
 class Check:
-    """A named feasibility check; calling it runs the function."""
+    """A named feasibility check; calling it runs both stages on one worker."""
 
     name: str
     scope: Scope
     function: CheckFunction
+    reads: tuple[str, ...] = ()
 
     def __call__(self, job: JobSpec, worker: WorkerSnapshot) -> str | None:
+        return outcome(self.function(job, worker), worker)
+
+    def verdict(self, job: JobSpec, worker: WorkerSnapshot) -> Verdict:
+        """The first stage alone: for static and load checks, the answer for the worker's
+        whole class."""
         return self.function(job, worker)
 
 
-def check(name: str, scope: Scope) -> Callable[[CheckFunction], Check]:
+def outcome(verdict: Verdict, worker: WorkerSnapshot) -> str | None:
+    """The second stage: a verdict's reason for this worker, None when it passes."""
+    if verdict is None or isinstance(verdict, str):
+        return verdict
+    return None if verdict.holds(worker) else verdict.reason(worker)
+
+
+def check(name: str, scope: Scope, reads: Sequence[str] = ()) -> Callable[[CheckFunction], Check]:
     def wrap(function: CheckFunction) -> Check:
-        return Check(name, scope, function)
+        return Check(name, scope, function, tuple(reads))
 
     return wrap
+
+
+_CONTAINERS = (list, tuple, dict)
+
+
+def _freeze(value: Any) -> Hashable:
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def key_reader(checks: Sequence[Check]) -> Callable[[JobSpec], Hashable]:
+    """A function giving a job's values of every field these checks read: two jobs with equal
+    keys get equal verdicts from each of them."""
+    paths = tuple(sorted({path for chk in checks for path in chk.reads}))
+    if not paths:
+        return lambda job: ()
+    getter = attrgetter(*paths)
+    if len(paths) == 1:
+        return lambda job: (_freeze(getter(job)),)
+
+    def read(job: JobSpec) -> Hashable:
+        # Asked once per placement decision: scalars pass through without a call.
+        return tuple([_freeze(v) if type(v) in _CONTAINERS else v for v in getter(job)])
+
+    return read
 
 
 def _num(value: float) -> str:
@@ -81,15 +150,22 @@ def _one_of(values: Sequence[str]) -> str:
 # --- state and identity ---------------------------------------------------------------------
 
 
+def _is_ready(worker: WorkerSnapshot) -> bool:
+    return worker.ready
+
+
+_READY = Condition(_is_ready, lambda worker: f"worker is {worker.state}", ready=True)
+
+
 @check("state", "load")
-def state(job: JobSpec, worker: WorkerSnapshot) -> str | None:
-    return None if worker.ready else f"worker is {worker.state}"
+def state(job: JobSpec, worker: WorkerSnapshot) -> Verdict:
+    return _READY
 
 
 _IDS_SHOWN = 5
 
 
-@check("worker_ids", "identity")
+@check("worker_ids", "identity", reads=("placement.worker_ids",))
 def worker_ids(job: JobSpec, worker: WorkerSnapshot) -> str | None:
     pinned = job.placement.worker_ids
     if not pinned or worker.id in pinned:
@@ -98,7 +174,7 @@ def worker_ids(job: JobSpec, worker: WorkerSnapshot) -> str | None:
     return f"not one of the pinned worker_ids ({shown})"
 
 
-@check("worker_labels", "identity")
+@check("worker_labels", "identity", reads=("placement.worker_labels",))
 def worker_labels(job: JobSpec, worker: WorkerSnapshot) -> str | None:
     wrong = []
     for key, value in job.placement.worker_labels.items():
@@ -108,7 +184,7 @@ def worker_labels(job: JobSpec, worker: WorkerSnapshot) -> str | None:
     return f"needs label {', '.join(wrong)}" if wrong else None
 
 
-@check("providers", "static")
+@check("providers", "static", reads=("placement.providers",))
 def providers(job: JobSpec, worker: WorkerSnapshot) -> str | None:
     # Providers and regions restrict provider-backed workers only (the JobSpec says so): a
     # job limited to aws may still fall back to this machine or an on-prem pool.
@@ -119,7 +195,7 @@ def providers(job: JobSpec, worker: WorkerSnapshot) -> str | None:
     return f"needs provider {_one_of(wanted)}, has {has or 'none'}"
 
 
-@check("regions", "static")
+@check("regions", "static", reads=("placement.regions",))
 def regions(job: JobSpec, worker: WorkerSnapshot) -> str | None:
     wanted = job.placement.regions
     has = worker.capabilities.region
@@ -131,7 +207,7 @@ def regions(job: JobSpec, worker: WorkerSnapshot) -> str | None:
 # --- accelerator and GPUs -------------------------------------------------------------------
 
 
-@check("accelerator", "static")
+@check("accelerator", "static", reads=("resources.accelerator",))
 def accelerator(job: JobSpec, worker: WorkerSnapshot) -> str | None:
     wanted = job.resources.accelerator
     if wanted == "rocm":
@@ -141,10 +217,12 @@ def accelerator(job: JobSpec, worker: WorkerSnapshot) -> str | None:
     return f"needs a {wanted} accelerator, has {worker.capabilities.accelerator}"
 
 
-def _gpu_job(job: JobSpec, worker: WorkerSnapshot) -> bool:
+_GPU_JOB = ("resources.accelerator", "resources.gpu_count")
+
+
+def _gpu_job(r: ResourceRequest, caps: WorkerCapabilities) -> bool:
     """GPU checks speak only when the accelerator matches; otherwise that check explains."""
-    r = job.resources
-    return r.gpus > 0 and r.accelerator == worker.capabilities.accelerator != "rocm"
+    return r.gpus > 0 and r.accelerator == caps.accelerator != "rocm"
 
 
 def _needs(r: ResourceRequest, qualifier: str = "") -> str:
@@ -152,140 +230,206 @@ def _needs(r: ResourceRequest, qualifier: str = "") -> str:
     return f"needs {r.gpus} {r.accelerator} GPU{plural}{qualifier}"
 
 
-def _has(worker: WorkerSnapshot, free: list[GpuDevice], **show: bool) -> str:
-    total = len(worker.capabilities.gpus)
+def _has(caps: WorkerCapabilities, free: list[GpuDevice], **show: bool) -> str:
+    total = len(caps.gpus)
     described = describe_devices(free, **show)
     if len(free) == total:
         return f"has {described}"
     return f"has {described} free of {total}"
 
 
-def _gpu_reason(
+Meets = Callable[[ResourceRequest, GpuDevice], bool]
+
+
+def _meeting(r: ResourceRequest, caps: WorkerCapabilities, meets: Meets) -> frozenset[int]:
+    return frozenset(gpu.index for gpu in caps.gpus if meets(r, gpu))
+
+
+def count_free_in(worker: WorkerSnapshot, devices: frozenset[int]) -> int:
+    """How many of the worker's free GPUs are among these device indices."""
+    return sum(1 for index in worker.free_gpus if index in devices)
+
+
+def _device_field(
     job: JobSpec,
     worker: WorkerSnapshot,
-    meets: Callable[[ResourceRequest, GpuDevice], bool],
+    meets: Meets,
     qualifier: str,
     **show: bool,
-) -> str | None:
+) -> Verdict:
+    """Enough free devices must meet one per-device field; when too few GPUs are free at all,
+    gpu_count explains instead."""
     r = job.resources
-    if not _gpu_job(job, worker):
+    caps = worker.capabilities
+    if not _gpu_job(r, caps):
         return None
-    free = free_devices(worker)
-    if len(free) < r.gpus:
-        return None  # gpu_count explains
-    if sum(1 for gpu in free if meets(r, gpu)) >= r.gpus:
+    meeting = _meeting(r, caps, meets)
+    if len(meeting) == len(caps.gpus):
         return None
-    return f"{_needs(r, qualifier)}, {_has(worker, free, **show)}"
+    need = r.gpus
+
+    def holds(w: WorkerSnapshot) -> bool:
+        return len(w.free_gpus) < need or count_free_in(w, meeting) >= need
+
+    def reason(w: WorkerSnapshot) -> str:
+        return f"{_needs(r, qualifier)}, {_has(caps, free_devices(w), **show)}"
+
+    return Condition(holds, reason)
 
 
-@check("gpu_count", "load")
-def gpu_count(job: JobSpec, worker: WorkerSnapshot) -> str | None:
+@check("gpu_count", "load", reads=_GPU_JOB)
+def gpu_count(job: JobSpec, worker: WorkerSnapshot) -> Verdict:
     r = job.resources
-    if not _gpu_job(job, worker):
+    caps = worker.capabilities
+    if not _gpu_job(r, caps):
         return None
-    free = free_devices(worker)
-    if len(free) >= r.gpus:
-        return None
-    total = len(worker.capabilities.gpus)
-    if len(free) == total:
-        return f"{_needs(r)}, has {describe_devices(free)}"
-    return f"{_needs(r)}, {len(free)} of {total} free"
+    need = r.gpus
+    total = len(caps.gpus)
+
+    def holds(w: WorkerSnapshot) -> bool:
+        return len(w.free_gpus) >= need
+
+    def reason(w: WorkerSnapshot) -> str:
+        if len(w.free_gpus) == total:
+            return f"{_needs(r)}, has {describe_devices(free_devices(w))}"
+        return f"{_needs(r)}, {len(w.free_gpus)} of {total} free"
+
+    return Condition(holds, reason, gpus=need)
 
 
-@check("gpu_models", "load")
-def gpu_models(job: JobSpec, worker: WorkerSnapshot) -> str | None:
+@check("gpu_models", "load", reads=(*_GPU_JOB, "resources.gpu_models"))
+def gpu_models(job: JobSpec, worker: WorkerSnapshot) -> Verdict:
     models = job.resources.gpu_models
     if not models:
         return None
-    return _gpu_reason(job, worker, meets_model, f" of model {_one_of(models)}")
+    return _device_field(job, worker, meets_model, f" of model {_one_of(models)}")
 
 
-@check("gpu_memory_gb", "load")
-def gpu_memory_gb(job: JobSpec, worker: WorkerSnapshot) -> str | None:
+@check("gpu_memory_gb", "load", reads=(*_GPU_JOB, "resources.gpu_memory_gb"))
+def gpu_memory_gb(job: JobSpec, worker: WorkerSnapshot) -> Verdict:
     need = job.resources.gpu_memory_gb
     if need is None:
         return None
-    return _gpu_reason(job, worker, meets_memory, f" with >= {_num(need)} GB")
+    return _device_field(job, worker, meets_memory, f" with >= {_num(need)} GB")
 
 
-@check("gpu_memory_kind", "load")
-def gpu_memory_kind(job: JobSpec, worker: WorkerSnapshot) -> str | None:
+@check("gpu_memory_kind", "load", reads=(*_GPU_JOB, "resources.gpu_memory_kind"))
+def gpu_memory_kind(job: JobSpec, worker: WorkerSnapshot) -> Verdict:
     kind = job.resources.gpu_memory_kind
     if kind is None:
         return None
-    return _gpu_reason(job, worker, meets_kind, f" with {kind} memory", kind=True)
+    return _device_field(job, worker, meets_kind, f" with {kind} memory", kind=True)
 
 
-@check("min_cuda_compute_capability", "load")
-def min_cuda_compute_capability(job: JobSpec, worker: WorkerSnapshot) -> str | None:
+@check(
+    "min_cuda_compute_capability",
+    "load",
+    reads=(*_GPU_JOB, "resources.min_cuda_compute_capability"),
+)
+def min_cuda_compute_capability(job: JobSpec, worker: WorkerSnapshot) -> Verdict:
     need = job.resources.min_cuda_compute_capability
     if need is None:
         return None
-    return _gpu_reason(
+    return _device_field(
         job, worker, meets_capability, f" with compute capability >= {need}", capability=True
     )
 
 
-@check("gpu_devices", "load")
-def gpu_devices(job: JobSpec, worker: WorkerSnapshot) -> str | None:
+_PER_DEVICE = (meets_model, meets_memory, meets_kind, meets_capability)
+
+
+@check(
+    "gpu_devices",
+    "load",
+    reads=(
+        *_GPU_JOB,
+        "resources.gpu_models",
+        "resources.gpu_memory_gb",
+        "resources.gpu_memory_kind",
+        "resources.min_cuda_compute_capability",
+    ),
+)
+def gpu_devices(job: JobSpec, worker: WorkerSnapshot) -> Verdict:
     """Devices may each meet one field but too few meet all of them together."""
     r = job.resources
-    if not _gpu_job(job, worker):
+    caps = worker.capabilities
+    if not _gpu_job(r, caps):
         return None
-    free = free_devices(worker)
-    if len(free) < r.gpus:
+    every = _meeting(r, caps, device_meets)
+    total = len(caps.gpus)
+    if len(every) == total:
         return None
-    for meets in (meets_model, meets_memory, meets_kind, meets_capability):
-        if sum(1 for gpu in free if meets(r, gpu)) < r.gpus:
-            return None  # that field's own check explains
-    if sum(1 for gpu in free if device_meets(r, gpu)) >= r.gpus:
-        return None
-    parts = []
-    if r.gpu_models:
-        parts.append(f"model {_one_of(r.gpu_models)}")
-    if r.gpu_memory_gb is not None:
-        parts.append(f">= {_num(r.gpu_memory_gb)} GB")
-    if r.gpu_memory_kind is not None:
-        parts.append(f"{r.gpu_memory_kind} memory")
-    if r.min_cuda_compute_capability is not None:
-        parts.append(f"compute capability >= {r.min_cuda_compute_capability}")
-    has = _has(worker, free, kind=True, capability=True)
-    return f"{_needs(r, ' each with ' + ', '.join(parts))}, {has}"
+    need = r.gpus
+    # A field every device meets never explains; the others do when too few free meet them.
+    fields = [m for meets in _PER_DEVICE if len(m := _meeting(r, caps, meets)) < total]
+
+    def holds(w: WorkerSnapshot) -> bool:
+        if len(w.free_gpus) < need:
+            return True  # gpu_count explains
+        if any(count_free_in(w, meeting) < need for meeting in fields):
+            return True  # that field's own check explains
+        return count_free_in(w, every) >= need
+
+    def reason(w: WorkerSnapshot) -> str:
+        parts = []
+        if r.gpu_models:
+            parts.append(f"model {_one_of(r.gpu_models)}")
+        if r.gpu_memory_gb is not None:
+            parts.append(f">= {_num(r.gpu_memory_gb)} GB")
+        if r.gpu_memory_kind is not None:
+            parts.append(f"{r.gpu_memory_kind} memory")
+        if r.min_cuda_compute_capability is not None:
+            parts.append(f"compute capability >= {r.min_cuda_compute_capability}")
+        has = _has(caps, free_devices(w), kind=True, capability=True)
+        return f"{_needs(r, ' each with ' + ', '.join(parts))}, {has}"
+
+    return Condition(holds, reason)
 
 
 # --- host -----------------------------------------------------------------------------------
 
 
-@check("cpu_cores", "load")
-def cpu_cores(job: JobSpec, worker: WorkerSnapshot) -> str | None:
+@check("cpu_cores", "load", reads=("resources.cpu_cores",))
+def cpu_cores(job: JobSpec, worker: WorkerSnapshot) -> Verdict:
     need = job.resources.cpu_cores
-    free = worker.free_cpu_cores
-    if free >= need:
-        return None
     total = worker.capabilities.cpu_cores
-    plural = "" if need == 1 else "s"
-    if free >= total:
-        return f"needs {_num(need)} CPU core{plural}, has {total}"
-    return f"needs {_num(need)} CPU core{plural}, {_num(max(free, 0))} of {total} free"
+
+    def holds(w: WorkerSnapshot) -> bool:
+        return w.free_cpu_cores >= need
+
+    def reason(w: WorkerSnapshot) -> str:
+        free = w.free_cpu_cores
+        plural = "" if need == 1 else "s"
+        if free >= total:
+            return f"needs {_num(need)} CPU core{plural}, has {total}"
+        return f"needs {_num(need)} CPU core{plural}, {_num(max(free, 0))} of {total} free"
+
+    return Condition(holds, reason, cores=float(need))
 
 
-@check("memory_gb", "load")
-def memory_gb(job: JobSpec, worker: WorkerSnapshot) -> str | None:
+@check("memory_gb", "load", reads=("resources.memory_gb",))
+def memory_gb(job: JobSpec, worker: WorkerSnapshot) -> Verdict:
     need = job.resources.memory_gb
     if need is None:
         return None
-    free = worker.host_memory_free
-    if free is None:
-        return f"needs {_num(need)} GB memory, reports no memory size"
-    if free >= need:
-        return None
     total = worker.capabilities.memory_gb
-    if total is None or free >= total:
-        return f"needs {_num(need)} GB memory, has {_num(free)} GB"
-    return f"needs {_num(need)} GB memory, {_num(max(free, 0))} of {_num(total)} GB free"
+
+    def holds(w: WorkerSnapshot) -> bool:
+        free = w.host_memory_free
+        return free is not None and free >= need
+
+    def reason(w: WorkerSnapshot) -> str:
+        free = w.host_memory_free
+        if free is None:
+            return f"needs {_num(need)} GB memory, reports no memory size"
+        if total is None or free >= total:
+            return f"needs {_num(need)} GB memory, has {_num(free)} GB"
+        return f"needs {_num(need)} GB memory, {_num(max(free, 0))} of {_num(total)} GB free"
+
+    return Condition(holds, reason)
 
 
-@check("disk_gb", "static")
+@check("disk_gb", "static", reads=("resources.disk_gb",))
 def disk_gb(job: JobSpec, worker: WorkerSnapshot) -> str | None:
     need = job.resources.disk_gb
     has = worker.capabilities.disk_gb
@@ -296,7 +440,7 @@ def disk_gb(job: JobSpec, worker: WorkerSnapshot) -> str | None:
     return f"needs {_num(need)} GB disk, has {_num(has)} GB"
 
 
-@check("os", "static")
+@check("os", "static", reads=("resources.os",))
 def operating_system(job: JobSpec, worker: WorkerSnapshot) -> str | None:
     wanted = job.resources.os
     has = worker.capabilities.os.lower()
@@ -305,7 +449,7 @@ def operating_system(job: JobSpec, worker: WorkerSnapshot) -> str | None:
     return f"needs os {_one_of(wanted)}, has {has}"
 
 
-@check("cpu_arch", "static")
+@check("cpu_arch", "static", reads=("resources.cpu_arch",))
 def cpu_arch(job: JobSpec, worker: WorkerSnapshot) -> str | None:
     wanted = job.resources.cpu_arch
     reported = worker.capabilities.cpu_arch.lower()
@@ -347,7 +491,7 @@ def _version_reason(what: str, spec: str, has: str) -> str | None:
     return f"needs {what}{spec}, has {has}"
 
 
-@check("frameworks", "static")
+@check("frameworks", "static", reads=("resources.frameworks",))
 def frameworks(job: JobSpec, worker: WorkerSnapshot) -> str | None:
     """PEP 440 specifiers against installed versions, names compared PEP 503-normalized.
 
@@ -377,7 +521,7 @@ def frameworks(job: JobSpec, worker: WorkerSnapshot) -> str | None:
     return "; ".join(reasons) or None
 
 
-@check("python", "static")
+@check("python", "static", reads=("resources.python",))
 def python_version(job: JobSpec, worker: WorkerSnapshot) -> str | None:
     spec = job.resources.python
     if spec is None:

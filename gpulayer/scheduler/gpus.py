@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterable
 from functools import lru_cache
 
-from gpulayer.cloud.gpus import GpuName, any_gpu_matches, nominal_memory_gb, parse_gpu_name
+from gpulayer.hardware.gpus import GpuName, any_gpu_matches, nominal_memory_gb, parse_gpu_name
 from gpulayer.scheduler.snapshot import WorkerSnapshot
 from gpulayer.spec.capabilities import GpuDevice
 from gpulayer.spec.models import ResourceRequest

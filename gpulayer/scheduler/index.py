@@ -1,23 +1,30 @@
-"""WorkerIndex: placement without rescanning every worker for every job.
+"""WorkerIndex: placement as a cache over the feasibility checks.
 
 Workers that report the same hardware and software (the same *signature*: every capability
-field but the per-host ones in :data:`PER_HOST_FIELDS`) form a group. A job's static and
-load checks are judged once per group, on the group's idle representative, and that answer is
-cached per job *shape* (the request fields checks read), so a 10,000-worker fleet with a few
-dozen signatures costs a few dozen checks per new shape and nothing per repeat.
+field but the per-host ones in :data:`PER_HOST_FIELDS`) form a class, as Nomad's computed
+node classes do. Each check's first stage (see :mod:`gpulayer.scheduler.feasibility`) is
+judged once per class and job *requirement key* (the job fields the checks declare they
+read) on the class's idle representative, and cached: a class any static check rejects, or
+that could not take the job even idle, is left out; for the others the cache keeps the load
+checks' :class:`~gpulayer.scheduler.feasibility.Condition`s, the only per-worker work left.
+A 10,000-worker fleet with a few dozen classes thus costs a few dozen first stages per new
+key and nothing per repeat; a new class costs one first stage per cached key, judged when a
+key next asks; a worker's load or state change costs its own re-sort only.
 
-Inside a group, ready workers are kept sorted by each strategy's key (built the first time a
-strategy asks), once for the whole group and once per bucket of equal (free GPU count,
-free-core level). A job first tries the top few workers of each group's order: in a fleet
-with room, the best-ranked worker usually fits, and a group whose best key cannot beat the
-best found so far costs one comparison. Only when the top of a group is crowded with full
-workers does it walk the buckets with enough free GPUs and cores, each in strategy order up
-to the first fit. Updates move one worker in O(log n) search plus a list insert.
+Inside a class, ready workers are kept sorted by each strategy's key (built the first time a
+strategy asks), once for the whole class and once per bucket of equal (free GPU count,
+free-core level). A job first tries the top few workers of each class's order: in a fleet
+with room, the best-ranked worker usually fits, and a class whose best key cannot beat the
+best found so far costs one comparison. Only when the top of a class is crowded with full
+workers does it walk the buckets that the conditions' bounds (ready, free GPUs, free cores)
+allow, each in strategy order up to the first fit. Every worker chosen is one whose
+conditions and identity checks all hold, the same calls the plain scan makes.
 
 The answers equal a plain scan with :func:`~gpulayer.scheduler.feasibility.reasons_now` and
 :func:`~gpulayer.scheduler.strategies.rank_key` over every worker (the tests compare both on
 random fleets). That holds because static and load checks read only signature fields of
-the worker's capabilities; a check that needs a per-host field must be identity-scoped.
+the worker's capabilities in their first stage; a check that needs a per-host field must be
+identity-scoped.
 """
 
 from __future__ import annotations
@@ -32,17 +39,10 @@ from gpulayer.scheduler.errors import DuplicateWorker, UnknownWorker
 from gpulayer.scheduler.feasibility import (
     CHECKS,
     Check,
-    cpu_cores,
-    gpu_count,
-    gpu_devices,
-    gpu_memory_gb,
-    gpu_memory_kind,
-    gpu_models,
-    memory_gb,
-    min_cuda_compute_capability,
-    state,
-    worker_ids,
-    worker_labels,
+    Condition,
+    count_free_in,
+    key_reader,
+    outcome,
 )
 from gpulayer.scheduler.gpus import device_meets, pick_gpus
 from gpulayer.scheduler.outcome import Explanation, Placement
@@ -60,29 +60,12 @@ PER_DEVICE_FIELDS: frozenset[str] = frozenset({"uuid"})
 _SIGNATURE_FIELDS = tuple(f for f in WorkerCapabilities.model_fields if f not in PER_HOST_FIELDS)
 _DEVICE_FIELDS = tuple(f for f in GpuDevice.model_fields if f not in PER_DEVICE_FIELDS)
 
-# Checks the index answers from its own structures in "now" mode; any other non-static check
-# in the chain is called per candidate worker.
-_NATIVE: frozenset[Check] = frozenset(
-    {
-        state,
-        worker_ids,
-        worker_labels,
-        gpu_count,
-        gpu_models,
-        gpu_memory_gb,
-        gpu_memory_kind,
-        min_cuda_compute_capability,
-        gpu_devices,
-        cpu_cores,
-        memory_gb,
-    }
-)
 # Below this many label/id candidates, judging each one beats walking the buckets.
 _FEW_CANDIDATES = 32
-# Workers tried from the top of a group's order before narrowing to buckets with room: in a
-# fleet that is not full, the best-ranked worker of a group usually fits.
+# Workers tried from the top of a class's order before narrowing to buckets with room: in a
+# fleet that is not full, the best-ranked worker of a class usually fits.
 _PROBES = 8
-_SHAPE_CACHE_LIMIT = 4096
+_KEY_CACHE_LIMIT = 4096
 
 
 def _freeze(value: Any) -> Hashable:
@@ -102,46 +85,21 @@ def signature(capabilities: WorkerCapabilities) -> Hashable:
     return tuple(_freeze(getattr(capabilities, f)) for f in _SIGNATURE_FIELDS)
 
 
-def job_shape(job: JobSpec) -> Hashable:
-    """The request fields static and load checks read; equal shapes get equal group answers."""
-    r = job.resources
-    p = job.placement
-    return (
-        r.accelerator,
-        r.gpus,
-        tuple(r.gpu_models),
-        r.gpu_memory_gb,
-        r.gpu_memory_kind,
-        r.min_cuda_compute_capability,
-        r.cpu_cores,
-        r.memory_gb,
-        r.disk_gb,
-        tuple(r.os),
-        tuple(r.cpu_arch),
-        tuple(sorted(r.frameworks.items())),
-        r.python,
-        tuple(p.providers),
-        tuple(p.regions),
-    )
-
-
-def fit_key(job: JobSpec) -> Hashable:
-    """Jobs with equal keys fit exactly the same workers (strategy only changes the order)."""
-    p = job.placement
-    return (job_shape(job), tuple(sorted(p.worker_ids)), tuple(sorted(p.worker_labels.items())))
-
-
 def _core_level(cores: float) -> int:
     """0 below one core, then 1, 2, 3... for [1, 2), [2, 4), [4, 8)...: monotone in cores."""
     return int(max(cores, 0.0)).bit_length()
 
 
 class _Group:
-    __slots__ = ("buckets", "members", "ready", "representative", "signature")
+    """One class: workers whose capabilities have the same signature."""
+
+    __slots__ = ("alive", "buckets", "members", "ready", "representative", "signature")
 
     def __init__(self, sig: Hashable, representative: WorkerSnapshot) -> None:
         self.signature = sig
         self.representative = representative
+        """The first member, idle: what class-level verdicts are judged on."""
+        self.alive = True
         self.members: dict[str, _Entry] = {}
         self.ready = _Bucket()
         """Every ready member, whatever its free capacity."""
@@ -185,13 +143,41 @@ class _Bucket:
             del keys[bisect_left(keys, entry.keys[ordering])]
 
 
-_Feasible = dict[_Group, "frozenset[int] | None"]
-"""Groups that could ever run a shape, each with the device indices meeting its per-device
-fields (None: all of the group's devices do, or the job needs none)."""
+class _Plan:
+    """One class's cached answer for one requirement key: it could run the job, given that
+    these conditions hold on the worker now."""
+
+    __slots__ = ("_tests", "conditions", "cores", "eligible", "gpus", "level", "ready")
+
+    def __init__(self, conditions: tuple[Condition, ...], eligible: frozenset[int] | None):
+        self.conditions = conditions
+        self._tests = tuple(c.holds for c in conditions)
+        self.ready = any(c.ready for c in conditions)
+        self.gpus = max((c.gpus for c in conditions), default=0)
+        self.cores = max((c.cores for c in conditions), default=0.0)
+        self.level = _core_level(self.cores)
+        self.eligible = eligible
+        """Device indices meeting every per-device field (None: all of them, or no GPU job):
+        what :meth:`WorkerIndex.closest` counts a shortfall in."""
+
+    def holds(self, snap: WorkerSnapshot) -> bool:
+        return all(test(snap) for test in self._tests)
+
+
+class _KeyEntry:
+    """The plans of every class that could run jobs of one requirement key."""
+
+    __slots__ = ("plans", "seen")
+
+    def __init__(self) -> None:
+        self.plans: dict[_Group, _Plan] = {}
+        self.seen = 0
+        """How much of the index's log of added classes these plans have judged."""
 
 
 class WorkerIndex:
-    """Registered workers, grouped and sorted for fast placement; updated one worker at a time.
+    """Registered workers, grouped by class and sorted for fast placement; updated one worker
+    at a time.
 
     ``extra_checks`` are appended to the default chain :data:`CHECKS`.
     """
@@ -200,13 +186,16 @@ class WorkerIndex:
         self, workers: Iterable[WorkerSnapshot] = (), *, extra_checks: Sequence[Check] = ()
     ) -> None:
         self.checks: tuple[Check, ...] = (*CHECKS, *extra_checks)
-        self._group_checks = tuple(c for c in self.checks if c.scope != "identity")
-        self._per_worker = tuple(c for c in self.checks if c.scope != "static" and c not in _NATIVE)
-        self._per_worker_identity = tuple(c for c in self._per_worker if c.scope == "identity")
+        self._class_checks = tuple(c for c in self.checks if c.scope != "identity")
+        self._identity_checks = tuple(c for c in self.checks if c.scope == "identity")
+        self._class_key = key_reader(self._class_checks)
+        self._fit_key = key_reader(self.checks)
         self._entries: dict[str, _Entry] = {}
         self._groups: dict[Hashable, _Group] = {}
         self._labels: dict[tuple[str, str], set[str]] = {}
-        self._feasible: dict[Hashable, _Feasible] = {}
+        self._keys: dict[Hashable, _KeyEntry] = {}
+        self._added: list[_Group] = []
+        """Every class in the order it appeared; cached keys judge the ones they have not."""
         for worker in workers:
             self.add(worker)
 
@@ -229,6 +218,11 @@ class WorkerIndex:
     def has_extra_checks(self) -> bool:
         return len(self.checks) > len(CHECKS)
 
+    def fit_key(self, job: JobSpec) -> Hashable:
+        """Jobs with equal keys fit exactly the same workers (strategy only changes the order):
+        the values of every job field the chain reads."""
+        return self._fit_key(job)
+
     def get(self, worker_id: str) -> WorkerSnapshot:
         return self._entry(worker_id).snap
 
@@ -240,7 +234,7 @@ class WorkerIndex:
         if group is None:
             group = _Group(sig, worker.idle())
             self._groups[sig] = group
-            self._feasible.clear()  # cached answers do not know the new group
+            self._added.append(group)  # judged for each cached key when that key next asks
         self._insert(_Entry(worker, group))
         for pair in worker.labels.items():
             self._labels.setdefault(pair, set()).add(worker.id)
@@ -251,8 +245,7 @@ class WorkerIndex:
         del self._entries[worker_id]
         group = entry.group
         if not group.members:
-            del self._groups[group.signature]
-            self._feasible.clear()
+            self._drop_group(group)
         for pair in entry.snap.labels.items():
             holders = self._labels[pair]
             holders.discard(worker_id)
@@ -273,6 +266,18 @@ class WorkerIndex:
             return
         self._unlink(old)
         self._insert(_Entry(worker, old.group))
+
+    def put(self, worker: WorkerSnapshot) -> None:
+        """Add the worker, or replace the snapshot of one already in the index."""
+        if worker.id in self._entries:
+            self.update(worker)
+        else:
+            self.add(worker)
+
+    def discard(self, worker_id: str) -> None:
+        """Remove the worker if it is in the index."""
+        if worker_id in self._entries:
+            self.remove(worker_id)
 
     def assign(self, job: JobSpec, placement: Placement) -> WorkerSnapshot:
         """Mark the job's GPUs, cores and memory as taken on the placed worker."""
@@ -318,6 +323,16 @@ class WorkerIndex:
             if not bucket.entries:
                 del group.buckets[entry.bucket]
 
+    def _drop_group(self, group: _Group) -> None:
+        del self._groups[group.signature]
+        group.alive = False
+        for cached in self._keys.values():
+            cached.plans.pop(group, None)
+        if len(self._added) > 2 * len(self._groups) + 64:
+            # Classes come and go with churn: start the log (and the cache) afresh.
+            self._added = list(self._groups.values())
+            self._keys.clear()
+
     # --- queries ----------------------------------------------------------------------------
 
     def choose(self, job: JobSpec, *, exclude: Collection[str] = frozenset()) -> Placement | None:
@@ -326,34 +341,32 @@ class WorkerIndex:
         if entry is None:
             return None
         gpus = pick_gpus(job.resources, entry.snap)
-        if gpus is None:  # _fits counted the same devices; a mismatch is a bug here
+        if gpus is None:  # the GPU conditions counted the same devices; a mismatch is a bug
             raise AssertionError(f"worker {entry.snap.id}: chosen without enough fitting GPUs")
         return Placement(entry.snap.id, gpus)
 
     def could_ever_run(self, job: JobSpec) -> bool:
         """Whether some worker (in any state, whatever its load) could run the job."""
-        feasible = self._feasible_groups(job)
-        if not feasible:
+        plans = self._plans(job)
+        if not plans:
             return False
         candidates = self._candidates(job)
-        if candidates is None and not self._per_worker_identity:
-            return True
         return any(
-            self._identity_ok(job, entry.snap) for entry in self._entries_in(feasible, candidates)
+            self._identity_ok(job, entry.snap) for entry in self._entries_in(plans, candidates)
         )
 
     def closest(self, job: JobSpec, *, exclude: Collection[str] = frozenset()) -> str | None:
         """The ready worker nearest to fitting the job: smallest shortfall in fitting GPUs,
         then cores, then memory; then fewest running jobs, then id. Visits every candidate."""
-        feasible = self._feasible_groups(job)
+        plans = self._plans(job)
         r = job.resources
         best: tuple[Any, ...] | None = None
-        for entry in self._entries_in(feasible, self._candidates(job)):
+        for entry in self._entries_in(plans, self._candidates(job)):
             snap = entry.snap
             if not snap.ready or snap.id in exclude or not self._identity_ok(job, snap):
                 continue
-            eligible = feasible[entry.group]
-            usable = len(snap.free_gpus) if eligible is None else _count_in(snap, eligible)
+            eligible = plans[entry.group].eligible
+            usable = len(snap.free_gpus) if eligible is None else count_free_in(snap, eligible)
             free_memory = snap.host_memory_free or 0.0
             key = (
                 max(r.gpus - usable, 0),
@@ -367,24 +380,25 @@ class WorkerIndex:
         return None if best is None else str(best[-1])
 
     def explain(self, job: JobSpec) -> Explanation:
-        """Per worker, the reasons of reasons_now and reasons_never, judging group-wide checks
-        once per group."""
+        """Per worker, the reasons of reasons_now and reasons_never, judging each check's
+        first stage once per class."""
         now: dict[str, list[str]] = {}
         never: dict[str, list[str]] = {}
         for group in self._groups.values():
             idle = group.representative
-            on_idle = [c(job, idle) if c.scope != "identity" else None for c in self.checks]
+            verdicts = [
+                None if c.scope == "identity" else c.verdict(job, idle) for c in self.checks
+            ]
+            on_idle = [outcome(verdict, idle) for verdict in verdicts]
             for worker_id, entry in group.members.items():
                 snap = entry.snap
                 reasons_now: list[str] = []
                 reasons_never: list[str] = []
-                for chk, idle_reason in zip(self.checks, on_idle, strict=True):
-                    if chk.scope == "static":
-                        current = idle_reason
+                for chk, verdict, idle_reason in zip(self.checks, verdicts, on_idle, strict=True):
+                    if chk.scope == "identity":
+                        current = idle_reason = chk(job, snap)
                     else:
-                        current = chk(job, snap)
-                        if chk.scope == "identity":
-                            idle_reason = current
+                        current = outcome(verdict, snap)
                     if current is not None:
                         reasons_now.append(current)
                     if idle_reason is not None:
@@ -393,25 +407,44 @@ class WorkerIndex:
                 never[worker_id] = reasons_never
         return Explanation(now=now, never=never)
 
+    # --- the class-level cache --------------------------------------------------------------
+
+    def _plans(self, job: JobSpec) -> dict[_Group, _Plan]:
+        """The classes that could ever run the job, each with what it asks of a worker now."""
+        key = self._class_key(job)
+        cached = self._keys.get(key)
+        if cached is None:
+            if len(self._keys) >= _KEY_CACHE_LIMIT:
+                self._keys.clear()
+            cached = self._keys[key] = _KeyEntry()
+        if cached.seen < len(self._added):
+            for group in self._added[cached.seen :]:
+                if group.alive:
+                    plan = self._judge(job, group)
+                    if plan is not None:
+                        cached.plans[group] = plan
+            cached.seen = len(self._added)
+        return cached.plans
+
+    def _judge(self, job: JobSpec, group: _Group) -> _Plan | None:
+        """Every static and load check's first stage on the class, once; None when one of
+        them says no, or a condition fails even with the whole worker free."""
+        idle = group.representative
+        conditions: list[Condition] = []
+        for chk in self._class_checks:
+            verdict = chk.verdict(job, idle)
+            if verdict is None:
+                continue
+            if isinstance(verdict, str) or not verdict.holds(idle):
+                return None
+            conditions.append(verdict)
+        return _Plan(tuple(conditions), _eligible_devices(job.resources, idle))
+
     # --- internals --------------------------------------------------------------------------
 
-    def _feasible_groups(self, job: JobSpec) -> _Feasible:
-        shape = job_shape(job)
-        found = self._feasible.get(shape)
-        if found is not None:
-            return found
-        found = {}
-        for group in self._groups.values():
-            idle = group.representative
-            if all(chk(job, idle) is None for chk in self._group_checks):
-                found[group] = _eligible_devices(job.resources, idle)
-        if len(self._feasible) >= _SHAPE_CACHE_LIMIT:
-            self._feasible.clear()
-        self._feasible[shape] = found
-        return found
-
     def _candidates(self, job: JobSpec) -> Set[str] | None:
-        """Worker ids allowed by worker_ids and worker_labels; None when neither is set."""
+        """Worker ids that worker_ids and worker_labels could accept (a lookup that narrows
+        the search; those checks still judge each candidate); None when neither is set."""
         pinned = job.placement.worker_ids
         labels = job.placement.worker_labels
         if not pinned and not labels:
@@ -429,71 +462,72 @@ class WorkerIndex:
             return sets[0]
         return set(sets[0]).intersection(*sets[1:])
 
-    def _entries_in(self, feasible: _Feasible, candidates: Set[str] | None) -> Iterator[_Entry]:
+    def _entries_in(
+        self, plans: dict[_Group, _Plan], candidates: Set[str] | None
+    ) -> Iterator[_Entry]:
         if candidates is None:
-            for group in feasible:
+            for group in plans:
                 yield from group.members.values()
             return
         for worker_id in candidates:
             entry = self._entries[worker_id]
-            if entry.group in feasible:
+            if entry.group in plans:
                 yield entry
 
     def _identity_ok(self, job: JobSpec, snap: WorkerSnapshot) -> bool:
-        return all(chk(job, snap) is None for chk in self._per_worker_identity)
+        return all(outcome(c.function(job, snap), snap) is None for c in self._identity_checks)
 
-    def _fits(self, job: JobSpec, snap: WorkerSnapshot, eligible: frozenset[int] | None) -> bool:
-        r = job.resources
-        if not snap.ready or snap.free_cpu_cores < r.cpu_cores:
-            return False
-        if r.memory_gb is not None:
-            free_memory = snap.host_memory_free
-            if free_memory is None or free_memory < r.memory_gb:
-                return False
-        if r.gpus:
-            usable = len(snap.free_gpus) if eligible is None else _count_in(snap, eligible)
-            if usable < r.gpus:
-                return False
-        return all(chk(job, snap) is None for chk in self._per_worker)
+    def _fits(self, job: JobSpec, snap: WorkerSnapshot, plan: _Plan) -> bool:
+        return plan.holds(snap) and self._identity_ok(job, snap)
 
     def _best(self, job: JobSpec, exclude: Collection[str]) -> _Entry | None:
-        feasible = self._feasible_groups(job)
-        if not feasible:
+        plans = self._plans(job)
+        if not plans:
             return None
         ordering = ordering_for(job)
         candidates = self._candidates(job)
         best: _Entry | None = None
         best_key: RankKey | None = None
         if candidates is not None and len(candidates) <= _FEW_CANDIDATES:
-            for entry in self._entries_in(feasible, candidates):
+            for entry in self._entries_in(plans, candidates):
                 key = entry.keys[ordering]
                 if best_key is not None and key >= best_key:
                     continue
-                if entry.snap.id in exclude or not self._fits(
-                    job, entry.snap, feasible[entry.group]
-                ):
+                if entry.snap.id in exclude or not self._fits(job, entry.snap, plans[entry.group]):
                     continue
                 best, best_key = entry, key
             return best
-        gpus = job.resources.gpus
-        level = _core_level(job.resources.cpu_cores)
-        for group, eligible in feasible.items():
+        for group, plan in plans.items():
+            if not plan.ready:
+                # No condition promises readiness, so buckets (ready workers only) do not
+                # cover the class: judge each member.
+                for entry in group.members.values():
+                    key = entry.keys[ordering]
+                    if best_key is not None and key >= best_key:
+                        continue
+                    if entry.snap.id in exclude or (
+                        candidates is not None and entry.snap.id not in candidates
+                    ):
+                        continue
+                    if self._fits(job, entry.snap, plan):
+                        best, best_key = entry, key
+                continue
             top = group.ready.ordered(ordering)
             if not top or (best_key is not None and top[0] >= best_key):
                 continue  # no ready member, or none that could beat the best so far
             rooms = [
                 bucket
                 for (free_gpus, core_level), bucket in group.buckets.items()
-                if free_gpus >= gpus and core_level >= level
+                if free_gpus >= plan.gpus and core_level >= plan.level
             ]
             if not rooms:
                 continue
             if len(rooms) > 1:
-                # The top of the group's whole order first: the first fit there is the group's
+                # The top of the class's whole order first: the first fit there is the class's
                 # best. Only when the top is crowded with full workers, walk the buckets with
                 # room one by one.
                 found, settled = self._probe(
-                    job, group, eligible, ordering, best_key, exclude, candidates, gpus, level
+                    job, group, plan, ordering, best_key, exclude, candidates
                 )
                 if found is not None:
                     best, best_key = found, found.keys[ordering]
@@ -509,7 +543,7 @@ class WorkerIndex:
                     ):
                         continue
                     entry = bucket.entries[worker_id]
-                    if self._fits(job, entry.snap, eligible):
+                    if self._fits(job, entry.snap, plan):
                         best, best_key = entry, key
                         break
         return best
@@ -518,16 +552,14 @@ class WorkerIndex:
         self,
         job: JobSpec,
         group: _Group,
-        eligible: frozenset[int] | None,
+        plan: _Plan,
         ordering: str,
         best_key: RankKey | None,
         exclude: Collection[str],
         candidates: Set[str] | None,
-        gpus: int,
-        level: int,
     ) -> tuple[_Entry | None, bool]:
-        """The group's best fitting worker if it is near the top of the group's order, and
-        whether the top settled the group (a fit, a key that cannot win, or the end)."""
+        """The class's best fitting worker if it is near the top of the class's order, and
+        whether the top settled the class (a fit, a key that cannot win, or the end)."""
         probed = 0
         for key in group.ready.ordered(ordering):
             if best_key is not None and key >= best_key:
@@ -540,9 +572,9 @@ class WorkerIndex:
                 continue
             entry = group.members[worker_id]
             room = entry.bucket
-            if room is None or room[0] < gpus or room[1] < level:
+            if room is None or room[0] < plan.gpus or room[1] < plan.level:
                 continue
-            if self._fits(job, entry.snap, eligible):
+            if self._fits(job, entry.snap, plan):
                 return entry, True
         return None, True
 
@@ -553,7 +585,3 @@ def _eligible_devices(resources: ResourceRequest, idle: WorkerSnapshot) -> froze
     devices = idle.capabilities.gpus
     meeting = frozenset(gpu.index for gpu in devices if device_meets(resources, gpu))
     return None if len(meeting) == len(devices) else meeting
-
-
-def _count_in(snap: WorkerSnapshot, eligible: frozenset[int]) -> int:
-    return sum(1 for index in snap.free_gpus if index in eligible)

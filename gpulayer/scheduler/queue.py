@@ -39,7 +39,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gpulayer.scheduler.gang import choose_gang, closest_gang, node_count
-from gpulayer.scheduler.index import WorkerIndex, fit_key
+from gpulayer.scheduler.index import WorkerIndex
 from gpulayer.scheduler.snapshot import WorkerSnapshot
 from gpulayer.spec.models import JobSpec
 
@@ -119,7 +119,7 @@ def plan_pass(
     for item in ordered:
         spec = item.spec
         nodes = node_count(spec)
-        key = (fit_key(spec), nodes) if memo else None
+        key = (index.fit_key(spec), nodes) if memo else None
         if key is None or key not in no_room:
             if nodes > 1:
                 gang = choose_gang(spec, index, exclude=reserved)

@@ -15,31 +15,12 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 
-from gpulayer.errors import UsageError
+from gpulayer.protocol.deadman import DeadmanAction
 
 log = logging.getLogger("gpulayer.worker")
 
 POWEROFF_COMMANDS = (["systemctl", "poweroff"], ["shutdown", "-h", "now"], ["poweroff"])
-
-
-@dataclass(frozen=True)
-class DeadmanAction:
-    kind: str  # poweroff | stop | record
-    record_path: Path | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> DeadmanAction:
-        if text in ("poweroff", "stop"):
-            return cls(text)
-        if text.startswith("record:") and len(text) > len("record:"):
-            return cls("record", Path(text[len("record:") :]))
-        raise UsageError(f"--deadman-action: expected poweroff, stop or record:PATH, not {text!r}")
-
-    def describe(self) -> str:
-        return "power off this machine" if self.kind == "poweroff" else "stop the worker"
 
 
 class DeadmanSwitch:

@@ -67,8 +67,9 @@ def run_worker(options: WorkerOptions) -> int:
 
     from gpulayer.errors import UsageError
     from gpulayer.protocol.client import ControlClient
+    from gpulayer.protocol.deadman import DeadmanAction
     from gpulayer.worker.agent import WorkerAgent
-    from gpulayer.worker.deadman import DeadmanAction, DeadmanSwitch
+    from gpulayer.worker.deadman import DeadmanSwitch
     from gpulayer.worker.http_link import HttpLink
 
     runner = _run_as_user(options.run_as)

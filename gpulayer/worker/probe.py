@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpulayer.cloud.probe_parsing import normalize_cpu_arch, parse_meminfo
+from gpulayer.hardware.probe_parsing import normalize_cpu_arch, parse_meminfo
 from gpulayer.spec.capabilities import WorkerCapabilities
 from gpulayer.spec.models import Accelerator
 from gpulayer.worker.probe_frameworks import (

@@ -3,7 +3,7 @@
 Each probe takes a ``runner`` so the parsing can be exercised on recorded tool output. A tool
 that is missing, fails or hangs means "no such GPUs here", never an exception: a worker must
 still come up on a machine whose driver is broken. nvidia-smi's output is read by
-:mod:`gpulayer.cloud.probe_parsing`, which a provider probing a host over SSH reads it with too.
+:mod:`gpulayer.hardware.probe_parsing`, which a provider probing a host over SSH reads it with too.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from gpulayer.cloud.probe_parsing import (
+from gpulayer.hardware.probe_parsing import (
     NVIDIA_FIELDS,
     NVIDIA_FIELDS_LEGACY,
     compute_capability_for_name,

@@ -17,10 +17,10 @@ from gpulayer.cloud.errors import (
     ProviderSettingsError,
     QuotaError,
 )
-from gpulayer.cloud.gpus import cuda_capability, gpu_facts, nominal_memory_gb, normalize_gpu_name
 from gpulayer.cloud.protocol import Instance, LaunchRequest
 from gpulayer.cloud.settings import load_settings
 from gpulayer.errors import GpulayerError, UsageError
+from gpulayer.hardware.gpus import cuda_capability, gpu_facts, nominal_memory_gb, normalize_gpu_name
 
 
 def test_errors_are_typed_and_scoped() -> None:

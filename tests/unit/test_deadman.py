@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from gpulayer.errors import UsageError
-from gpulayer.worker.deadman import DeadmanAction, DeadmanSwitch
+from gpulayer.protocol.deadman import DeadmanAction
+from gpulayer.worker.deadman import DeadmanSwitch
 
 
 def test_action_parsing() -> None:

@@ -8,12 +8,6 @@ from typing import Any
 import pytest
 
 from gpulayer.cli.spec_flags import SubmitFlags, apply_flags
-from gpulayer.cloud.gpus import (
-    GpuName,
-    gpu_matches,
-    nominal_memory_gb,
-    parse_gpu_name,
-)
 from gpulayer.cloud.offer import Offer, OfferQuery
 from gpulayer.cloud.ranking import (
     describe_no_exact_fit,
@@ -22,6 +16,12 @@ from gpulayer.cloud.ranking import (
     nearest_gpu_count,
 )
 from gpulayer.errors import SpecError
+from gpulayer.hardware.gpus import (
+    GpuName,
+    gpu_matches,
+    nominal_memory_gb,
+    parse_gpu_name,
+)
 from gpulayer.scheduler import reasons_never
 from gpulayer.scheduler.index import WorkerIndex
 from gpulayer.scheduler.outcome import Placement, Unplaced

@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 
 # Which of gpulayer's packages (or top-level modules) each one may import, besides itself.
@@ -28,18 +26,22 @@ ALLOWED: dict[str, frozenset[str]] = {
         "errors": set(),
         "backoff": set(),
         "procs": set(),
+        "hardware": {"spec"},
         "spec": {"errors"},
         "protocol": {"errors"},
         "schedules": {"spec", "errors"},
-        "scheduler": {"spec", "errors", "cloud"},
+        "scheduler": {"spec", "errors", "hardware"},
         "ssh": {"errors"},
-        "cloud": {"spec", "ssh", "errors", "backoff", "control", "worker"},
+        "cloud": {"spec", "ssh", "errors", "backoff", "hardware", "protocol", "control"},
         "control": {
             "spec", "protocol", "scheduler", "schedules", "cloud", "errors", "backoff", "procs",
         },
-        "worker": {"spec", "protocol", "cloud", "errors", "backoff", "procs"},
+        "worker": {"spec", "protocol", "hardware", "errors", "backoff", "procs"},
         "sdk": {"spec", "protocol", "schedules", "control", "errors"},
-        "cli": {"sdk", "spec", "protocol", "schedules", "errors", "control", "cloud", "worker"},
+        "cli": {
+            "sdk", "spec", "protocol", "schedules", "errors", "control", "cloud", "worker",
+            "hardware",
+        },
         # The embedded daemon: the local control plane and its worker in one process. The one
         # module that joins the two (see gpulayer/embedded.py).
         "embedded": {"control", "worker"},
@@ -69,15 +71,11 @@ ONLY_INTO: dict[tuple[str, str], frozenset[str]] = {
             "gpulayer.cloud.registry",
             "gpulayer.cloud.orchestrator_settings",
             "gpulayer.cloud.ranking",
-            "gpulayer.cloud.gpus",
         }
     ),
     ("cli", "protocol"): frozenset({"gpulayer.protocol.client"}),
-    # GPU facts (names, memory, capability) are read by placement and by the worker's probe.
-    ("scheduler", "cloud"): frozenset({"gpulayer.cloud.gpus"}),
-    ("worker", "cloud"): frozenset({"gpulayer.cloud.gpus"}),
     # The bootstrap plan checks the dead-man action a cloud worker will be started with.
-    ("cloud", "worker"): frozenset({"gpulayer.worker.deadman"}),
+    ("cloud", "protocol"): frozenset({"gpulayer.protocol.deadman"}),
     # The SDK finds (or starts) the control plane: its home, tokens and the local daemon.
     ("sdk", "control"): frozenset(
         {"gpulayer.control.paths", "gpulayer.control.tokens", "gpulayer.control.local_daemon"}
@@ -266,11 +264,6 @@ def _plugin_problem(found: Import) -> str | None:
     return f"a plugin imports gpulayer.cloud and itself only, not {target}"
 
 
-@pytest.mark.xfail(
-    reason="plugins still import submodules of gpulayer.cloud and gpulayer.ssh/worker until "
-    "gpulayer.cloud's public API exports everything they need",
-    strict=False,
-)
 def test_plugins_import_only_the_cloud_api() -> None:
     problems = [
         f"{found}  ({why})"
@@ -374,18 +367,9 @@ def test_no_import_circles_between_modules() -> None:
     assert not components, _circle_report(graph, components)
 
 
-# Circles that a function-level import closes, still to be untied (the import runs only when
-# the function does, so they do not break loading, but the two modules are one piece).
-KNOWN_LAZY_CIRCLES = {
-    ("gpulayer.cloud.wheelhouse.model", "gpulayer.cloud.wheelhouse.tags"),
-    ("gpulayer_aws.catalog", "gpulayer_aws.price_list"),
-    ("gpulayer_gcp.billing", "gpulayer_gcp.catalog"),
-}
-
-
 def test_no_new_circles_through_lazy_imports() -> None:
     graph = _import_graph(lazy=True)
-    components = [c for c in _cycles(graph) if tuple(c) not in KNOWN_LAZY_CIRCLES]
+    components = _cycles(graph)
     assert not components, _circle_report(graph, components)
 
 

@@ -109,7 +109,7 @@ def specs(draw: st.DrawFn) -> dict[str, Any]:
     return data
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(specs())
 def test_valid_specs_round_trip(data: dict[str, Any]) -> None:
     spec = JobSpec.model_validate(data)
@@ -155,14 +155,14 @@ fuzz_json = st.recursive(
 )
 
 
-@settings(max_examples=500)
+@settings(max_examples=150, deadline=None)
 @given(fuzz_json)
 def test_fuzzed_json_raises_only_validation_error(data: Any) -> None:
     with contextlib.suppress(ValidationError):
         JobSpec.model_validate(data)
 
 
-@settings(max_examples=300)
+@settings(max_examples=100, deadline=None)
 @given(
     specs(),
     st.sampled_from(["workload", "resources", "placement", "retry"]),

@@ -111,7 +111,7 @@ def check_install_dir(path: str, *, field_name: str = "install_dir") -> str:
 
 def validate_plan(plan: BootstrapPlan) -> None:
     """Raise BootstrapPlanError naming the first field that cannot be used."""
-    from gpulayer.worker.deadman import DeadmanAction
+    from gpulayer.protocol.deadman import DeadmanAction
 
     check_install_dir(plan.install_dir)
     if plan.wheelhouse_dir is not None:

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from gpulayer.cloud import CatalogInfo, ProviderError
 from gpulayer_aws.errors import PROVIDER, aws_errors
+from gpulayer_aws.region_prices import RegionPrices
 from gpulayer_aws.settings import AwsSettings
 from gpulayer_aws.shapes import Shape
 
@@ -127,15 +128,6 @@ def save_catalog(catalog: PriceCatalog, cache_dir: Path) -> Path:
     from gpulayer.cloud import write_json_atomically
 
     return write_json_atomically(Path(cache_dir) / REFRESHED_NAME, catalog.to_json(), indent=1)
-
-
-@dataclass
-class RegionPrices:
-    """What one region's price list says: on-demand prices and, where the list tells it,
-    the hardware of each type."""
-
-    on_demand: dict[str, float] = field(default_factory=dict)
-    hardware: dict[str, Shape] = field(default_factory=dict)
 
 
 def refresh_catalog(

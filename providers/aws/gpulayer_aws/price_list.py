@@ -21,7 +21,7 @@ from gpulayer_aws.families import gpu_model
 from gpulayer_aws.shapes import Shape
 
 if TYPE_CHECKING:
-    from gpulayer_aws.catalog import RegionPrices
+    from gpulayer_aws.region_prices import RegionPrices
 
 _WANTED = {
     "TermType": "OnDemand",
@@ -95,7 +95,7 @@ def shape_from_row(row: dict[str, str]) -> Shape | None:
 
 def parse_price_list(lines: Iterable[str], region: str) -> RegionPrices:
     """On-demand USD per hour and hardware of each instance type in one region's CSV."""
-    from gpulayer_aws.catalog import RegionPrices
+    from gpulayer_aws.region_prices import RegionPrices
 
     found = RegionPrices()
     for row in _rows(lines):

@@ -8,9 +8,10 @@ import dataclasses
 import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
-from gpulayer_gcp.catalog import PriceCatalog, RegionPrices
+from gpulayer_gcp.catalog import PriceCatalog, RegionPrices, load_catalog, save_catalog
 
 COMPUTE_SERVICE = "services/6F81-5844-456A"
 """Compute Engine's service id in the Cloud Billing Catalog."""
@@ -166,3 +167,26 @@ def _list_skus(settings: Any) -> list[dict[str, Any]]:
 
 def _compute_sku(family: str) -> bool:
     return family in ("Compute", "")
+
+
+def refresh_catalog(
+    settings: Any = None,
+    *,
+    regions: Iterable[str] | None = None,
+    skus: Iterable[Mapping[str, Any]] | None = None,
+) -> Path:
+    """Reprice the catalog from the Cloud Billing Catalog API for ``regions`` (default: the
+    settings' regions and those the catalog has) and write it to the cache directory, where
+    offers read it from then on. The SKU list is kept in the disk cache for the settings'
+    ``catalog_ttl_seconds``; ``skus`` replaces the API (tests, an exported list). Machine
+    types, GPUs and zones stay as the current catalog has them. Returns the file written."""
+    from gpulayer.cloud import load_settings
+    from gpulayer_gcp.errors import PROVIDER
+    from gpulayer_gcp.settings import GcpSettings
+
+    config = load_settings(GcpSettings, settings, provider=PROVIDER)
+    current = load_catalog(config.default_cache_dir())
+    wanted = list(dict.fromkeys([*(regions or config.regions), *current.regions]))
+    listed = list(skus) if skus is not None else fetch_skus(config)
+    catalog = reprice(current, listed, wanted)
+    return save_catalog(catalog, config.default_cache_dir())

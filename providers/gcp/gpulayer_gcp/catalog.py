@@ -12,7 +12,7 @@ the two apart: ``regions.R.machines.TYPE`` is the host's [on-demand, spot] USD p
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -183,27 +183,3 @@ def save_catalog(catalog: PriceCatalog, cache_dir: Path) -> Path:
     from gpulayer.cloud import write_json_atomically
 
     return write_json_atomically(Path(cache_dir) / CATALOG_NAME, catalog.to_json(), indent=1)
-
-
-def refresh_catalog(
-    settings: Any = None,
-    *,
-    regions: Iterable[str] | None = None,
-    skus: Iterable[Mapping[str, Any]] | None = None,
-) -> Path:
-    """Reprice the catalog from the Cloud Billing Catalog API for ``regions`` (default: the
-    settings' regions and those the catalog has) and write it to the cache directory, where
-    offers read it from then on. The SKU list is kept in the disk cache for the settings'
-    ``catalog_ttl_seconds``; ``skus`` replaces the API (tests, an exported list). Machine
-    types, GPUs and zones stay as the current catalog has them. Returns the file written."""
-    from gpulayer.cloud import load_settings
-    from gpulayer_gcp.billing import fetch_skus, reprice
-    from gpulayer_gcp.errors import PROVIDER
-    from gpulayer_gcp.settings import GcpSettings
-
-    config = load_settings(GcpSettings, settings, provider=PROVIDER)
-    current = load_catalog(config.default_cache_dir())
-    wanted = list(dict.fromkeys([*(regions or config.regions), *current.regions]))
-    listed = list(skus) if skus is not None else fetch_skus(config)
-    catalog = reprice(current, listed, wanted)
-    return save_catalog(catalog, config.default_cache_dir())

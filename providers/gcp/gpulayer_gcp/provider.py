@@ -16,7 +16,6 @@ from gpulayer.cloud import (
     ProviderError,
     load_settings,
 )
-from gpulayer_gcp import catalog
 from gpulayer_gcp.errors import PROVIDER, gcp_errors, is_not_found
 from gpulayer_gcp.instances import (
     gone_instance,
@@ -122,11 +121,13 @@ class GcpProvider:
         on_region: Callable[[str], None] | None = None,
     ) -> Path:
         """Reprice the catalog from the Cloud Billing Catalog API (see
-        :func:`gpulayer_gcp.catalog.refresh_catalog`). GCP publishes its prices through that
+        :func:`gpulayer_gcp.billing.refresh_catalog`). GCP publishes its prices through that
         API only, so every ``source`` reads it."""
         if on_region is not None:
             on_region(", ".join(regions or self.settings.regions))
-        return catalog.refresh_catalog(self.settings, regions=regions)
+        from gpulayer_gcp.billing import refresh_catalog
+
+        return refresh_catalog(self.settings, regions=regions)
 
     def _instance(self, raw: Any) -> Instance:
         return to_instance(

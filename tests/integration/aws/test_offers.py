@@ -9,9 +9,9 @@ from typing import Any
 from gpulayer_aws import AwsProvider, refresh_catalog
 from gpulayer_aws.catalog import shipped_catalog
 
-from gpulayer.cloud.gpus import cuda_capability
 from gpulayer.cloud.offer import OfferQuery
 from gpulayer.cloud.ranking import filter_offers
+from gpulayer.hardware.gpus import cuda_capability
 
 from .conftest import Moto
 

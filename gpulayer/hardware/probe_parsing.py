@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from gpulayer.cloud.gpus import cuda_capability, uses_host_memory
+from gpulayer.hardware.gpus import cuda_capability, uses_host_memory
 from gpulayer.spec.capabilities import GpuDevice
 from gpulayer.spec.models import CPU_ARCH_ALIASES
 
