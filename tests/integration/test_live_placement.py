@@ -12,9 +12,9 @@ import pytest
 
 from gpulayer.control.dispatch import LivePlacement, _pools_from
 from gpulayer.control.paths import HomeLayout
-from gpulayer.control.protocol import AttemptReport, Registration
 from gpulayer.control.service import ControlService
 from gpulayer.control.store import Store
+from gpulayer.protocol.messages import AttemptReport, Registration
 from gpulayer.spec.capabilities import WorkerCapabilities
 from tests.unit.test_scheduler_builders import A10G, A100_80, caps, cuda_caps, random_caps
 
