@@ -78,17 +78,25 @@ def teardown_done(job_id: str) -> list[dict[str, Any]]:
     return list(ledger(job_id)["instances"])
 
 
+def two_hosts(
+    ssh_hosts: Any, home: Path, tmp_path: Path, names: tuple[str, str]
+) -> tuple[Path, list[Any]]:
+    """Two alike 0.4 USD/h hosts in providers.yaml: (their install root, the hosts)."""
+    first, second = ssh_hosts(2)
+    root = tmp_path / "installs"
+    write_providers(
+        home,
+        [host_entry(first, names[0], 0.4, root), host_entry(second, names[1], 0.4, root)],
+        system_site_packages=True,  # torch comes from this machine's python
+    )
+    return root, [first, second]
+
+
 @pytest.mark.slow
 def test_a_gang_runs_on_two_hosts_claimed_together_and_is_torn_down_together(
     ssh_hosts: Any, cloud_home: Path, tmp_path: Path
 ) -> None:
-    first, second = ssh_hosts(2)
-    root = tmp_path / "installs"
-    write_providers(
-        cloud_home,
-        [host_entry(first, "g1", 0.4, root), host_entry(second, "g2", 0.4, root)],
-        system_site_packages=True,  # torch comes from this machine's python
-    )
+    root, (first, second) = two_hosts(ssh_hosts, cloud_home, tmp_path, ("g1", "g2"))
     # max_hourly_cost is per node: 0.5 admits each 0.4 host, though the gang costs 0.8.
     job_file = gang_job(tmp_path / "src", max_hourly_cost=0.5)
     result = run_cli(["submit", "-f", str(job_file)], cwd=job_file.parent, timeout=400)
@@ -147,13 +155,7 @@ def running_gang(
     ssh_hosts: Any, home: Path, tmp_path: Path, names: tuple[str, str], epochs: str
 ) -> tuple[Path, str]:
     """Two hosts and a slow gang running on both (0.5 s an epoch): (install root, job id)."""
-    first, second = ssh_hosts(2)
-    root = tmp_path / "installs"
-    write_providers(
-        home,
-        [host_entry(first, names[0], 0.4, root), host_entry(second, names[1], 0.4, root)],
-        system_site_packages=True,
-    )
+    root, _ = two_hosts(ssh_hosts, home, tmp_path, names)
     job_file = gang_job(tmp_path / "src", args=(epochs, "slow"))
     result = run_cli(["submit", "-d", "-f", str(job_file)], cwd=job_file.parent, timeout=120)
     assert result.returncode == 0, result.stderr
