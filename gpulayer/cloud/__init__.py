@@ -53,11 +53,14 @@ if TYPE_CHECKING:
     from gpulayer.cloud.offer import OfferQuery as OfferQuery
     from gpulayer.cloud.offer import check_arch as check_arch
     from gpulayer.cloud.offer import check_os as check_os
+    from gpulayer.cloud.protocol import GangProvider as GangProvider
     from gpulayer.cloud.protocol import Instance as Instance
     from gpulayer.cloud.protocol import InstanceState as InstanceState
     from gpulayer.cloud.protocol import LaunchRequest as LaunchRequest
     from gpulayer.cloud.protocol import Provider as Provider
+    from gpulayer.cloud.protocol import can_launch_gangs as can_launch_gangs
     from gpulayer.cloud.protocol import launch_zone as launch_zone
+    from gpulayer.cloud.protocol import node_install_dir as node_install_dir
     from gpulayer.cloud.ranking import BlockList as BlockList
     from gpulayer.cloud.ranking import FilterResult as FilterResult
     from gpulayer.cloud.ranking import cheapest_over_cap as cheapest_over_cap
@@ -119,11 +122,14 @@ _EXPORTS = {
     "available_providers": "gpulayer.cloud.registry",
     "get_provider": "gpulayer.cloud.registry",
     # The provider protocol.
+    "GangProvider": "gpulayer.cloud.protocol",
     "Instance": "gpulayer.cloud.protocol",
     "InstanceState": "gpulayer.cloud.protocol",
     "LaunchRequest": "gpulayer.cloud.protocol",
     "Provider": "gpulayer.cloud.protocol",
+    "can_launch_gangs": "gpulayer.cloud.protocol",
     "launch_zone": "gpulayer.cloud.protocol",
+    "node_install_dir": "gpulayer.cloud.protocol",
     # Errors: the typed cloud failures, and the base errors the CLI turns into exit codes.
     "AuthError": "gpulayer.cloud.errors",
     "CapacityError": "gpulayer.cloud.errors",

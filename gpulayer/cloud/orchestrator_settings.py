@@ -20,6 +20,9 @@ class OrchestratorSettings(BaseModel):
     """What a worker does when the dead-man switch fires: poweroff, stop, or record:PATH (a
     file written instead, for tests); None: poweroff on cloud instances, stop on ssh hosts.
     GPULAYER_DEADMAN_ACTION overrides it."""
+    system_site_packages: bool = False
+    """Let jobs on rented machines see the packages their python has system-wide (an image's
+    preinstalled torch, say), besides the worker's own."""
     hold_reclaimed_seconds: Annotated[float, Strict(), Field(ge=0)] = 600
     """How long an offer whose spot instance the provider reclaimed is held back before a
     retried job may rent it again."""

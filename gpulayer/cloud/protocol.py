@@ -54,6 +54,9 @@ class LaunchRequest(BaseModel):
     """The job accepts a spot instance; launching a spot offer without it is refused."""
     private_ip: str | None = None
     """Ask for this private address (it must lie in the instance's subnet)."""
+    count: Annotated[int, Field(ge=1)] = 1
+    """How many instances of the offer to start together, all or none (the nodes of a gang,
+    see :class:`GangProvider`); ``launch`` takes 1 only."""
     progress: Callable[[str], None] | None = Field(default=None, exclude=True)
     """Where a launch that waits (for a host's SSH, say) reports how it is going, a line at a
     time; None: nowhere. Not part of the request's identity."""
@@ -161,6 +164,29 @@ class Provider(Protocol):
     def list_owned(self, tags: Mapping[str, str]) -> list[Instance]:
         """Instances not yet terminated that carry all of ``tags`` (for the reaper)."""
         ...
+
+
+@runtime_checkable
+class GangProvider(Provider, Protocol):
+    """A provider that can start the nodes of a multi-node job together. One that cannot
+    (it lacks ``launch_gang``) is never asked for a gang."""
+
+    def launch_gang(self, offer: Offer, request: LaunchRequest) -> list[Instance]:
+        """Start ``request.count`` instances like ``offer``, reachable from each other, in one
+        zone (else one region), all or none: when fewer could be had, nothing is left and a
+        ``CapacityError`` says so. Returned in node-rank order; idempotent by request id."""
+        ...
+
+
+def can_launch_gangs(provider: object) -> bool:
+    return callable(getattr(provider, "launch_gang", None))
+
+
+def node_install_dir(install_root: str, job_id: str, node_rank: int = 0) -> str:
+    """Where node ``node_rank`` of a job installs its worker below a host's install root. The
+    nodes get a dir each, so hosts that share a filesystem do not share an install."""
+    name = job_id if node_rank == 0 else f"{job_id}-node{node_rank}"
+    return f"{install_root}/{name}"
 
 
 ProviderFactory = Callable[[Mapping[str, Any]], Provider]

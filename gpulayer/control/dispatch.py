@@ -28,7 +28,14 @@ from typing import Any
 
 from gpulayer.control.store import AttemptRecord, JobRecord, Store, WorkerRecord
 from gpulayer.control.targets import TARGET_WORKER_KIND, WorkerView
-from gpulayer.scheduler import QueuedJob, WorkerIndex, WorkerSnapshot, plan, reasons_now
+from gpulayer.scheduler import (
+    QueuedJob,
+    WorkerIndex,
+    WorkerSnapshot,
+    node_count,
+    plan,
+    reasons_now,
+)
 from gpulayer.scheduler.gpus import device_meets
 from gpulayer.spec import JobSpec
 from gpulayer.spec.capabilities import WorkerCapabilities
@@ -363,29 +370,27 @@ def _pools_from(store: Store) -> dict[str, WorkerIndex]:
 def _reserved_assignments(
     store: Store, jobs: list[JobRecord], pool: WorkerIndex, kind: str
 ) -> list[Planned]:
-    """A cloud job runs only on the worker of the instance reserved for it, once it joined.
-    The machine was chosen for the job, so worker pins in its spec name other workers."""
-    bound = {
-        r.job_id: r.worker_id
-        for r in store.live_reservations()
-        if r.state == "bound" and r.worker_id in pool
-    }
+    """A cloud job runs only on the workers of the instances reserved for it, once they all
+    joined, node rank r on node r's instance. The machines were chosen for the job, so worker
+    pins in its spec name other workers."""
+    rank_of = {i.request_id: i.node_rank for i in store.list_instances(live_only=True)}
+    bound: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for r in store.live_reservations():
+        if r.state == "bound" and r.worker_id is not None and r.worker_id in pool:
+            bound[r.job_id].append((rank_of.get(r.request_id, 0), r.worker_id))
     decisions = []
     for job in jobs:
-        worker_id = bound.get(job.id)
-        if worker_id is None:
-            continue
         spec = JobSpec.model_validate(job.spec)
+        # A gang's instances' workers, by their node ranks; it goes once all N joined.
+        workers = [w for _, w in sorted(bound.get(job.id, []))]
+        if not workers or len(workers) != node_count(spec):
+            continue
         spec.placement.worker_ids = []
         spec.placement.worker_labels = {}
         queue = [QueuedJob(job.id, spec, job.created_at)]
-        for assignment in plan(queue, [pool.get(worker_id)]):
-            decisions.append(
-                Planned(
-                    assignment.job_id,
-                    spec,
-                    kind,
-                    [(assignment.worker_id, tuple(assignment.gpu_indices))],
-                )
-            )
+        placed = {
+            a.worker_id: tuple(a.gpu_indices) for a in plan(queue, [pool.get(w) for w in workers])
+        }
+        if len(placed) == len(workers):
+            decisions.append(Planned(job.id, spec, kind, [(w, placed[w]) for w in workers]))
     return decisions

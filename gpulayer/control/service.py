@@ -62,6 +62,8 @@ class ControlService:
         self.last_call = time.monotonic()
         self._started = time.time()
         self.cloud_available: Callable[[], bool] = lambda: False
+        self.cloud_refusal: Callable[[JobSpec], str | None] = lambda spec: None
+        """Why no offer could ever take a cloud gang, asked at submit; None: it may run."""
         self.provisioner: Any = None
         self.schedules: Any = None  # a ScheduleService, once attach_schedules ran
         # Workers whose silence is the control plane's own (their tunnel is being reopened).
@@ -129,7 +131,9 @@ class ControlService:
         # Checked only for jobs that may go to a cloud: it validates providers.yaml, whose
         # errors (ConfigError, exit 2) then refuse the job before anything is kept.
         cloud = "cloud" in spec.placement.targets and self.cloud_available()
-        decision = choose_target(spec, self.worker_views(), cloud_available=cloud)
+        decision = choose_target(
+            spec, self.worker_views(), cloud_available=cloud, cloud_refusal=self.cloud_refusal
+        )
         job_id = new_id("j")
         destination = self.layout.bundle_file(job_id)
         if source_dir is not None:

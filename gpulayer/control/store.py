@@ -73,6 +73,11 @@ _STEPS: dict[int, tuple[str, ...]] = {
         "CREATE UNIQUE INDEX IF NOT EXISTS ix_attempts_job ON attempts (job_id, number, node_rank)",
     ),
     7: ("CREATE INDEX IF NOT EXISTS ix_jobs_created_id ON jobs (created_at, id)",),
+    # Cloud gangs: the instances of one launch, each with its node rank.
+    8: (
+        "ALTER TABLE instances ADD COLUMN launch_id VARCHAR(64)",
+        "ALTER TABLE instances ADD COLUMN node_rank INTEGER NOT NULL DEFAULT 0",
+    ),
 }
 
 
@@ -165,6 +170,9 @@ class InstanceRecord:
     install_dir: str | None = None
     machine: dict[str, Any] | None = None
     """The provider's instance as launch returned it (address, login user, tags)."""
+    launch_id: str | None = None
+    """The request id the instances of one gang were launched under (node 0's); None alone."""
+    node_rank: int = 0
 
     @property
     def gone(self) -> bool:
@@ -996,31 +1004,39 @@ class Store:
     def record_instance(self, *, reason: str = "", **values: Any) -> InstanceRecord:
         """Write an instance down before the call that creates it, with its reservation for
         the job and the first entry of its history, in one transaction."""
+        return self.record_instances([values], reason=reason)[0]
+
+    def record_instances(
+        self, rows: list[dict[str, Any]], *, reason: str = ""
+    ) -> list[InstanceRecord]:
+        """Several instances (the nodes of a gang) written down together, or none."""
         now = time.time()
-        values.setdefault("created_at", now)
-        values.setdefault("state_since", now)
-        values["tags"] = json.dumps(values.get("tags", {}))
-        _encode_instance_json(values)
         with self.engine.begin() as conn:
-            conn.execute(insert(t.instances).values(**values))
-            conn.execute(
-                insert(t.instance_transitions).values(
-                    request_id=values["request_id"],
-                    from_state=None,
-                    to_state=values["state"],
-                    reason=reason,
-                    at=now,
+            for given in rows:
+                values = dict(given)
+                values.setdefault("created_at", now)
+                values.setdefault("state_since", now)
+                values["tags"] = json.dumps(values.get("tags", {}))
+                _encode_instance_json(values)
+                conn.execute(insert(t.instances).values(**values))
+                conn.execute(
+                    insert(t.instance_transitions).values(
+                        request_id=values["request_id"],
+                        from_state=None,
+                        to_state=values["state"],
+                        reason=reason,
+                        at=now,
+                    )
                 )
-            )
-            conn.execute(
-                insert(t.reservations).values(
-                    request_id=values["request_id"],
-                    job_id=values["job_id"],
-                    state="pending",
-                    created_at=now,
+                conn.execute(
+                    insert(t.reservations).values(
+                        request_id=values["request_id"],
+                        job_id=values["job_id"],
+                        state="pending",
+                        created_at=now,
+                    )
                 )
-            )
-        return self.get_instance(values["request_id"])
+        return [self.get_instance(row["request_id"]) for row in rows]
 
     def move_instance(
         self, request_id: str, *, expect: str, to: str, reason: str, **values: Any
@@ -1386,9 +1402,7 @@ class Store:
             ).rowcount
         return bool(ended)
 
-    def add_login_link(
-        self, code_hash: str, *, token_id: str | None, expires_at: float
-    ) -> None:
+    def add_login_link(self, code_hash: str, *, token_id: str | None, expires_at: float) -> None:
         now = time.time()
         with self.engine.begin() as conn:
             # Links never used and long expired say nothing worth keeping.

@@ -17,7 +17,7 @@ from sqlalchemy import (
     Text,
 )
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 metadata = MetaData()
 
@@ -173,6 +173,10 @@ instances = Table(
     Column("token_hash", String(64)),
     Column("install_dir", Text),
     Column("machine", Text),
+    # Added in schema 8 (cloud gangs): the instances launched together for one job share a
+    # launch id (node 0's request id); each has its node rank. None / 0 for a lone instance.
+    Column("launch_id", String(64)),
+    Column("node_rank", Integer, nullable=False, default=0),
 )
 Index("ix_instances_state", instances.c.state)
 Index("ix_instances_job", instances.c.job_id)

@@ -7,7 +7,7 @@ could ever run it moves on to the next target, and as the last target it queues 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from gpulayer.scheduler import WorkerSnapshot, never_reasons, node_count
@@ -44,21 +44,28 @@ def _why_not(spec: JobSpec, workers: Sequence[WorkerView], target: str) -> list[
 
 
 def choose_target(
-    spec: JobSpec, workers: Sequence[WorkerView], *, cloud_available: bool = False
+    spec: JobSpec,
+    workers: Sequence[WorkerView],
+    *,
+    cloud_available: bool = False,
+    cloud_refusal: Callable[[JobSpec], str | None] | None = None,
 ) -> TargetDecision:
+    """``cloud_refusal`` says why no offer could ever take a gang (checked only for gangs,
+    before anything is rented), or None."""
     chain = spec.placement.targets
     notes: list[str] = []
     for position, target in enumerate(chain):
         last = position == len(chain) - 1
         if target == "cloud":
-            nodes = node_count(spec)
-            if nodes > 1:
-                # Refused before anything is rented: a lone machine cannot run a gang.
-                reasons = [f"num_workers: {nodes} nodes on rented machines are not supported yet"]
-            elif cloud_available:
-                return TargetDecision("cloud", notes=notes)
-            else:
+            refusal = None
+            if cloud_available and cloud_refusal is not None and node_count(spec) > 1:
+                refusal = cloud_refusal(spec)
+            if not cloud_available:
                 reasons = ["no cloud provider is installed or enabled"]
+            elif refusal is not None:
+                reasons = [refusal]
+            else:
+                return TargetDecision("cloud", notes=notes)
         else:
             found = _why_not(spec, workers, target)
             if found is None:

@@ -110,6 +110,9 @@ def instance_view(record: InstanceRecord, now: float) -> dict[str, Any]:
         "ready_at": iso(record.ready_at),
         "ended_at": iso(record.ended_at),
         "cost": record.cost(now),
+        # The nodes of a gang share a launch id; a job's cost is the sum over its nodes.
+        "launch_id": record.launch_id,
+        "node_rank": record.node_rank,
     }
 
 

@@ -239,6 +239,40 @@ def test_aws_job_runs_on_a_moto_instance_booted_as_a_lab_host(
     assert not list((cloud_home / "keys").glob(f"{request_id}*"))
 
 
+@pytest.mark.slow
+def test_a_gang_runs_on_two_moto_instances_launched_and_ended_together(
+    aws_lab: AwsLab, cloud_init: CloudInit, cloud_home: Path, tmp_path: Path
+) -> None:
+    from tests.e2e_cloud.test_cloud_ssh_gang import gang_job, rank_reports
+
+    write_providers(cloud_home, aws_lab, tmp_path, system_site_packages=True)
+    job_file = gang_job(tmp_path / "src", provider="aws")
+    result = run_cli(["submit", "-f", str(job_file)], cwd=job_file.parent, timeout=400)
+    job = last_job()
+    assert result.returncode == 0, (result.stderr[-3000:], job)
+
+    # One call started both nodes, in one zone.
+    (launch,) = aws_lab.moto.calls("RunInstances")
+    assert (launch["MinCount"], launch["MaxCount"]) == ("2", "2")
+    boots = cloud_init.booted
+    assert len(boots) == 2 and len({b.address for b in boots}) == 2
+    reports = rank_reports(result.stdout + result.stderr)
+    assert sorted(r["rank"] for r in reports) == [0, 1]
+    assert {r["world"] for r in reports} == {2}
+    assert {r["env"]["GPULAYER_NODE_RANK"] for r in reports} == {"0", "1"}
+    assert {r["env"]["MASTER_ADDR"] for r in reports} <= {b.address for b in boots}
+
+    instances = wait_for_teardown(job["id"], cloud_init)
+    assert sorted(i["instance_id"] for i in instances) == sorted(b.instance_id for b in boots)
+    assert {i["state"] for i in instances} == {"terminated"}
+    assert len({i["zone"] for i in instances}) == 1
+    price = catalog_price(instances[0]["instance_type"])
+    assert all(i["hourly_price"] == price for i in instances)  # each node at the offer's price
+    assert ledger(job["id"])["total"]["USD"] == pytest.approx(sum(i["cost"] for i in instances))
+    assert held_in_moto(aws_lab.ec2()) == {"instances": [], "key_pairs": [], "security_groups": []}
+    assert not list((cloud_home / "keys").glob("r-*"))
+
+
 def test_no_capacity_in_the_first_zone_moves_to_the_next(
     aws_lab: AwsLab, cloud_init: CloudInit, cloud_home: Path, tmp_path: Path
 ) -> None:

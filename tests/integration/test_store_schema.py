@@ -64,7 +64,7 @@ def test_upgrade_keeps_existing_rows_and_adds_new_tables_and_columns(tmp_path: P
     database = tmp_path / "state.db"
     make_schema_2_database(database)
     store = Store(f"sqlite:///{database}")
-    assert store.schema_version() == tables.SCHEMA_VERSION == 7
+    assert store.schema_version() == tables.SCHEMA_VERSION == 8
     assert store.get_job("j-old").name == "old"
     # Schema 6: a gang's nodes share one attempt number, so the old unique index is gone.
     store.upsert_worker(worker_id="w-a", name="a", kind="remote", labels={}, capabilities={})
@@ -82,6 +82,21 @@ def test_upgrade_keeps_existing_rows_and_adds_new_tables_and_columns(tmp_path: P
     nodes = store.assign_gang(old.id, [("w-a", []), ("w-b", [])])
     assert nodes is not None and [(a.number, a.node_rank) for a in nodes] == [(1, 0), (1, 1)]
     assert store.list_instances() == []  # the new ledger table exists and works
+    # Schema 8: an old store's instances table takes a gang's launch id and node ranks.
+    (node,) = store.record_instances(
+        [
+            {
+                "request_id": "r-1",
+                "job_id": old.id,
+                "owner": "o",
+                "provider": "ssh",
+                "state": "requested",
+                "launch_id": "r-1",
+                "node_rank": 1,
+            }
+        ]
+    )
+    assert (node.launch_id, node.node_rank) == ("r-1", 1)
     (old_token,) = store.list_tokens()
     assert old_token.kind == "join" and old_token.id.startswith("t-")
     assert old_token.scheme == "sha256" and old_token.registered == 0
@@ -126,7 +141,7 @@ def test_upgrade_from_3_adds_the_lifecycle_columns_and_tables(tmp_path: Path) ->
     database = tmp_path / "state.db"
     make_schema_3_database(database)
     store = Store(f"sqlite:///{database}")
-    assert store.schema_version() == 7
+    assert store.schema_version() == 8
     (old,) = store.list_instances()
     assert (old.request_id, old.state, old.offer, old.tunnel_port) == (
         "r-old",

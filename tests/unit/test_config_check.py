@@ -86,6 +86,7 @@ def test_a_valid_file_shows_every_default(tmp_path: Path, monkeypatch: pytest.Mo
         "ssh_cidr": "203.0.113.7/32",
         "deadman_seconds": 120.0,
         "deadman_action": None,
+        "system_site_packages": False,
         "hold_reclaimed_seconds": 600.0,
     }
     assert orchestrator_settings(root)["deadman_seconds"] == 120.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpulayer.control.targets import WorkerView, choose_target
-from gpulayer.scheduler import idle_snapshot
+from gpulayer.scheduler import idle_snapshot, node_count
 from gpulayer.spec import JobSpec
 from gpulayer.spec.capabilities import GpuDevice, WorkerCapabilities
 
@@ -97,9 +97,26 @@ def test_a_gang_needs_n_distinct_workers_that_could_run_it() -> None:
     assert local.target == "remote"
 
 
-def test_a_gang_is_refused_on_rented_machines_before_anything_is_rented() -> None:
-    decision = choose_target(
-        gang_spec(2, target="cloud"), [view("remote", CPU_BOX)], cloud_available=True
+def test_a_cloud_gang_goes_to_the_cloud_unless_no_offer_could_ever_take_it() -> None:
+    asked: list[int] = []
+
+    def refusal(spec: JobSpec) -> str | None:
+        asked.append(node_count(spec))
+        return None
+
+    taken = choose_target(
+        gang_spec(2, target="cloud"),
+        [view("remote", CPU_BOX)],
+        cloud_available=True,
+        cloud_refusal=refusal,
     )
-    assert decision.target is None
-    assert decision.message == "num_workers: 2 nodes on rented machines are not supported yet"
+    assert taken.target == "cloud"
+    assert asked == [2]
+    refused = choose_target(
+        gang_spec(2, target="cloud"),
+        [],
+        cloud_available=True,
+        cloud_refusal=lambda spec: "max_hourly_cost 0.5 USD is below every offer (per node)",
+    )
+    assert refused.target is None
+    assert refused.message == "max_hourly_cost 0.5 USD is below every offer (per node)"

@@ -75,6 +75,9 @@ class BootstrapPlan:
     """Let jobs see packages the image installed system-wide (e.g. a preinstalled torch)."""
     instance_request_id: str | None = None
     """The launch request of the instance; the worker registers with it."""
+    node_address: str | None = None
+    """Where the other nodes of a gang reach this one (the worker's ``--address``); None: the
+    worker finds its own."""
 
 
 def install_dir_problem(path: str) -> str | None:
@@ -128,7 +131,7 @@ def validate_plan(plan: BootstrapPlan) -> None:
             raise BootstrapPlanError(f"labels: key {key!r} must be letters, digits, _ . / : -")
         if not isinstance(value, str) or any(c in value for c in "\n\r\0"):
             raise BootstrapPlanError(f"labels.{key}: must be a one-line string")
-    for name in ("provider", "region", "zone"):
+    for name in ("provider", "region", "zone", "node_address"):
         value = getattr(plan, name)
         if value is not None and (not value or any(c.isspace() for c in value)):
             raise BootstrapPlanError(f"{name}: must be a non-empty word, got {value!r}")
@@ -182,6 +185,7 @@ def worker_args(plan: BootstrapPlan, remote_port: int) -> list[str]:
         ("--region", plan.region),
         ("--zone", plan.zone),
         ("--instance-request-id", plan.instance_request_id),
+        ("--address", plan.node_address),
     ):
         if value is not None:
             args += [flag, value]

@@ -10,6 +10,7 @@ from gpulayer.cloud.lifecycle.reconciler import Reconciler
 
 if TYPE_CHECKING:
     from gpulayer.control.service import ControlService
+    from gpulayer.spec import JobSpec
 
 
 def owner_id(root: Path) -> str:
@@ -45,6 +46,14 @@ def attach_lifecycle(service: ControlService, control_port: int) -> Reconciler:
         settings=lambda: orchestrator_settings(root),
     )
     service.cloud_available = lambda: bool(check_config(root).providers)
+
+    def cloud_refusal(spec: JobSpec) -> str | None:
+        from gpulayer.cloud.lifecycle.placement import gang_refusal
+
+        chosen = enabled_providers(root, tuple(spec.placement.providers))
+        return gang_refusal(spec, chosen, service.store.list_instances(live_only=True))
+
+    service.cloud_refusal = cloud_refusal
     service.provisioner = reconciler
     service.sweep_exempt = reconciler.reconnecting_workers
     reconciler.start()

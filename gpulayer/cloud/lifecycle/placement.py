@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpulayer.cloud.lifecycle import planning
+from gpulayer.cloud.lifecycle import gangs, planning
 
 if TYPE_CHECKING:
     from gpulayer.cloud.offer import Offer
@@ -33,10 +33,22 @@ def candidates(
     note: Callable[[str], None],
 ) -> Candidates:
     from gpulayer.cloud.offer import Offer, OfferQuery
+    from gpulayer.cloud.protocol import can_launch_gangs
     from gpulayer.cloud.ranking import rank
     from gpulayer.cloud.search import gather, select, why_nothing_fits
 
     placement = spec.placement
+    nodes = gangs.nodes_of(spec)
+    if nodes > 1:
+        # A gang's nodes come from one launch call, which only some providers can make.
+        unable = sorted(name for name, p in providers.items() if not can_launch_gangs(p))
+        providers = {name: p for name, p in providers.items() if can_launch_gangs(p)}
+        if not providers:
+            which = f" ({', '.join(unable)} cannot)" if unable else ""
+            return Candidates(
+                never=f"num_workers: {nodes} nodes need a provider that launches machines "
+                f"together, and none is enabled{which}"
+            )
     if not providers:
         return Candidates(never="no cloud provider is installed or enabled")
     # The same pipeline `gpulayer offers` lists with: gather, then select for the placement.
@@ -56,7 +68,22 @@ def candidates(
     ]
     if fitting.offers or busy:
         return Candidates(fitting=list(fitting.offers), busy=busy)
-    return Candidates(never=why_nothing_fits(ranked, query, placement, fitting))
+    why = why_nothing_fits(ranked, query, placement, fitting)
+    if nodes > 1:
+        why = f"{why} (a gang of {nodes} is priced per node: max_hourly_cost caps each machine)"
+    return Candidates(never=why)
+
+
+def gang_refusal(
+    spec: JobSpec, providers: Mapping[str, Any], live: Iterable[InstanceRecord]
+) -> str | None:
+    """Why no offer could ever take the gang, asked at submit (nothing is rented yet); None
+    when one may. An offer search that fails here is left to the reconciler to retry."""
+    try:
+        found = candidates(spec, providers, live, "", lambda text: None)
+    except Exception:
+        return None
+    return found.never
 
 
 def fallback_target(spec: JobSpec, worker_views: list[Any]) -> tuple[str | None, list[str]]:

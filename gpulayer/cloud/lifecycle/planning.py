@@ -19,7 +19,7 @@ from gpulayer.cloud.offer import Offer
 from gpulayer.cloud.ranking import BlockList
 
 OfferKey = tuple[str, str, str, str, bool]
-Outcome = Literal["capacity", "quota", "auth", "config", "failed", "other"]
+Outcome = Literal["capacity", "quota", "auth", "config", "failed", "partial", "other"]
 
 REFUSALS: tuple[str, ...] = ("capacity", "quota", "auth")
 CONFIG_TRIES_PER_PROVIDER = 2
@@ -41,6 +41,12 @@ def offer_key(offer: Offer | Mapping[str, Any]) -> OfferKey:
 def refusal_note(kind: str, scope: Scope, message: str) -> str:
     """How a refused launch is written into the instance record's note."""
     return f"{kind}/{scope}: {message}"
+
+
+def partial_note(scope: Scope, message: str) -> str:
+    """A gang of which some nodes came up and one did not: all were torn down, and its
+    place is not tried again for the job."""
+    return f"partial/{scope}: {message}"
 
 
 def failure_note(message: str) -> str:
@@ -75,6 +81,8 @@ def parse_try(
     kind, _, scope = head.partition("/")
     if kind in REFUSALS and scope in SCOPES:
         return PastTry(key, label, kind, scope, message, created_at, ended_at)  # type: ignore[arg-type]
+    if kind == "partial" and scope in SCOPES:
+        return PastTry(key, label, "partial", scope, message, created_at, ended_at)
     if kind == "failed":
         return PastTry(key, label, "failed", None, message, created_at, ended_at)
     if kind == "config":
@@ -130,6 +138,10 @@ def choose(
         blocked.block(past.scope, provider, region, zone, kind=past.outcome)
         if past.outcome == "capacity":
             waiting.append(f"{past.label}: {past.message}")
+    for past in tries:
+        if past.outcome == "partial" and past.scope is not None:
+            provider, region, zone = past.key[0], past.key[1], past.key[2] or None
+            blocked.block(past.scope, provider, region, zone, kind="partial gang launch")
     config_errors: dict[str, int] = {}
     for past in tries:
         if past.outcome == "config":

@@ -6,6 +6,11 @@ and bootstrap, hand the worker to its job, reopen a lost tunnel, check the provi
 it, drain, terminate. A step that blocks on the network runs in a small pool and ends with a
 state change, so no thread waits on a job for its life, and a controller that restarts picks
 every record up where the last one left it. The reaper is a step of the same loop.
+
+A gang (a distributed job of N nodes) owns N records, one per node rank, under one launch id
+(node 0's request id): node 0's record makes the one launch call for all N, each node then
+boots and bootstraps its own worker, the job is handed over once all N workers joined, and the
+first node to fail or end takes the whole gang down (see :mod:`.gangs`).
 """
 
 from __future__ import annotations
@@ -22,10 +27,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpulayer.backoff import CLOUD_TERMINATE_RETRY
-from gpulayer.cloud.lifecycle import planning
+from gpulayer.cloud.lifecycle import gangs, planning
 from gpulayer.cloud.lifecycle.links import Link, Links, connect, host_keys_path, reopen
 from gpulayer.cloud.lifecycle.placement import candidates, fallback_target
 from gpulayer.cloud.lifecycle.states import GONE, HOLDS_WORKER, check_transition, timed_out
+from gpulayer.cloud.protocol import node_install_dir
 from gpulayer.errors import UsageError
 
 if TYPE_CHECKING:
@@ -45,6 +51,7 @@ REAP_EVERY_SECONDS = 60.0
 CHECK_EVERY_SECONDS = 5.0
 HOLD_RECLAIMED_SECONDS = 600.0
 REQUEST_TAG = "gpulayer:request"
+GANG_SIZE_TAG = "gpulayer:gang-size"
 _RECLAIMED = "reclaimed by the provider"
 
 
@@ -141,6 +148,8 @@ class Reconciler:
         for record in records:
             if self._busy(record.request_id) or self._retry_at.get(record.request_id, 0) > now:
                 continue
+            if record.launch_id and self._busy(_launch_key(record.launch_id)):
+                continue  # its gang's launch moves every node itself
             try:
                 self._drive(record, now)
             except Exception:
@@ -192,17 +201,24 @@ class Reconciler:
         ended = job.terminal or reservation is None or reservation.state == "released"
         rid = r.request_id
         since = r.state_since or r.created_at
+        broken = gangs.broken_by(r, self._gang(r)) if not ended else None
+        if broken is not None:
+            self._end_with_gang(r, broken, now)
+            return
+        # Node 0's record launches the whole gang; the other nodes wait for it.
+        launches = r.node_rank == 0
         if r.state == "requested":
             if ended:
                 self._move(r, "never_launched", "its job ended before the launch", ended_at=now)
                 self._gone(r)
-            else:
-                self._submit(rid, self._launch, rid)
+            elif launches:
+                self._submit(_launch_key(rid), self._launch, rid)
         elif r.state == "launching":
             if ended:
                 self._move(r, "terminating", "its job ended during the launch")
-            else:
-                self._submit(rid, self._launch, rid)  # a launch is idempotent by request id
+            elif launches:
+                # A launch is idempotent by request id.
+                self._submit(_launch_key(rid), self._launch, rid)
         elif r.state in ("booting", "bootstrapping"):
             if ended:
                 self._move(r, "draining", f"its job ended while {r.state}")
@@ -244,20 +260,36 @@ class Reconciler:
         self._unreachable_since.pop(rid, None)
         active = self._active_attempt(job.id, worker_id)
         if r.state == "ready":
+            # A gang's nodes are handed over together, once the last one is ready.
+            all_ready = gangs.all_ready(r, self._gang(r))
             if active is not None:
                 self._move(r, "in_use", f"attempt {active.number} started on its worker")
             elif any(a.worker_id == worker_id for a in self.store.attempts_for(job.id)):
+                if r.launch_id and self._gang_still_runs(r):
+                    return  # its part ran between two passes; the others still run theirs
                 self._release(r, "its job's attempt ended")
-            elif timed_out("ready", since, now):
+            elif all_ready and timed_out("ready", since, now):
                 self._release(r, "its job was not dispatched to its worker in time")
-            elif job.state == "provisioning":
+            elif all_ready and job.state == "provisioning":
                 self.service.hand_to_reserved_worker(job.id)
             return
         if active is None:
+            if r.launch_id and self._gang_still_runs(r):
+                return  # its node is done; the gang's machines go together when all are
             self._release(r, "its job's attempt ended")
         elif now - self._checked_at.get(rid, 0) > CHECK_EVERY_SECONDS:
             self._checked_at[rid] = now
             self._submit(rid, self._check, rid)
+
+    def _gang_still_runs(self, r: InstanceRecord) -> bool:
+        """Does another node of the gang still run its part of the job?"""
+        for node in self._gang(r):
+            if node.request_id == r.request_id:
+                continue
+            reservation = self.store.reservation(node.request_id)
+            if reservation is not None and self._active_attempt(r.job_id, reservation.worker_id):
+                return True
+        return False
 
     def _active_attempt(self, job_id: str, worker_id: str | None) -> Any:
         if worker_id is None:
@@ -300,7 +332,11 @@ class Reconciler:
 
         self.links.close(r.request_id)
         self.store.release_reservation(r.request_id)
-        if r.key_path:
+        shared = r.launch_id is not None and any(
+            i.key_path == r.key_path and i.request_id != r.request_id and not i.gone
+            for i in self._gang(r)
+        )
+        if r.key_path and not shared:
             private = Path(r.key_path)
             remove_keypair(KeyPair(private, private.with_suffix(".pub"), ""))
         pinned = host_keys_path(self.keys_dir, r.request_id)
@@ -310,6 +346,28 @@ class Reconciler:
             pinned.unlink(missing_ok=True)
         for table in (self._retry_at, self._failures, self._checked_at, self._unreachable_since):
             table.pop(r.request_id, None)
+
+    def _gang(self, r: InstanceRecord) -> list[InstanceRecord]:
+        """The records launched with ``r`` (itself included); just ``r`` when it is alone."""
+        if r.launch_id is None:
+            return [r]
+        return [i for i in self.store.list_instances(job_id=r.job_id) if i.launch_id == r.launch_id]
+
+    def _end_with_gang(self, r: InstanceRecord, why: str, now: float) -> None:
+        """Another node of the gang failed or ended: this one goes too, whatever its state."""
+        if r.state == "requested":
+            self._move(r, "never_launched", why, ended_at=now)
+            self._gone(r)
+        elif r.state == "launching":
+            self._move(r, "terminating", why)
+        elif r.state in HOLDS_WORKER:
+            reservation = self.store.reservation(r.request_id)
+            worker_id = reservation.worker_id if reservation is not None else None
+            if worker_id is not None and self._active_attempt(r.job_id, worker_id) is not None:
+                self.service.end_worker_attempts(worker_id, "worker_lost", why)
+            self._release(r, why)
+        elif r.state in ("booting", "bootstrapping"):
+            self._move(r, "draining", why)
 
     # --- steps (each runs in the pool and ends in a state change) --------------------------------
 
@@ -368,34 +426,48 @@ class Reconciler:
         from gpulayer.control.ids import new_id
         from gpulayer.ssh.keys import generate_keypair
 
-        request_id = new_id("r", 12)
+        nodes = gangs.nodes_of(spec)
+        request_ids = [new_id("r", 12) for _ in range(nodes)]
+        request_id = request_ids[0]
+        # One key for the gang: its nodes come from one launch call, which takes one key.
         keys = generate_keypair(self.keys_dir, request_id)
         tags = {"gpulayer:owner": self.owner, "gpulayer:job": job.id, REQUEST_TAG: request_id}
-        self.store.record_instance(
-            reason=f"offer {offer.label} for job {job.id}",
-            request_id=request_id,
-            job_id=job.id,
-            owner=self.owner,
-            provider=offer.provider,
-            region=offer.region,
-            zone=offer.zone,
-            instance_type=offer.instance_type,
-            state="requested",
-            key_path=str(keys.private_path),
-            hourly_price=offer.hourly_price,
-            currency=offer.currency,
-            spot=offer.spot,
-            tags=tags,
-            offer=offer.model_dump(mode="json"),
+        if nodes > 1:
+            tags[GANG_SIZE_TAG] = str(nodes)
+        self.store.record_instances(
+            [
+                {
+                    "request_id": node_request,
+                    "job_id": job.id,
+                    "owner": self.owner,
+                    "provider": offer.provider,
+                    "region": offer.region,
+                    "zone": offer.zone,
+                    "instance_type": offer.instance_type,
+                    "state": "requested",
+                    "key_path": str(keys.private_path),
+                    "hourly_price": offer.hourly_price,
+                    "currency": offer.currency,
+                    "spot": offer.spot,
+                    "tags": tags,
+                    "offer": offer.model_dump(mode="json"),
+                    "launch_id": request_id if nodes > 1 else None,
+                    "node_rank": rank,
+                }
+                for rank, node_request in enumerate(request_ids)
+            ],
+            reason=f"offer {offer.label} for job {job.id}"
+            + (f" (gang of {nodes})" if nodes > 1 else ""),
         )
-        if not self.service.begin_provisioning(job.id, f"provisioning {offer.label}"):
+        what = offer.label if nodes == 1 else f"{nodes} x {offer.label}"
+        if not self.service.begin_provisioning(job.id, f"provisioning {what}"):
             return  # cancelled meanwhile: the next pass ends the record as never launched
-        self._submit(request_id, self._launch, request_id)
+        self._submit(_launch_key(request_id), self._launch, request_id)
 
     def _launch(self, request_id: str) -> None:
-        from gpulayer.cloud.errors import ScopedProviderError
+        from gpulayer.cloud.errors import ProviderError, ScopedProviderError
         from gpulayer.cloud.offer import Offer
-        from gpulayer.cloud.protocol import LaunchRequest
+        from gpulayer.cloud.protocol import LaunchRequest, can_launch_gangs
         from gpulayer.spec import JobSpec
         from gpulayer.ssh.keys import load_keypair
 
@@ -405,6 +477,13 @@ class Reconciler:
         job = self.store.get_job(r.job_id)
         if r.state != "launching" or job.terminal:
             return  # an ended job's record is ended by the next pass
+        gang = sorted(self._gang(r), key=lambda node: node.node_rank)
+        for node in gang:
+            if node.state == "requested" and node.request_id != request_id:
+                # The one call may create every node: each is launching from here on.
+                self._move(node, "launching", f"node 0 ({request_id}) calls the provider")
+        if any(node.state != "launching" for node in gang):
+            return  # a node ended meanwhile: the next pass ends the gang
         spec = JobSpec.model_validate(job.spec)
         offer = Offer.model_validate(r.offer)
         provider = self._provider(r)
@@ -412,7 +491,9 @@ class Reconciler:
             return
         keys = load_keypair(self.keys_dir, request_id)
         release = spec.placement.provisioning.release if spec.placement.provisioning else None
-        self._note(r.job_id, f"launching {offer.label} at {_price(offer)}")
+        count = len(gang)
+        what = offer.label if count == 1 else f"{count} x {offer.label} together"
+        self._note(r.job_id, f"launching {what} at {_price(offer)}{' each' if count > 1 else ''}")
         try:
             request = LaunchRequest(
                 request_id=request_id,
@@ -425,31 +506,30 @@ class Reconciler:
                 image=self._image_for(offer.provider, release),
                 disk_gb=int(spec.resources.disk_gb) if spec.resources.disk_gb else None,
                 spot=offer.spot,
+                count=count,
                 progress=lambda text: self._note(r.job_id, text),
             )
-            instance = provider.launch(offer, request)
+            if count == 1:
+                instances = [provider.launch(offer, request)]
+            elif can_launch_gangs(provider):
+                instances = list(provider.launch_gang(offer, request))
+            else:
+                raise UsageError(f"provider {offer.provider} cannot launch {count} nodes together")
+            if len(instances) != count:
+                raise ProviderError(
+                    f"asked for {count} instances, the provider answered {len(instances)}",
+                    provider=offer.provider,
+                )
         except ScopedProviderError as exc:
             # A refusal: the provider says it created nothing, so nothing is to be torn down.
-            self._move(
-                r,
-                "never_launched",
-                f"{exc.kind}: {exc}",
-                note=planning.refusal_note(exc.kind, exc.scope, exc.message),
-                ended_at=time.time(),
-            )
-            self._gone(r)
+            note = planning.refusal_note(exc.kind, exc.scope, exc.message)
+            self._end_launch(gang, "never_launched", f"{exc.kind}: {exc}", note)
             self._note(r.job_id, f"{offer.label}: {exc}; blocking that {exc.scope} and moving on")
             return
         except UsageError as exc:  # ProviderSettingsError, an image release missing, ...
             # Refused before any call that creates: nothing to tear down.
-            self._move(
-                r,
-                "never_launched",
-                f"configuration error: {exc}",
-                note=planning.config_note(str(exc)),
-                ended_at=time.time(),
-            )
-            self._gone(r)
+            note = planning.config_note(str(exc))
+            self._end_launch(gang, "never_launched", f"configuration error: {exc}", note)
             earlier = [
                 i
                 for i in self.store.list_instances(job_id=r.job_id)
@@ -462,22 +542,43 @@ class Reconciler:
             return
         except Exception as exc:
             # It may or may not have created something: terminate looks it up by request tag.
-            self._move(
-                r, "terminating", f"launch failed: {exc}", note=planning.failure_note(str(exc))
-            )
+            failure = planning.failure_note(str(exc))
+            self._end_launch(gang, "terminating", f"launch failed: {exc}", failure)
             self._note(r.job_id, f"{offer.label}: {exc}; trying the next offer")
             return
-        price = instance.hourly_price if instance.hourly_price is not None else offer.hourly_price
-        self._move(
-            r,
-            "booting",
-            f"launched {instance.id}",
-            instance_id=instance.id,
-            ssh_host=instance.ssh_host,
-            launched_at=time.time(),
-            hourly_price=price,
-            machine=instance.model_dump(mode="json"),
-        )
+        for node, instance in zip(gang, instances, strict=True):
+            price = (
+                instance.hourly_price if instance.hourly_price is not None else offer.hourly_price
+            )
+            self._move(
+                node,
+                "booting",
+                f"launched {instance.id}" + (f" as node {node.node_rank}" if count > 1 else ""),
+                instance_id=instance.id,
+                ssh_host=instance.ssh_host,
+                launched_at=time.time(),
+                hourly_price=price,
+                machine=instance.model_dump(mode="json"),
+            )
+        if count > 1:
+            self._note(
+                r.job_id,
+                f"gang of {count} launched together: "
+                + ", ".join(
+                    f"node {n.node_rank} on {i.id}" for n, i in zip(gang, instances, strict=True)
+                ),
+            )
+
+    def _end_launch(self, gang: list[InstanceRecord], to: str, reason: str, note: str) -> None:
+        """The launch call did not give the gang: every node moves to ``to``. Node 0's record
+        alone carries the note, so one gang counts as one try when the next offer is chosen."""
+        for node in gang:
+            values: dict[str, Any] = {"note": note} if node.node_rank == 0 else {}
+            if to == "never_launched":
+                values["ended_at"] = time.time()
+            self._move(node, to, reason, **values)
+            if to == "never_launched":
+                self._gone(node)
 
     def _prepare(self, request_id: str) -> None:
         """booting -> bootstrapping -> ready: wait for SSH, install and start the worker."""
@@ -517,8 +618,8 @@ class Reconciler:
                 on_progress=lambda text: self._note(r.job_id, text),
             )
             tags = machine.get("tags") or {}
-            install_dir = r.install_dir or (
-                f"{tags.get('gpulayer:install-root', INSTALL_ROOT)}/{r.job_id}"
+            install_dir = r.install_dir or node_install_dir(
+                tags.get("gpulayer:install-root", INSTALL_ROOT), r.job_id, r.node_rank
             )
             if r.token_hash is not None:
                 self._clear_earlier_bootstrap(r, session, install_dir)
@@ -543,6 +644,11 @@ class Reconciler:
                 deadman_action=self._deadman_action(r.provider),
                 python=tags.get("gpulayer:python", "python3"),
                 instance_request_id=request_id,
+                system_site_packages=bool(self.settings.get("system_site_packages", False)),
+                # The other nodes of a gang reach this one where the provider says it is.
+                node_address=(
+                    str(machine.get("private_ip") or machine["ssh_host"]) if r.launch_id else None
+                ),
             )
             self._note(r.job_id, "bootstrapping the worker")
             wheelhouse = build_wheelhouse(self.service.layout.root / "cache" / "wheelhouse")
@@ -559,7 +665,8 @@ class Reconciler:
             worker_id = self._wait_for_binding(request_id, deadline)
             self._move(r, "ready", f"worker {worker_id} joined", ready_at=time.time())
             self._note(r.job_id, f"worker {request_id} is ready on {machine['ssh_host']}")
-            self.service.hand_to_reserved_worker(r.job_id)
+            if gangs.all_ready(r, self._gang(r)):
+                self.service.hand_to_reserved_worker(r.job_id)
         except Exception as exc:
             if link is not None:
                 self.links.close(request_id)
@@ -567,15 +674,25 @@ class Reconciler:
                 session.close()
             current = self._fresh(request_id)
             if current.state in ("booting", "bootstrapping"):
-                self._move(
-                    current,
-                    "draining",
-                    f"could not be made a worker: {exc}",
-                    note=planning.failure_note(str(exc)),
+                # One node of a gang failing is a partial launch: every node goes, and the
+                # gang's zone is not tried again for the job.
+                note = (
+                    planning.partial_note("zone", f"node {r.node_rank} {exc}")
+                    if r.launch_id
+                    else planning.failure_note(str(exc))
                 )
-            self._note(
-                r.job_id, f"{offer_label}: {type(exc).__name__}: {exc}; trying the next offer"
-            )
+                self._move(current, "draining", f"could not be made a worker: {exc}", note=note)
+            if r.launch_id:
+                self._note(
+                    r.job_id,
+                    f"{offer_label}: node {r.node_rank} could not be made a worker "
+                    f"({type(exc).__name__}: {exc}); tearing the whole gang down and "
+                    f"blocking zone {r.zone or r.region} for this job",
+                )
+            else:
+                self._note(
+                    r.job_id, f"{offer_label}: {type(exc).__name__}: {exc}; trying the next offer"
+                )
 
     def _clear_earlier_bootstrap(self, r: InstanceRecord, session: Any, install_dir: str) -> None:
         """A restart cut a bootstrap off: end what it started, so the new one starts clean."""
@@ -699,14 +816,19 @@ class Reconciler:
         r = self._fresh(request_id)
         if r.state != "terminating":
             return
+        gang = self._gang(r)
+        if not gangs.terminate_leader(r, gang):
+            return  # the gang's nodes end in one call, made once all of them are here
+        nodes = gangs.terminating(gang) if r.launch_id else [r]
         provider = self._provider(r)
         if provider is None:
             return self._terminate_later(r, f"provider {r.provider} is not enabled")
         try:
-            ids = [r.instance_id] if r.instance_id else []
-            if not ids:
+            ids = [n.instance_id for n in nodes if n.instance_id]
+            if len(ids) < len(nodes):
                 # The launch may have gone through without an answer: find it by its tag.
-                ids = [i.id for i in provider.list_owned({REQUEST_TAG: request_id})]
+                tag = r.launch_id or request_id
+                ids += [i.id for i in provider.list_owned({REQUEST_TAG: tag}) if i.id not in ids]
             if ids:
                 provider.terminate(ids)
                 still = [i.id for i in provider.describe(ids) if i.state != "terminated"]
@@ -714,11 +836,22 @@ class Reconciler:
                     raise RuntimeError(f"{', '.join(still)} not terminated yet")
         except Exception as exc:
             return self._terminate_later(r, str(exc))
-        self._move(r, "terminated", "the provider confirmed", ended_at=time.time())
-        self._gone(r)
-        self._capacity_freed_at = time.time()
-        self._job_retry_at.clear()  # jobs waiting for capacity look again now
-        self._note(r.job_id, f"instance {request_id} torn down")
+        ended_at = time.time()  # one confirmation ends every node at once
+        for node in nodes:
+            self._move(node, "terminated", "the provider confirmed", ended_at=ended_at)
+        for node in nodes:
+            self._gone(node)
+        if ids:
+            self._capacity_freed_at = time.time()
+            self._job_retry_at.clear()  # jobs waiting for capacity look again now
+        if r.launch_id:
+            self._note(
+                r.job_id,
+                f"gang of {len(nodes)} torn down together: "
+                + ", ".join(n.request_id for n in nodes),
+            )
+        else:
+            self._note(r.job_id, f"instance {request_id} torn down")
 
     def _terminate_later(self, r: InstanceRecord, why: str) -> None:
         failures = self._failures.get(r.request_id, 0) + 1
@@ -826,6 +959,12 @@ class Reconciler:
         # Powering off is how a cloud instance stops billing; on a host we do not own, only
         # the worker stops.
         return "stop" if provider == "ssh" else "poweroff"
+
+
+def _launch_key(request_id: str) -> str:
+    """The in-flight key of a launch: apart from the node's own steps, so the gang's other
+    nodes can tell their launch is under way."""
+    return f"launch:{request_id}"
 
 
 def _left(deadline: float, why: str = "provisioning_timeout_seconds ran out") -> float:

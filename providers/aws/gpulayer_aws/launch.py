@@ -5,6 +5,10 @@ network only, both named after the request id, then run_instances with the reque
 ClientToken. A retried launch finds the instance by its request tag (or EC2 answers the same
 ClientToken with the same instance) and returns it; key pair and group already present are
 reused. When run_instances fails, the key pair and group are deleted again.
+
+The nodes of a gang are one run_instances with MinCount = MaxCount = N, so EC2 starts all N
+in the offer's zone or none; their group also admits all traffic from itself, so the nodes
+reach each other and nothing else does.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpulayer.cloud import (
+    CapacityError,
     Instance,
     LaunchRequest,
     Offer,
@@ -26,6 +31,7 @@ from gpulayer_aws.errors import PROVIDER, aws_errors, error_code
 from gpulayer_aws.images import Image, resolve_image
 from gpulayer_aws.instances import live_by_tags, to_instance
 from gpulayer_aws.settings import AwsSettings
+from gpulayer_aws.terminate import terminate_in_region as terminate_raws
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +44,23 @@ class Placement:
 
 
 def launch(ec2: Any, settings: AwsSettings, offer: Offer, request: LaunchRequest) -> Instance:
+    if request.count != 1:
+        raise ProviderError(
+            "launch starts one instance; a gang goes to launch_gang", provider=PROVIDER
+        )
+    return launch_instances(ec2, settings, offer, request)[0]
+
+
+def launch_instances(
+    ec2: Any, settings: AwsSettings, offer: Offer, request: LaunchRequest
+) -> list[Instance]:
+    """``request.count`` instances of ``offer`` started together, in launch-index order."""
     region, zone = offer.region, launch_zone(offer, request, PROVIDER)
     with aws_errors(region, zone):
         existing = live_by_tags(ec2, {t.REQUEST: request.request_id})
     if existing:
-        return to_instance(
-            existing[0], region, use_private_ip=settings.use_private_ip, ssh_user=settings.ssh_user
-        )
+        # Fewer never come from one MinCount call: some were ended from outside since.
+        return _whole_gang(ec2, settings, request, (region, zone), existing, "are left")
 
     # The provider's own image setting wins over the newest release's default AMI; a release
     # the job names explicitly wins over both.
@@ -73,13 +89,36 @@ def launch(ec2: Any, settings: AwsSettings, offer: Offer, request: LaunchRequest
         group_id = _ensure_security_group(ec2, name, place.vpc_id, request, base_tags)
     try:
         with aws_errors(region, zone):
-            raw = _run_instance(ec2, settings, offer, request, image, place, name, group_id)
+            raws = _run_instances(ec2, settings, offer, request, image, place, name, group_id)
     except ProviderError:
         _remove_request_resources(ec2, name, group_id)
         raise
-    return to_instance(
-        raw, region, use_private_ip=settings.use_private_ip, ssh_user=settings.ssh_user
-    )
+    return _whole_gang(ec2, settings, request, (region, zone), raws, "were started")
+
+
+def _whole_gang(
+    ec2: Any,
+    settings: AwsSettings,
+    request: LaunchRequest,
+    where: tuple[str, str],
+    raws: list[dict[str, Any]],
+    what: str,
+) -> list[Instance]:
+    """The instances, when all the request asked for are there; else none are left."""
+    region, zone = where
+    if len(raws) < request.count:
+        terminate_raws(ec2, settings, region, raws)
+        message = f"only {len(raws)} of the gang's {request.count} instances {what}"
+        raise CapacityError("zone", PROVIDER, region, zone, message)
+    return _instances(raws, region, settings)
+
+
+def _instances(raws: list[dict[str, Any]], region: str, settings: AwsSettings) -> list[Instance]:
+    ordered = sorted(raws, key=lambda r: (int(r.get("AmiLaunchIndex") or 0), r["InstanceId"]))
+    return [
+        to_instance(raw, region, use_private_ip=settings.use_private_ip, ssh_user=settings.ssh_user)
+        for raw in ordered
+    ]
 
 
 def _placement(ec2: Any, settings: AwsSettings, region: str, zone: str) -> Placement:
@@ -149,18 +188,20 @@ def _ensure_security_group(
         if ":" in cidr
         else {"IpRanges": [{"CidrIp": cidr, "Description": "gpulayer controller"}]}
     )
-    try:
-        ec2.authorize_security_group_ingress(
-            GroupId=group_id,
-            IpPermissions=[{"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, **ranges}],
-        )
-    except Exception as exc:
-        if error_code(exc) != "InvalidPermission.Duplicate":
-            raise
+    rules: list[dict[str, Any]] = [{"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, **ranges}]
+    if request.count > 1:
+        # The nodes of a gang talk to each other (rendezvous, gloo, NCCL) on any port.
+        rules.append({"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group_id}]})
+    for rule in rules:
+        try:
+            ec2.authorize_security_group_ingress(GroupId=group_id, IpPermissions=[rule])
+        except Exception as exc:
+            if error_code(exc) != "InvalidPermission.Duplicate":
+                raise
     return str(group_id)
 
 
-def _run_instance(
+def _run_instances(
     ec2: Any,
     settings: AwsSettings,
     offer: Offer,
@@ -169,7 +210,7 @@ def _run_instance(
     place: Placement,
     name: str,
     group_id: str,
-) -> dict[str, Any]:
+) -> list[dict[str, Any]]:
     instance_tags = {
         "Name": f"gpulayer-{request.job_id}",
         **request.tags,
@@ -191,13 +232,14 @@ def _run_instance(
         "AssociatePublicIpAddress": not settings.use_private_ip,
         "DeleteOnTermination": True,
     }
-    if request.private_ip:
+    if request.private_ip and request.count == 1:
         interface["PrivateIpAddress"] = request.private_ip
     params: dict[str, Any] = {
         "ImageId": image.ami_id,
         "InstanceType": offer.instance_type,
-        "MinCount": 1,
-        "MaxCount": 1,
+        # All of a gang or nothing: EC2 refuses the call when fewer than MinCount fit.
+        "MinCount": request.count,
+        "MaxCount": request.count,
         "KeyName": name,
         # EC2 answers a repeated token with the instance the first call started.
         "ClientToken": request.request_id,
@@ -227,7 +269,7 @@ def _run_instance(
                 "InstanceInterruptionBehavior": "terminate",
             },
         }
-    return dict(ec2.run_instances(**params)["Instances"][0])
+    return [dict(raw) for raw in ec2.run_instances(**params)["Instances"]]
 
 
 def _remove_request_resources(ec2: Any, key_name: str, group_id: str) -> None:

@@ -20,7 +20,7 @@ from gpulayer.cloud import (
 from gpulayer_aws import catalog
 from gpulayer_aws.errors import PROVIDER, aws_errors
 from gpulayer_aws.instances import by_ids, live_by_tags, to_instance
-from gpulayer_aws.launch import launch
+from gpulayer_aws.launch import launch, launch_instances
 from gpulayer_aws.offers import OfferSource, catalog_offers
 from gpulayer_aws.session import Clients
 from gpulayer_aws.settings import AwsSettings
@@ -52,6 +52,12 @@ class AwsProvider:
         instance = launch(self._clients.ec2(offer.region), self.settings, offer, request)
         self._remember([instance])
         return instance
+
+    def launch_gang(self, offer: Offer, request: LaunchRequest) -> list[Instance]:
+        """The gang's N instances from one run_instances (MinCount = MaxCount = N)."""
+        instances = launch_instances(self._clients.ec2(offer.region), self.settings, offer, request)
+        self._remember(instances)
+        return instances
 
     def describe(self, ids: Sequence[str]) -> list[Instance]:
         found = {i.id: i for i in self._describe(ids)}

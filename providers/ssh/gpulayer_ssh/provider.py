@@ -1,6 +1,7 @@
 """The ssh provider: gpulayer's five provider verbs on machines the user already has.
 
-"Launching" a host claims it for one request and lets the request's per-instance key log in;
+"Launching" a host claims it for one request and lets the request's per-instance key log in
+(a gang claims the offer's host and N - 1 alike free hosts of its region at once, or none);
 "terminating" it ends that job's worker, removes that job's install dir and the key, and frees
 the claim. Nothing is ever powered off, and nothing outside the job's install dir and the key
 line is changed on the host.
@@ -26,6 +27,7 @@ from gpulayer.cloud import (
     OfferQuery,
     ProviderError,
     load_settings,
+    node_install_dir,
     remove_command,
     stop_command,
 )
@@ -41,6 +43,7 @@ log = logging.getLogger("gpulayer.providers.ssh")
 
 INSTALL_ROOT_TAG = "gpulayer:install-root"
 PYTHON_TAG = "gpulayer:python"
+NODE_RANK_TAG = "gpulayer:node-rank"
 _JOB_DIR = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _PROBE_WORKERS = 16
 _STOP_GRACE_SECONDS = 10.0
@@ -79,6 +82,38 @@ class SshHostsProvider:
         return [hardware.offer_for(h, hw) for h, hw in zip(free, found, strict=True) if hw]
 
     def launch(self, offer: Offer, request: LaunchRequest) -> Instance:
+        if request.count != 1:
+            raise ProviderError(
+                "launch claims one host; a gang goes to launch_gang", provider=PROVIDER
+            )
+        return self._claim_hosts([self._launchable(offer, request)], request)[0]
+
+    def launch_gang(self, offer: Offer, request: LaunchRequest) -> list[Instance]:
+        """The offer's host and ``count - 1`` free hosts of its region alike to it (same
+        hardware and price), claimed together or not at all. The nodes reach each other by
+        the hosts' addresses."""
+        lead = self._launchable(offer, request)
+        if request.count == 1:
+            return self._claim_hosts([lead], request)
+        claimed = {c.host for c in self.claims.all() if c.request_id != request.request_id}
+        peers = [
+            h
+            for h in self.settings.hosts
+            if h.name != lead.name and h.region == lead.region and h.name not in claimed
+        ]
+        alike = [h for h in peers if _alike(offer, self._hardware_or_none(h), h)]
+        if len(alike) < request.count - 1:
+            raise CapacityError(
+                "region",
+                PROVIDER,
+                lead.region,
+                None,
+                f"a gang of {request.count} needs {request.count} free hosts like {lead.name} "
+                f"in region {lead.region}; {len(alike) + 1} are",
+            )
+        return self._claim_hosts([lead, *alike[: request.count - 1]], request)
+
+    def _launchable(self, offer: Offer, request: LaunchRequest) -> SshHost:
         if offer.provider != PROVIDER:
             raise ProviderError(f"offer {offer.label} is not an ssh host", provider=PROVIDER)
         host = self._configured(offer.instance_type)
@@ -87,33 +122,52 @@ class SshHostsProvider:
                 f"job id {request.job_id!r} cannot name a directory below {host.install_root}",
                 provider=PROVIDER,
             )
+        return host
+
+    def _claim_hosts(self, hosts: list[SshHost], request: LaunchRequest) -> list[Instance]:
+        """Claim every host for the request (node rank = position) and authorize its key
+        there; when one cannot be had, the claims made here are freed and nothing is left."""
         try:
-            command = keys.add_command(
-                host.authorized_keys, request.ssh_public_key, request.request_id
-            )
+            command = {
+                h.name: keys.add_command(
+                    h.authorized_keys, request.ssh_public_key, request.request_id
+                )
+                for h in hosts
+            }
         except ValueError as exc:
             raise ProviderError(f"ssh_public_key: {exc}", provider=PROVIDER) from None
-        wanted = self._claim_for(host, request)
-        held = self.claims.create(wanted)
-        if held.request_id != request.request_id:
-            raise CapacityError(
-                "zone",
-                PROVIDER,
-                host.region,
-                host.name,
-                f"host {host.name} is in use by request {held.request_id} (job {held.job_id})",
-            )
-        fresh = held is wanted
+        fresh: list[SshHost] = []
+        held_claims: list[Claim] = []
         try:
-            with self._session(
-                host, wait=self.settings.launch_wait_seconds, progress=request.progress
-            ) as session:
-                _checked(session, command, f"cannot authorize the request's key on {host.name}")
+            for rank, host in enumerate(hosts):
+                wanted = self._claim_for(host, request, rank if len(hosts) > 1 else None)
+                held = self.claims.create(wanted)
+                if held.request_id != request.request_id:
+                    raise CapacityError(
+                        "zone",
+                        PROVIDER,
+                        host.region,
+                        host.name,
+                        f"host {host.name} is in use by request {held.request_id} "
+                        f"(job {held.job_id})",
+                    )
+                if held is wanted:
+                    fresh.append(host)
+                held_claims.append(held)
+            for host in hosts:
+                with self._session(
+                    host, wait=self.settings.launch_wait_seconds, progress=request.progress
+                ) as session:
+                    _checked(
+                        session,
+                        command[host.name],
+                        f"cannot authorize the request's key on {host.name}",
+                    )
         except BaseException:
-            if fresh:
+            for host in fresh:
                 self.claims.release(host.name, request.request_id)
             raise
-        return held.instance
+        return [c.instance for c in held_claims]
 
     def describe(self, ids: Sequence[str]) -> list[Instance]:
         found = []
@@ -220,8 +274,10 @@ class SshHostsProvider:
     ) -> _HostSession:
         return _HostSession(self, host, wait=wait, progress=progress)
 
-    def _claim_for(self, host: SshHost, request: LaunchRequest) -> Claim:
+    def _claim_for(self, host: SshHost, request: LaunchRequest, node_rank: int | None) -> Claim:
         tags = {**request.tags, INSTALL_ROOT_TAG: host.install_root, PYTHON_TAG: host.python}
+        if node_rank is not None:
+            tags[NODE_RANK_TAG] = str(node_rank)
         instance = Instance(
             id=host.name,
             provider=PROVIDER,
@@ -253,6 +309,7 @@ class SshHostsProvider:
                 "key_path": str(host.key_path),
                 "host_key": host.host_key,
                 "install_root": host.install_root,
+                "install_dir": node_install_dir(host.install_root, request.job_id, node_rank or 0),
                 "authorized_keys": host.authorized_keys,
                 "region": host.region,
             },
@@ -260,7 +317,7 @@ class SshHostsProvider:
 
     def _clean(self, claim: Claim) -> None:
         conn = claim.connection
-        install_dir = f"{conn['install_root']}/{claim.job_id}"
+        install_dir = conn.get("install_dir") or f"{conn['install_root']}/{claim.job_id}"
         with self._session(conn | {"name": claim.host}) as session:
             _checked(
                 session,
@@ -277,6 +334,24 @@ class SshHostsProvider:
                 keys.remove_command(str(conn["authorized_keys"]), claim.request_id),
                 f"cannot remove the key of request {claim.request_id} on {claim.host}",
             )
+
+
+def _alike(offer: Offer, found: HostHardware | None, host: SshHost) -> bool:
+    """Could the host be another node of a gang on ``offer``'s host: same accelerators, at
+    least its cores, memory and disk, at the same price."""
+    if found is None:
+        return False
+    other = hardware.offer_for(host, found)
+    same = ("accelerator", "gpu_name", "gpu_count", "gpu_memory_gb", "cpu_arch", "os", "currency")
+    if any(getattr(other, name) != getattr(offer, name) for name in same):
+        return False
+    if other.hourly_price != offer.hourly_price:
+        return False
+    for name in ("cpu_cores", "memory_gb", "disk_gb"):
+        wanted, has = getattr(offer, name), getattr(other, name)
+        if wanted is not None and (has is None or has < wanted):
+            return False
+    return True
 
 
 def _checked(session: SshSession, command: str, what: str, timeout: float = 120) -> None:
