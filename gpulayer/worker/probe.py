@@ -48,7 +48,6 @@ __all__ = [
     "host_memory_gb",
     "is_marker_key",
     "os_name",
-    "parse_meminfo",
     "probe_capabilities",
     "run_command",
 ]

@@ -19,6 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from gpulayer.hardware.probe_parsing import (
+    NVIDIA_FIELDS_LEGACY,
+    compute_capability_for_name,
+    parse_cuda_version,
+    parse_meminfo,
+    parse_nvidia_query,
+)
 from gpulayer.spec.models import CPU_ARCH_ALIASES
 from gpulayer.worker.probe import (
     collect_capabilities,
@@ -26,7 +33,6 @@ from gpulayer.worker.probe import (
     disk_free_gb,
     framework_key,
     is_marker_key,
-    parse_meminfo,
     probe_capabilities,
 )
 from gpulayer.worker.probe_frameworks import (
@@ -38,12 +44,8 @@ from gpulayer.worker.probe_frameworks import (
 )
 from gpulayer.worker.probe_gpu import (
     NOT_FOUND,
-    NVIDIA_FIELDS_LEGACY,
     TIMED_OUT,
     CommandResult,
-    compute_capability_for_name,
-    parse_cuda_version,
-    parse_nvidia_query,
     parse_rocm_smi,
     probe_nvidia,
     probe_rocm,

@@ -18,10 +18,11 @@ from gpulayer.cloud.offer import Offer, OfferQuery
 from gpulayer.cloud.protocol import LaunchRequest
 from gpulayer.cloud.registry import get_provider
 from gpulayer.cloud.wheelhouse import Wheelhouse
+from gpulayer.hardware.probe_parsing import parse_meminfo
 from gpulayer.ssh.errors import SshAuthError
 from gpulayer.ssh.keys import KeyPair, generate_keypair
 from gpulayer.ssh.session import SshSession
-from gpulayer.worker.probe import cpu_arch, parse_meminfo
+from gpulayer.worker.probe import cpu_arch
 from tests.integration.cloud_ssh.helpers import (
     PYTHON,
     ControlPlane,
