@@ -7,7 +7,14 @@ that left a setsid daemon behind is killed with -9; the script times how long un
 marks the worker lost (detection, bounded below by --heartbeat-timeout) and how long until no
 process of the job's tree is left (the worker's sentinel). Then a burst of N short jobs from 10
 submitting threads: submit rate and end-to-end rate in jobs/s, and how many ran 0 or 2+ times
-(lost and doubled, both should be 0). No assertions: read the numbers.
+(lost and doubled, both should be 0).
+
+The cost of isolation, beside what runs without it (as root, needs a writable cgroup v2): the
+start latency of one attempt in the worker's runner (median and p90 of N runs of /bin/true, each
+in its own cgroup) run as the worker itself, as one shared --run-as user, and as a fresh uid of
+its own per attempt (--run-as-range); and a third column, the whole fault and burst run again on
+SQLite with every worker started with --run-as-range. No assertions: the numbers are printed,
+with one line judging a fresh uid each against the worker's own (aim: within 1.2x).
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import argparse
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import sys
 import tempfile
@@ -49,22 +57,31 @@ def _when(condition: Callable[[], object], timeout: float) -> float:
     return float("nan")
 
 
-def measure(database_url: str | None, args: argparse.Namespace) -> dict[str, float]:
+def measure(
+    database_url: str | None, args: argparse.Namespace, *, isolated: bool = False
+) -> dict[str, float]:
     base = Path(tempfile.mkdtemp(prefix="gpulayer-bench-faults-"))
+    base.chmod(0o755)  # jobs of other uids reach their work dirs and the ledger below it
     server = ServerProcess(
         base / "server", database_url=database_url, heartbeat_timeout=args.heartbeat_timeout
     ).start()
     workers: list[WorkerProcess] = []
+    # Jobs of other uids cannot run this interpreter (it may live under a closed home).
+    python = "/usr/bin/python3" if isolated else "python"
     try:
         client = server.client()
         token = client.request("POST", "/v1/tokens", {"kind": "worker"})["token"]
         for i in range(args.workers):
-            workers.append(WorkerProcess(server.url, token, base / f"w{i}", f"w{i}").start(0.5))
+            first = 62000 + 100 * i
+            extra = ("--run-as-range", f"{first}-{first + 99}") if isolated else ()
+            workers.append(
+                WorkerProcess(server.url, token, base / f"w{i}", f"w{i}").start(0.5, *extra)
+            )
         wait_for_workers(client, args.workers)
         marker = f"gl-bench-{secrets.token_hex(4)}"
         job = client.submit(
             {
-                "workload": {"kind": "command", "command": ["python", "-c", _DAEMON_JOB, marker]},
+                "workload": {"kind": "command", "command": [python, "-c", _DAEMON_JOB, marker]},
                 "placement": {"target": "remote"},
             }
         )
@@ -84,8 +101,10 @@ def measure(database_url: str | None, args: argparse.Namespace) -> dict[str, flo
         )
         client.cancel(job["id"])
 
-        ledger = base / "ledger"
-        ledger.mkdir()
+        # Outside the shared temp folders: what a job run as a uid of a range leaves there is
+        # removed as its attempt ends.
+        ledger = Path(tempfile.mkdtemp(prefix="gpulayer-bench-ledger-", dir=_ledger_parent(base)))
+        ledger.chmod(0o1777)
         spec = {
             "workload": {
                 "kind": "command",
@@ -119,6 +138,7 @@ def measure(database_url: str | None, args: argparse.Namespace) -> dict[str, flo
             time.sleep(0.2)
         finished = time.perf_counter() - started
         runs = Counter({p.name: len(p.read_text().split()) for p in ledger.iterdir()})
+        shutil.rmtree(ledger, ignore_errors=True)
         return {
             "detect_s": detection,
             "tree_gone_s": tree_gone,
@@ -131,6 +151,85 @@ def measure(database_url: str | None, args: argparse.Namespace) -> dict[str, flo
         for worker in workers:
             worker.stop()
         server.stop()
+
+
+def _ledger_parent(base: Path) -> Path:
+    return Path("/run") if os.geteuid() == 0 and Path("/run").is_dir() else base
+
+
+def start_latency(runs: int) -> dict[str, tuple[float, float]]:
+    """(median, p90) seconds of JobRun.run() for /bin/true, per identity the job runs as."""
+    import shutil
+    import statistics
+
+    from gpulayer.spec import JobSpec
+    from gpulayer.worker.containment import Containment
+    from gpulayer.worker.identities import UidPool, UidRange, take_back
+    from gpulayer.worker.process import RunAs
+    from gpulayer.worker.runner import JobRun, RunContext
+
+    base = Path(tempfile.mkdtemp(prefix="gpulayer-bench-isolation-"))
+    base.chmod(0o755)
+    containment = Containment.for_worker(base / "work")
+    spec = JobSpec.model_validate({"workload": {"kind": "command", "command": ["/bin/true"]}})
+    shared = RunAs.lookup("nobody")
+    pool = UidPool(UidRange(63000, 63099))
+    modes = ("as the worker", "one shared uid", "a fresh uid each")
+    times: dict[str, list[float]] = {mode: [] for mode in modes}
+    attempt = 0
+    try:
+        # Round robin, so that a busy moment of the machine falls on every mode alike.
+        for _ in range(runs):
+            for mode in modes:
+                attempt += 1
+                job_dir = base / f"a{attempt}"
+                started = time.perf_counter()
+                uid = pool.take() if mode == "a fresh uid each" else None
+                run_as = None
+                if uid is not None:
+                    run_as = RunAs(f"gpulayer-{uid}", uid, uid, str(job_dir))
+                elif mode == "one shared uid":
+                    run_as = shared
+                group = containment.attempt(attempt)
+                context = RunContext("bench", 1, spec, job_dir, group=group, run_as=run_as)
+                outcome = JobRun(context, on_log=lambda stream, text: None).run()
+                all_ended = group.close()
+                if uid is not None:
+                    take_back(job_dir)
+                    pool.release(uid, all_ended=all_ended)
+                times[mode].append(time.perf_counter() - started)
+                assert outcome.state == "succeeded", outcome
+        found = {}
+        for mode, measured in times.items():
+            measured.sort()
+            found[mode] = (statistics.median(measured), measured[int(len(measured) * 0.9) - 1])
+    finally:
+        containment.sweep()
+        if containment.root is not None:
+            with contextlib.suppress(OSError):
+                containment.root.rmdir()
+        shutil.rmtree(base, ignore_errors=True)
+    return found
+
+
+ISOLATION_AIM = 1.2
+"""A fresh uid per attempt should start an attempt within this many times the worker's own."""
+
+
+def isolation_verdict(latency: dict[str, tuple[float, float]]) -> str:
+    """One line judging the median start with a fresh uid each against the worker's own."""
+    ratio = latency["a fresh uid each"][0] / latency["as the worker"][0]
+    verdict = "within the aim" if ratio <= ISOLATION_AIM else "OVER the aim"
+    return (
+        f"isolation cost: a fresh uid each starts in {ratio:.2f}x the time as the worker "
+        f"(aim: within {ISOLATION_AIM:g}x): {verdict}"
+    )
+
+
+def isolation_possible() -> bool:
+    from gpulayer.worker.containment import cgroup2_mount
+
+    return os.geteuid() == 0 and cgroup2_mount() is not None
 
 
 @contextlib.contextmanager
@@ -147,13 +246,26 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--heartbeat-timeout", type=float, default=2.0)
+    parser.add_argument("--start-runs", type=int, default=50)
     args = parser.parse_args()
     results = {}
+    isolated = isolation_possible()
+    latency = start_latency(args.start_runs) if isolated else {}
     with databases() as found:
         for name, url in found:
             results[name] = measure(url, args)
+    if isolated:
+        results["sqlite uid/att"] = measure(None, args, isolated=True)
     names = list(results)
-    print(f"{'':<44}" + "".join(f"{n:>14}" for n in names))
+    if latency:
+        plain = latency["as the worker"][0]
+        print(f"attempt start, {args.start_runs} runs of /bin/true (s)    median      p90   ratio")
+        for mode, (median, p90) in latency.items():
+            print(f"  {mode:<40}{median:>8.4f} {p90:>8.4f} {median / plain:>6.2f}x")
+        print(isolation_verdict(latency))
+    else:
+        print("(isolation columns need root and a cgroup v2 mount)")
+    print(f"{'':<44}" + "".join(f"{n:>16}" for n in names))
     rows = [
         ("killed worker detected (s)", "detect_s", "{:.2f}"),
         ("killed worker -> job tree gone (s)", "tree_gone_s", "{:.2f}"),
@@ -163,7 +275,7 @@ def main() -> None:
         ("doubled (ran 2+ times)", "doubled", "{:.0f}"),
     ]
     for label, key, fmt in rows:
-        print(f"{label:<44}" + "".join(f"{fmt.format(results[n][key]):>14}" for n in names))
+        print(f"{label:<44}" + "".join(f"{fmt.format(results[n][key]):>16}" for n in names))
     print(f"(heartbeat timeout {args.heartbeat_timeout:g} s, {args.workers} workers)")
 
 

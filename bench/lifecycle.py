@@ -1,19 +1,29 @@
 """Cloud lifecycle speed and cost to the controller, side by side in one run (no assertions;
 read the ratios).
 
-    python bench/lifecycle.py [--repeat 2]
+    python bench/lifecycle.py [--repeat 2] [--baseline /path/to/other/checkout]
 
 Rows, each through the real command line and an embedded control plane:
 - submit to the job's first output line on an ssh-provider host, cold (the host holds no
   wheelhouse) and warm (a second job on the same host), and on moto (an EC2 instance that
   boots as a namespace sshd host);
+- the same for a project: `submit -f job.yaml` from a 20 MB folder whose job has a
+  `setup.pip` of one small package (from a package index on the hosts' network), cold (a fresh
+  host: nothing installed) and warm (the same host, the same setup: the environment reused);
 - the controller's CPU seconds per provisioned job (its process's user+system time from
   submit until the instance is torn down);
 - a controller killed with -9 while a job runs: time from the restart to the tunnel being
-  reopened, and to the job's worker heartbeating again.
+  reopened, and to the job's worker heartbeating again;
+- with ``--baseline``, the plain job's cold and warm rows once more through that checkout
+  (its controller, CLI and wheelhouse), round for round beside this one's, and the ratio.
 
-Hosts are network namespaces on this machine (needs root and iproute2), so they share its
-CPUs with the controller. The controller's wheelhouse is built before timing starts, as a
+Plain jobs are submitted from an empty folder, so what travels with them is the same for every
+version. Versions that ran a job in its submit folder's path on the host (before the folder
+travelled) find that empty path there too.
+
+Hosts are machines of their own (tests/support/sshd_hosts: a Debian root filesystem in their
+own namespaces; needs root, iproute2 and mmdebstrap), but they share this machine's CPUs with
+the controller. The controller's wheelhouse is built before timing starts, as a
 controller keeps it cached between jobs.
 """
 
@@ -37,11 +47,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml
 
-from gpulayer.cloud.wheelhouse import build_wheelhouse
 from tests.support.cli import run_cli
 from tests.support.moto_lab import CloudInit, ec2_client, lab_vpc, moto_server, write_image_catalog
+from tests.support.package_index import PackageIndex, make_wheel
 from tests.support.sshd_hosts import SshdHost, SshdLab
 
+ROOT = Path(__file__).resolve().parent.parent
 FIRST_LINE = "print('first line', flush=True)"
 UBUNTU = {"owners": ["099720109477"], "name": "ubuntu/images/hvm-ssd/ubuntu-*-amd64-server-*"}
 
@@ -63,13 +74,20 @@ def cpu_seconds(pid: int) -> float:
 
 
 class Controller:
-    """The embedded control plane of one gpulayer home, driven by the CLI."""
+    """The embedded control plane of one gpulayer home, driven by the CLI of ``tree`` (a
+    checkout; this one by default), from an empty folder of its own."""
 
-    def __init__(self, home: Path, extra_env: dict[str, str]) -> None:
+    def __init__(self, home: Path, extra_env: dict[str, str], tree: Path = ROOT) -> None:
         self.home = home
+        self.folder = home.parent / f"{home.name}-submit"
+        self.folder.mkdir(exist_ok=True)
         self.env = {
             **os.environ,
             **extra_env,
+            # The checkout's own provider plugins come before any installed ones.
+            "PYTHONPATH": os.pathsep.join(
+                [str(tree), *(str(plugin) for plugin in sorted((tree / "providers").iterdir()))]
+            ),
             "GPULAYER_HOME": str(home),
             "GPULAYER_IDLE_SECONDS": "600",
             "HTTPS_PROXY": "http://127.0.0.1:9",
@@ -78,7 +96,7 @@ class Controller:
         }
 
     def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return run_cli(list(args), env=self.env, timeout=timeout)
+        return run_cli(list(args), env=self.env, timeout=timeout, cwd=self.folder)
 
     def json(self, *args: str) -> Any:
         return json.loads(self.run(*args, "--json").stdout)
@@ -87,15 +105,18 @@ class Controller:
     def pid(self) -> int:
         return int(json.loads((self.home / "server.json").read_text())["pid"])
 
-    def first_line_seconds(self, *submit: str) -> tuple[float, str]:
-        """Seconds from submit to the job's first output line; the job's id."""
+    def first_line_seconds(self, *submit: str, cwd: Path | None = None) -> tuple[float, str]:
+        """Seconds from submit to the job's first output line; the job's id. Without ``-f``,
+        the job is a one-line command."""
         started = time.monotonic()
+        command = [] if "-f" in submit else ["--", "python", "-c", FIRST_LINE]
         process = subprocess.Popen(
-            [sys.executable, "-m", "gpulayer", "submit", *submit, "--", "python", "-c", FIRST_LINE],
+            [sys.executable, "-m", "gpulayer", "submit", *submit, *command],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
             env=self.env,
+            cwd=cwd or self.folder,
         )
         assert process.stdout is not None
         for line in process.stdout:
@@ -118,6 +139,17 @@ class Controller:
         with contextlib.suppress(OSError, ValueError):
             os.kill(self.pid, signal.SIGTERM)
 
+    def prebuild_wheelhouse(self) -> None:
+        """As a controller keeps it cached between jobs: built before timing starts."""
+        code = (
+            "import sys, pathlib\n"
+            "from gpulayer.cloud.wheelhouse import build_wheelhouse\n"
+            "build_wheelhouse(pathlib.Path(sys.argv[1]))\n"
+        )
+        target = str(self.home / "cache" / "wheelhouse")
+        command = [sys.executable, "-c", code, target]
+        subprocess.run(command, env=self.env, cwd=self.folder, check=True)
+
 
 def ssh_entry(host: SshdHost, name: str, install_root: Path) -> dict[str, Any]:
     install_root.mkdir(parents=True, exist_ok=True)
@@ -130,7 +162,7 @@ def ssh_entry(host: SshdHost, name: str, install_root: Path) -> dict[str, Any]:
         "authorized_keys": str(host.authorized_keys),
         "hourly_price": 0.5,
         "region": "lab",
-        "python": sys.executable,
+        "python": "python3",  # the host's own
         "install_root": str(install_root),
     }
 
@@ -147,26 +179,81 @@ def providers_yaml(home: Path, config: dict[str, Any], record: Path) -> None:
     (home / "providers.yaml").write_text(yaml.safe_dump(config))
 
 
-def measure_ssh(base: Path, lab: SshdLab, repeat: int) -> dict[str, list[float]]:
+def one_ssh_host(home: Path, base: Path, host: SshdHost, name: str) -> None:
+    """providers.yaml offering just ``host``, installing under base/NAME."""
+    root = base / name
+    providers_yaml(
+        home,
+        {
+            "ssh": {
+                "hosts": [ssh_entry(host, "box", root)],
+                "state_dir": str(base / f"{name}-state"),
+            },
+            "gpulayer": {"ssh_cidr": "127.0.0.1/32"},
+        },
+        base / "deadman.jsonl",
+    )
+
+
+def project(base: Path, index: PackageIndex) -> Path:
+    """A 20 MB folder (code and data files) whose job needs one small package."""
+    folder = base / "project"
+    if folder.exists():
+        return folder
+    (folder / "data").mkdir(parents=True)
+    for n in range(20):
+        (folder / "data" / f"shard-{n:02d}.bin").write_bytes(os.urandom(1024 * 1024))
+    (folder / "train.py").write_text(
+        "import gltest_greeting\nprint('first line', gltest_greeting.WORDS, flush=True)\n"
+    )
+    spec = {
+        "workload": {"kind": "command", "command": ["python", "train.py"]},
+        "placement": {"target": "cloud"},
+        "setup": {"pip": ["gltest-greeting==1.0"], "index_url": index.url},
+    }
+    (folder / "job.yaml").write_text(yaml.safe_dump(spec))
+    return folder
+
+
+def measure_baseline(base: Path, lab: SshdLab, round_: int, tree: Path) -> dict[str, float]:
+    """The plain job's cold and warm rows through another checkout's controller."""
+    home = base / f"baseline-home-{round_}"
+    home.mkdir()
+    controller = Controller(home, {}, tree)
+    controller.prebuild_wheelhouse()
+    host = lab.add_host(f"lb{round_}")
+    host.run(["mkdir", "-p", str(controller.folder)], check=True)
+    one_ssh_host(home, base, host, f"baseline-installs-{round_}")
+    try:
+        controller.run("ls")
+        found = {}
+        for kind in ("cold", "warm"):
+            found[kind], job_id = controller.first_line_seconds("--target", "cloud")
+            controller.wait_torn_down(job_id)
+        return found
+    finally:
+        controller.stop()
+        lab.remove_host(host)
+
+
+def measure_ssh(
+    base: Path, lab: SshdLab, repeat: int, index: PackageIndex, baseline: Path | None
+) -> dict[str, list[float]]:
     home = base / "ssh-home"
     home.mkdir()
-    build_wheelhouse(home / "cache" / "wheelhouse")
-    rows: dict[str, list[float]] = {"cold": [], "warm": [], "cpu": [], "tunnel": [], "rejoin": []}
+    folder = project(base, index)
+    rows: dict[str, list[float]] = {
+        "cold": [], "warm": [], "cpu": [], "tunnel": [], "rejoin": [],
+        "project cold": [], "project warm": [], "baseline cold": [], "baseline warm": [],
+    }  # fmt: skip
     for round_ in range(repeat):
+        if baseline is not None:
+            for kind, seconds in measure_baseline(base, lab, round_, baseline).items():
+                rows[f"baseline {kind}"].append(seconds)
         host = lab.add_host(f"lc{round_}")
-        root = base / f"installs-{round_}"
-        providers_yaml(
-            home,
-            {
-                "ssh": {
-                    "hosts": [ssh_entry(host, "box", root)],
-                    "state_dir": str(root.parent / f"state-{round_}"),
-                },
-                "gpulayer": {"ssh_cidr": "127.0.0.1/32"},
-            },
-            base / "deadman.jsonl",
-        )
+        one_ssh_host(home, base, host, f"installs-{round_}")
         controller = Controller(home, {})
+        controller.prebuild_wheelhouse()
         controller.run("ls")  # the control plane is up before timing starts
         for kind in ("cold", "warm"):
             before = cpu_seconds(controller.pid)
@@ -174,18 +261,27 @@ def measure_ssh(base: Path, lab: SshdLab, repeat: int) -> dict[str, list[float]]
             controller.wait_torn_down(job_id)
             rows[kind].append(seconds)
             rows["cpu"].append(cpu_seconds(controller.pid) - before)
-        tunnel, rejoin = measure_restart(controller, base / f"gate-{round_}")
+        tunnel, rejoin = measure_restart(controller, host, f"/tmp/gate-{round_}")
         rows["tunnel"].append(tunnel)
         rows["rejoin"].append(rejoin)
+        # A fresh host for the project: nothing of the first jobs' installs on it.
+        fresh = lab.add_host(f"lp{round_}")
+        one_ssh_host(home, base, fresh, f"project-installs-{round_}")
+        for kind in ("project cold", "project warm"):
+            seconds, job_id = controller.first_line_seconds("-f", "job.yaml", cwd=folder)
+            controller.wait_torn_down(job_id)
+            rows[kind].append(seconds)
+        lab.remove_host(fresh)
         controller.stop()
         lab.remove_host(host)
     return rows
 
 
-def measure_restart(controller: Controller, gate: Path) -> tuple[float, float]:
+def measure_restart(controller: Controller, host: SshdHost, gate: str) -> tuple[float, float]:
+    """The gate is a file on the host (which shares no disk with this machine)."""
     script = (
         "import pathlib, time\n"
-        f"gate = pathlib.Path({str(gate)!r})\n"
+        f"gate = pathlib.Path({gate!r})\n"
         "while not gate.exists(): time.sleep(0.1)\n"
     )
     job_id = controller.run(
@@ -223,7 +319,7 @@ def measure_restart(controller: Controller, gate: Path) -> tuple[float, float]:
 
     wait_for(heartbeat_after_restart, 120, "the worker's heartbeat")
     rejoin = time.monotonic() - restarted
-    gate.touch()
+    host.run(["touch", gate], check=True)
     wait_for(lambda: controller.json("status", job_id)["state"] == "succeeded", 120, "the job")
     controller.wait_torn_down(job_id)
     return tunnel, rejoin
@@ -232,7 +328,6 @@ def measure_restart(controller: Controller, gate: Path) -> tuple[float, float]:
 def measure_moto(base: Path, lab: SshdLab, repeat: int) -> dict[str, list[float]]:
     home = base / "aws-home"
     home.mkdir()
-    build_wheelhouse(home / "cache" / "wheelhouse")
     rows: dict[str, list[float]] = {"moto": [], "cpu": []}
     with moto_server() as moto:
         assert lab.subnet is not None
@@ -259,7 +354,7 @@ def measure_moto(base: Path, lab: SshdLab, repeat: int) -> dict[str, list[float]
                     "subnet_ids": subnets,
                     "price_source": "catalog",
                     "cache_dir": str(base / "aws-cache"),
-                    "python": sys.executable,
+                    "python": "python3",  # the instance's own
                     "install_root": str(install_root),
                     "poll_seconds": 0.1,
                     "terminate_timeout_seconds": 30,
@@ -271,6 +366,7 @@ def measure_moto(base: Path, lab: SshdLab, repeat: int) -> dict[str, list[float]
         emulator = CloudInit(moto.url, lab)
         emulator.start()
         controller = Controller(home, env)
+        controller.prebuild_wheelhouse()
         try:
             controller.run("offers", "--provider", "aws")  # fills the offer cache
             controller.run("ls")  # the control plane is up before timing starts
@@ -295,14 +391,18 @@ def median(values: list[float]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--baseline", type=Path, help="another checkout to run beside this one")
     args = parser.parse_args()
+    baseline = args.baseline.resolve() if args.baseline is not None else None
     with tempfile.TemporaryDirectory(prefix="gpulayer-bench-lifecycle-") as scratch:
         base = Path(scratch)
         lab = SshdLab.create(base / "lab")
         try:
-            if lab.mode != "netns":
+            if not lab.namespaced:
                 raise SystemExit("needs root and iproute2: instances are network namespaces")
-            ssh = measure_ssh(base, lab, args.repeat)
+            make_wheel(base / "wheels", "gltest-greeting", "1.0", {"gltest_greeting.py": "WORDS = 1\n"})
+            with PackageIndex(base / "wheels", address=lab.gateway) as index:
+                ssh = measure_ssh(base, lab, args.repeat, index, baseline)
             aws = measure_moto(base, lab, args.repeat)
         finally:
             lab.close()
@@ -314,6 +414,10 @@ def main() -> None:
         ("moto instance", moto),
     ):
         print(f"  {label:<42}{value:>10.2f}{value / cold:>13.2f}x")
+    project_cold, project_warm = median(ssh["project cold"]), median(ssh["project warm"])
+    print(f"{'20 MB project with setup.pip -> first line':<44}{'seconds':>10}{'vs plain':>14}")
+    print(f"  {'fresh host (nothing installed)':<42}{project_cold:>10.2f}{project_cold / cold:>13.2f}x")
+    print(f"  {'same host, same setup (reused)':<42}{project_warm:>10.2f}{project_warm / warm:>13.2f}x")
     cpu_ssh, cpu_aws = median(ssh["cpu"]), median(aws["cpu"])
     print(f"{'controller CPU-seconds per provisioned job':<44}{'seconds':>10}{'vs ssh':>14}")
     print(f"  {'ssh host (submit to teardown)':<42}{cpu_ssh:>10.2f}{1.0:>13.2f}x")
@@ -324,6 +428,11 @@ def main() -> None:
     print(f"{'controller restart (kill -9) -> resumed job':<44}{'seconds':>10}{'vs rejoin':>14}")
     print(f"  {'tunnel reopened':<42}{tunnel:>10.2f}{tunnel / rejoin:>13.2f}x")
     print(f"  {'worker heartbeating again':<42}{rejoin:>10.2f}{1.0:>13.2f}x")
+    if baseline is not None:
+        print(f"{'plain job on an ssh host, beside --baseline':<44}{'baseline':>10}{'now':>8}{'ratio':>8}")
+        for kind in ("cold", "warm"):
+            before, now = median(ssh[f"baseline {kind}"]), median(ssh[kind])
+            print(f"  {kind + ' (submit -> first line, s)':<42}{before:>10.2f}{now:>8.2f}{now / before:>7.2f}x")
     print(f"(medians of {args.repeat} run(s); {os.cpu_count()} CPUs shared with the hosts)")
 
 

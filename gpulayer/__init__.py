@@ -14,22 +14,23 @@ _EXPORTS = {
     "JobSpec": "gpulayer.spec",
     "API_VERSION": "gpulayer.spec",
     "PROFILES": "gpulayer.spec",
-    "Job": "gpulayer.sdk",
-    "JobBuilder": "gpulayer.sdk",
-    "JobFailed": "gpulayer.sdk",
-    "JobTimeout": "gpulayer.sdk",
-    "command": "gpulayer.sdk",
-    "distributed": "gpulayer.sdk",
-    "function": "gpulayer.sdk",
-    "launch": "gpulayer.sdk",
-    "remote": "gpulayer.sdk",
-    "Trainer": "gpulayer.sdk",
-    "TrainResult": "gpulayer.sdk",
+    "Job": "gpulayer.sdk.job",
+    "JobBuilder": "gpulayer.sdk.builders",
+    "JobFailed": "gpulayer.sdk.job",
+    "JobTimeout": "gpulayer.sdk.job",
+    "command": "gpulayer.sdk.builders",
+    "distributed": "gpulayer.sdk.builders",
+    "function": "gpulayer.sdk.builders",
+    "launch": "gpulayer.sdk.launch",
+    "launch_many": "gpulayer.sdk.launch",
+    "remote": "gpulayer.sdk.remote",
+    "Trainer": "gpulayer.sdk.trainer",
+    "TrainResult": "gpulayer.sdk.trainer",
     "train": "gpulayer.sdk",
-    "schedule": "gpulayer.sdk",
-    "Schedule": "gpulayer.sdk",
-    "ScheduleSkipped": "gpulayer.sdk",
-    "Cron": "gpulayer.sdk",
+    "schedule": "gpulayer.sdk.schedule",
+    "Schedule": "gpulayer.sdk.schedule",
+    "ScheduleSkipped": "gpulayer.sdk.schedule",
+    "Cron": "gpulayer.schedules.model",
 }
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from gpulayer.sdk import train
     from gpulayer.sdk.builders import JobBuilder, command, distributed, function
     from gpulayer.sdk.job import Job, JobFailed, JobTimeout
-    from gpulayer.sdk.launch import launch
+    from gpulayer.sdk.launch import launch, launch_many
     from gpulayer.sdk.remote import remote
     from gpulayer.sdk.schedule import Schedule, ScheduleSkipped, schedule
     from gpulayer.sdk.trainer import Trainer, TrainResult
@@ -77,6 +78,7 @@ __all__ = [
     "distributed",
     "function",
     "launch",
+    "launch_many",
     "remote",
     "schedule",
     "train",

@@ -11,7 +11,8 @@
 #   wheelhouse into it without any package index (pip runs in place from the wheelhouse's
 #   own pip wheel), then starts `python -m gpulayer worker start WORKER-START-ARGS` in a session of its
 #   own (pid in DIR/worker.pid, output in DIR/worker.log) and waits until it has joined its
-#   control plane. The join token is read from --token-file into GPULAYER_TOKEN, so it never
+#   control plane, within --join-timeout seconds of the script's start (the install counts).
+#   The join token is read from --token-file into GPULAYER_TOKEN, so it never
 #   shows in a process listing; the file is deleted once the worker runs. Only when the
 #   wheelhouse is missing and a package index answers is gpulayer installed from the index.
 # stop: ends the worker's process group (TERM, then KILL after --grace seconds), and any
@@ -175,6 +176,8 @@ stop_worker() {
 # --- arguments ---------------------------------------------------------------------------------
 
 [ $# -ge 1 ] || usage "no command"
+# --join-timeout counts from here: the install before the worker starts spends the same budget.
+started=$(date +%s)
 command=$1
 shift
 install_dir=""
@@ -348,8 +351,7 @@ unset GPULAYER_TOKEN
 if [ -n "$token_file" ]; then rm -f "$token_file"; fi
 say "worker-pid=$pid"
 
-ticks=0
-limit=$(awk -v s="$join_timeout" 'BEGIN { printf "%d", s * 10 }')
+limit=$(awk -v s="$join_timeout" 'BEGIN { printf "%d", (s == int(s)) ? s : int(s) + 1 }')
 while :; do
     joined=$(sed -n 's/^worker .* (\([^ ()]*\)) joined .*$/\1/p' "$log" | tail -n 1)
     if [ -n "$joined" ]; then
@@ -363,12 +365,11 @@ while :; do
         rm -f "$install_dir/worker.pid"
         fail "the worker exited (status $code) before joining"
     fi
-    if [ "$ticks" -ge "$limit" ]; then
+    if [ $(($(date +%s) - started)) -ge "$limit" ]; then
         tail -n 20 "$log" | sed "s/^/$PREFIX worker.log: /" >&2
         stop_worker 2 >/dev/null
         wait "$pid" 2>/dev/null || true
         fail "the worker did not join its control plane within ${join_timeout}s"
     fi
     sleep 0.1
-    ticks=$((ticks + 1))
 done

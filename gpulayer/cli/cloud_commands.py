@@ -35,7 +35,9 @@ def offers(
     enabled_only: bool = typer.Option(
         False, "--enabled-only", help="Only providers enabled in providers.yaml."
     ),
-    limit: int = typer.Option(30, "--limit", "-n", min=0, help="How many offers to show."),
+    limit: int = typer.Option(
+        30, "--limit", "-n", min=0, help="How many offers to show; 0: all of them."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
     server: Optional[str] = typer.Option(None, "--server", help="Control plane URL."),
 ) -> None:
@@ -64,6 +66,16 @@ def offers(
         gpu_count_exact=gpus is not None or bool(file),
         include_disabled=not enabled_only,
         limit=limit,
+        # Names given by a flag are refused under the flag's name; a file's under its field.
+        names={
+            field: flag
+            for field, flag, given in (
+                ("gpu_models", "--gpu", gpu),
+                ("regions", "--region", region),
+                ("providers", "--provider", provider),
+            )
+            if given
+        },
     )
     if as_json:
         # The offers alone, each with "enabled" and "source"; why and what else go to stderr.

@@ -45,16 +45,24 @@ def _in_flight(running: Any) -> list[str]:
         return []
 
 
+# What `systemctl status` and LSB init scripts exit with for a unit that is not running, so a
+# script can ask `gpulayer server status` without reading its output.
+NOT_RUNNING_EXIT = 3
+
+
 def status(as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts.")) -> None:
-    """Whether the local control plane runs, since when, with what code and which live jobs."""
+    """Whether the local control plane runs, since when, with what code and which live jobs;
+    exits 3 when none runs."""
     from gpulayer.control.paths import home
 
     described = _describe(home())
     if as_json:
         print_json(described)
-        return
-    if not described["running"]:
+    elif not described["running"]:
         typer.echo(f"local control plane: not running (home {described['home']})")
+    if not described["running"]:
+        raise typer.Exit(NOT_RUNNING_EXIT)
+    if as_json:
         return
     from datetime import datetime, timezone
 
@@ -110,12 +118,21 @@ def _stop(layout: Any, force: bool) -> bool:
     with console.status("stopping the local control plane") as spinner:
         begun = time.monotonic()
 
-        def waiting(live: list[str]) -> None:
-            shown = ", ".join(live[:3]) + (", ..." if len(live) > 3 else "")
-            spinner.update(
-                f"waiting for {len(live)} job{'s' if len(live) != 1 else ''} to end "
+        said: list[int] = []
+
+        def waiting(live: list[str], in_flight: list[str]) -> None:
+            named = live + in_flight
+            shown = ", ".join(named[:3]) + (", ..." if len(named) > 3 else "")
+            line = (
+                f"waiting for {len(live)} live job{'s' if len(live) != 1 else ''} to end "
                 f"({shown}; {time.monotonic() - begun:.0f} s; --force cancels them)"
             )
+            if console.is_terminal:
+                spinner.update(line)
+            elif not said or said[-1] != len(live):
+                # No spinner off a terminal: one line each time the count changes.
+                said.append(len(live))
+                console.print(line, soft_wrap=True)
 
         stop(running, force=force, wait_for_jobs=True, on_wait=waiting)
     return True

@@ -2,7 +2,8 @@
 
 Narrow on purpose, so 80 columns hold a row without cutting a name or a price: the GPU count,
 model and memory share a column, a provider that is not enabled is starred (the footnote says
-how to enable it), and the currency goes into the price header when all rows share one.
+how to enable it), the currency goes into the price header when all rows share one, and on a
+narrow terminal VCPU, RAM and then ZONE are left out before anything is cut.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
+from gpulayer.cli.fit import Column, print_fitted
 from gpulayer.cloud.ranking import format_price
 from gpulayer.hardware.gpus import nominal_memory_gb
 
@@ -25,8 +26,14 @@ def _gpus(row: dict[str, Any]) -> str:
     return f"{row['gpu_count']}x {row['gpu_name']}{memory}"
 
 
-def _where(row: dict[str, Any]) -> str:
-    return str(row.get("zone") or row["region"])
+def _zone(row: dict[str, Any]) -> str:
+    if row.get("zone"):
+        return str(row["zone"])
+    # A catalog offer stands for its region; the zone is chosen at launch among these.
+    zones: list[str] = list(row.get("zones") or ())
+    if len(zones) == 1:
+        return str(zones[0])
+    return f"{len(zones)} zones" if zones else "-"
 
 
 def offers_table(listing: dict[str, Any]) -> None:
@@ -37,31 +44,41 @@ def offers_table(listing: dict[str, Any]) -> None:
     else:
         currencies = {row.get("currency", "USD") for row in rows}
         single = currencies.pop() if len(currencies) == 1 else None
-        table = Table(box=None, header_style="bold", padding=(0, 1, 0, 0))
-        table.add_column("PROVIDER", no_wrap=True)
-        table.add_column("REGION", no_wrap=True)
-        table.add_column("TYPE", no_wrap=True)
-        table.add_column("GPUS", no_wrap=True)
-        table.add_column("VCPU", justify="right")
-        table.add_column("RAM", justify="right")
-        table.add_column(f"{single}/H" if single else "PRICE/H", no_wrap=True, justify="right")
-        table.add_column("SPOT")
+        # Submit rents spot only where the provider allows it; with none listed the column
+        # would say "no" on every row.
+        any_spot = any(row["spot"] for row in rows)
+        columns = [
+            Column("PROVIDER"),
+            Column("REGION"),
+            Column("ZONE", drop=1),
+            Column("TYPE"),
+            Column("GPUS"),
+            Column("VCPU", drop=3, justify="right"),
+            Column("RAM", drop=2, justify="right"),
+            Column(f"{single}/H" if single else "PRICE/H", justify="right"),
+        ]
+        if any_spot:
+            columns.append(Column("SPOT"))
+        cells = []
         for row in rows:
             price = row.get("hourly_price")
             shown = "unknown" if price is None else format_price(price)
             if single is None and price is not None:
                 shown += f" {row.get('currency', 'USD')}"
-            table.add_row(
+            line = [
                 row["provider"] + ("" if row["enabled"] else "*"),
-                _where(row),
+                row["region"],
+                _zone(row),
                 row["instance_type"],
                 _gpus(row),
                 f"{row['cpu_cores']:g}",
                 "-" if row.get("memory_gb") is None else f"{row['memory_gb']:g}",
                 shown,
-                "yes" if row["spot"] else "",
-            )
-        console.print(table)
+            ]
+            if any_spot:
+                line.append("yes" if row["spot"] else "no")
+            cells.append(line)
+        print_fitted(console, columns, cells)
     total = listing.get("total", len(rows))
     if total > len(rows):
         console.print(f"({total - len(rows)} more; --limit to see them)")

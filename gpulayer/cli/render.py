@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from gpulayer.cli.fit import Column, print_fitted
 from gpulayer.cli.numbers import amount_text
 
 _STATE_STYLE = {
@@ -22,47 +22,6 @@ _STATE_STYLE = {
 
 def _console() -> Console:
     return Console(highlight=False)
-
-
-# Folded columns keep this much when the terminal allows (tiers tried in turn), so that a
-# header or a state does not break mid-word while there is room.
-_FOLD_TIERS = (9, 6, 4, 3)
-
-
-def _table(
-    columns: Sequence[str],
-    rows: Sequence[Sequence[str]],
-    *,
-    whole: Collection[str],
-    width: int,
-) -> Table:
-    """A table whose ``whole`` columns (ids, prices) are never cut or wrapped on a narrow
-    terminal: they keep their widest cell's width, and the other columns fold instead."""
-    from rich.cells import cell_len
-    from rich.text import Text
-
-    widest = [
-        max([cell_len(name), *(cell_len(Text.from_markup(row[i]).plain) for row in rows)])
-        for i, name in enumerate(columns)
-    ]
-    padding = 2  # box=None keeps one space on each side of a cell
-    left = width - sum(widest[i] + padding for i, name in enumerate(columns) if name in whole)
-    folded = [i for i, name in enumerate(columns) if name not in whole]
-    minimums: dict[int, int] = {}
-    for tier in _FOLD_TIERS:
-        wanted = {i: min(widest[i], tier) for i in folded}
-        if sum(w + padding for w in wanted.values()) <= left:
-            minimums = wanted
-            break
-    table = Table(box=None, header_style="bold")
-    for index, name in enumerate(columns):
-        if name in whole:
-            table.add_column(name, no_wrap=True, min_width=widest[index])
-        else:
-            table.add_column(name, overflow="fold", min_width=minimums.get(index))
-    for row in rows:
-        table.add_row(*row)
-    return table
 
 
 def _state(state: str) -> str:
@@ -86,9 +45,16 @@ def jobs_table(jobs: list[dict[str, Any]]) -> None:
         )
         for job in jobs
     ]
-    columns = ("ID", "NAME", "STATE", "REASON", "TARGET", "EXIT", "CREATED")
-    console = _console()
-    console.print(_table(columns, rows, whole={"ID", "STATE", "CREATED"}, width=console.width))
+    columns = (
+        Column("ID"),
+        Column("NAME", prose=True, fold=True),
+        Column("STATE"),
+        Column("REASON", prose=True),
+        Column("TARGET", drop=2),
+        Column("EXIT", drop=1, justify="right"),
+        Column("CREATED"),
+    )
+    print_fitted(_console(), columns, rows)
 
 
 def job_panel(job: dict[str, Any]) -> None:
@@ -124,9 +90,7 @@ def job_panel(job: dict[str, Any]) -> None:
     console.print(table)
     attempts = job.get("attempts")
     if isinstance(attempts, list) and attempts:
-        detail = Table(box=None, header_style="bold", title="attempts", title_justify="left")
-        for column in ("#", "STATE", "REASON", "WORKER", "GPUS", "STARTED", "FINISHED"):
-            detail.add_column(column)
+        lines: list[tuple[str, ...]] = []
         for attempt in attempts:
             worker = attempt.get("worker_name") or "-"
             if attempt.get("worker_id"):
@@ -134,16 +98,33 @@ def job_panel(job: dict[str, Any]) -> None:
             number = str(attempt["number"])
             if any(a.get("node_rank") for a in attempts):
                 number += f" node {attempt.get('node_rank', 0)}"
-            detail.add_row(
-                number,
-                _state(attempt["state"]),
-                attempt.get("reason") or "",
-                worker,
-                ",".join(str(g) for g in attempt.get("gpu_indices") or []) or "-",
-                _short_time(attempt.get("started_at")),
-                _short_time(attempt.get("finished_at")),
+            lines.append(
+                (
+                    number,
+                    _state(attempt["state"]),
+                    attempt.get("reason") or "",
+                    worker,
+                    ",".join(str(g) for g in attempt.get("gpu_indices") or []) or "-",
+                    _short_time(attempt.get("started_at")),
+                    _short_time(attempt.get("finished_at")),
+                )
             )
-        console.print(detail)
+        columns = (
+            Column("#", prose=True),
+            Column("STATE"),
+            Column("REASON", prose=True),
+            # "name (id)" wraps between the two, so neither is cut.
+            Column("WORKER", prose=True),
+            Column("GPUS", prose=True, drop=1),
+            Column("STARTED"),
+            # The job's own finish time is in the panel above.
+            Column("FINISHED", drop=2),
+        )
+        print_fitted(console, columns, lines, title="attempts")
+        for attempt in attempts:
+            if attempt.get("setup_seconds") is not None:
+                took = _duration(attempt["setup_seconds"])
+                console.print(f"attempt {attempt['number']}: setup took {took}")
     for instance in job.get("instances") or []:
         console.print(_phases_table(instance))
 
@@ -177,40 +158,39 @@ def _phases_table(instance: dict[str, Any]) -> Table:
 
 
 def instances_table(instances: list[dict[str, Any]]) -> None:
-    table = Table(box=None, header_style="bold")
-    columns = (
-        "INSTANCE",
-        "PROVIDER",
-        "TYPE",
-        "WHERE",
-        "STATE",
-        "IN STATE",
-        "PRICE/H",
-        "COST",
-        "JOB",
-    )
-    for column in columns:
-        table.add_column(column)
+    rows = []
     for item in instances:
         price = "-" if item["hourly_price"] is None else f"{item['hourly_price']:.4f}"
         cost = "-" if item["cost"] is None else f"{item['cost']:.4f} {item['currency']}"
         where = item.get("zone") or item.get("region") or "-"
-        if item.get("zone") and item.get("region") and item["zone"] != item["region"]:
-            where = f"{item['region']}/{item['zone']}"
-        table.add_row(
-            item["instance_id"] or item["request_id"],
-            item["provider"],
-            item.get("instance_type") or "-",
-            where,
-            item["state"],
-            _duration(item.get("age_in_state_seconds")),
-            price,
-            cost,
-            item["job_id"],
+        rows.append(
+            (
+                item["instance_id"] or item["request_id"],
+                item["provider"],
+                item.get("instance_type") or "-",
+                where,
+                item["state"],
+                _duration(item.get("age_in_state_seconds")),
+                price,
+                cost,
+                item["job_id"],
+            )
         )
+    columns = (
+        Column("INSTANCE"),
+        Column("PROVIDER", drop=2),
+        Column("TYPE"),
+        # The zone names its region (us-east-1a); a provider without zones shows the region.
+        Column("WHERE"),
+        Column("STATE"),
+        Column("IN STATE", prose=True, drop=3),
+        Column("PRICE/H", drop=1, justify="right"),
+        Column("COST", prose=True, drop=4, justify="right"),
+        Column("JOB"),
+    )
     console = _console()
     if instances:
-        console.print(table)
+        print_fitted(console, columns, rows)
     else:
         console.print("no instances (--all shows ended ones)")
 
@@ -257,24 +237,46 @@ def workers_table(workers: list[dict[str, Any]]) -> None:
                 "-" if memory is None else f"{memory:.1f}",
                 f"{caps.get('os', '?')}/{caps.get('cpu_arch', '?')}",
                 caps.get("python_version", "-"),
-                ",".join(f"{k}={v}" for k, v in (worker.get("labels") or {}).items()),
+                caps.get("isolation") or "-",
+                ", ".join(f"{k}={v}" for k, v in (worker.get("labels") or {}).items()),
             )
         )
     columns = (
-        "ID",
-        "NAME",
-        "KIND",
-        "STATE",
-        "RUNNING",
-        "HARDWARE",
-        "CPU",
-        "MEM GB",
-        "OS/ARCH",
-        "PYTHON",
-        "LABELS",
+        Column("ID"),
+        Column("NAME", fold=True),
+        Column("KIND"),
+        Column("STATE"),
+        Column("RUNNING", justify="right"),
+        Column("HARDWARE", prose=True),
+        Column("CPU", drop=4, justify="right"),
+        Column("MEM GB", prose=True, drop=3, justify="right"),
+        Column("OS/ARCH", drop=5),
+        Column("PYTHON", drop=6),
+        Column("ISOLATION", drop=2),
+        Column("LABELS", prose=True, drop=1),
     )
     console = _console()
-    console.print(_table(columns, rows, whole={"ID"}, width=console.width))
+    print_fitted(console, columns, rows)
+    for worker in workers:
+        isolation = (worker.get("capabilities") or {}).get("isolation")
+        if isolation == "none":
+            console.print(f"warning: {unisolated_warning(worker['name'])}", style="yellow")
+        elif isolation == "shared_uid":
+            console.print(f"warning: {shared_uid_warning(worker['name'])}", style="yellow")
+
+
+def unisolated_warning(name: str) -> str:
+    return (
+        f"worker {name} runs its jobs as its own user: they can read its credential and act "
+        "as it (start it as root with --run-as-range)"
+    )
+
+
+def shared_uid_warning(name: str) -> str:
+    return (
+        f"worker {name} runs all its jobs as one user: they can reach each other's secrets and "
+        "files (start it with --run-as-range)"
+    )
 
 
 def cost_table(ledger: dict[str, Any]) -> None:
@@ -293,10 +295,18 @@ def cost_table(ledger: dict[str, Any]) -> None:
         )
         for item in ledger["instances"]
     ]
-    columns = ("JOB", "PROVIDER", "INSTANCE", "STATE", "PRICE/H", "LAUNCHED", "ENDED", "COST")
+    columns = (
+        Column("JOB"),
+        Column("PROVIDER", drop=1),
+        Column("INSTANCE"),
+        Column("STATE"),
+        Column("PRICE/H", justify="right"),
+        Column("LAUNCHED", drop=2),
+        Column("ENDED", drop=1),
+        Column("COST", justify="right"),
+    )
     console = _console()
-    whole = {"JOB", "INSTANCE", "PRICE/H", "COST"}
-    console.print(_table(columns, rows, whole=whole, width=console.width))
+    print_fitted(console, columns, rows)
     totals = ", ".join(
         amount_text(amount, currency) for currency, amount in ledger["total"].items()
     )
@@ -304,28 +314,29 @@ def cost_table(ledger: dict[str, Any]) -> None:
 
 
 def token_table(tokens: list[dict[str, Any]]) -> None:
-    table = Table(box=None, header_style="bold")
-    for column, fold in (
-        ("ID", False),
-        ("KIND", False),
-        ("NAME", True),
-        ("STATE", False),
-        ("WORKERS", False),
-        ("EXPIRES", False),
-        ("CREATED", False),
-    ):
-        table.add_column(column, no_wrap=not fold, overflow="fold")
+    rows = []
     for token in tokens:
         registered = token.get("registered") or 0
         cap = token.get("max_workers")
         workers = "" if token["kind"] != "join" else f"{registered}/{cap or '-'}"
-        table.add_row(
-            token["id"],
-            token["kind"],
-            token.get("name") or "",
-            token["state"],
-            workers,
-            _short_time(token.get("expires_at")),
-            _short_time(token.get("created_at")),
+        rows.append(
+            (
+                token["id"],
+                token["kind"],
+                token.get("name") or "",
+                token["state"],
+                workers,
+                _short_time(token.get("expires_at")),
+                _short_time(token.get("created_at")),
+            )
         )
-    _console().print(table)
+    columns = (
+        Column("ID"),
+        Column("KIND"),
+        Column("NAME", fold=True),
+        Column("STATE"),
+        Column("WORKERS", drop=1),
+        Column("EXPIRES"),
+        Column("CREATED", drop=2),
+    )
+    print_fitted(_console(), columns, rows)

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
+from gpulayer.cli.fit import Column, print_fitted
+
 if TYPE_CHECKING:
     from gpulayer.sdk.connection import Connection
 
@@ -75,23 +77,29 @@ def control_plane_note(connection: Connection, found: list[dict[str, Any]]) -> s
 
 
 def runs_table(runs: list[dict[str, Any]]) -> None:
-    table = Table(box=None, header_style="bold")
-    table.add_column("TICK", no_wrap=True)
-    table.add_column("OUTCOME", no_wrap=True)
-    table.add_column("JOB", no_wrap=True)
-    for column in ("STATE", "COST", "LATE", "NOTE"):
-        table.add_column(column)
-    for run in runs:
-        table.add_row(
-            _when(run["tick"]) + (" (trigger)" if run["manual"] else ""),
-            "created" if run["job_id"] else f"skipped: {run['outcome']}",
+    rows = [
+        (
+            _when(run["tick"]),
+            ("created" if run["job_id"] else f"skipped: {run['outcome']}")
+            + (" (trigger)" if run["manual"] else ""),
             run["job_id"] or "",
             run["job_state"] or "",
             "" if run["cost"] is None else f"{run['cost']:.4f}",
             "" if run["late_seconds"] is None else f"{run['late_seconds']:.2f} s",
             run["message"] or "",
         )
-    _console().print(table)
+        for run in runs
+    ]
+    columns = (
+        Column("TICK"),
+        Column("OUTCOME", prose=True),
+        Column("JOB"),
+        Column("STATE"),
+        Column("COST", drop=2, justify="right"),
+        Column("LATE", drop=1, prose=True, justify="right"),
+        Column("NOTE", prose=True),
+    )
+    print_fitted(_console(), columns, rows)
 
 
 def schedule_panel(view: dict[str, Any]) -> None:

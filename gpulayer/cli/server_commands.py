@@ -40,6 +40,23 @@ def server(
         "--max-log-bytes",
         help="Output kept per job, newest first (default 1GiB, or $GPULAYER_MAX_LOG_BYTES).",
     ),
+    max_output_files: Optional[int] = typer.Option(
+        None,
+        "--max-output-files",
+        help="Files one outputs upload may hold (default 10000, or $GPULAYER_MAX_OUTPUT_FILES).",
+    ),
+    max_output_bytes: Optional[str] = typer.Option(
+        None,
+        "--max-output-bytes",
+        help="Bytes one outputs upload may expand to (default 20GiB, or "
+        "$GPULAYER_MAX_OUTPUT_BYTES).",
+    ),
+    max_output_ratio: Optional[float] = typer.Option(
+        None,
+        "--max-output-ratio",
+        help="How many times its compressed size an outputs upload may expand to, past 64 MiB "
+        "(default 200, or $GPULAYER_MAX_OUTPUT_RATIO).",
+    ),
 ) -> None:
     """Run the team control plane: a queue that registered workers take jobs from.
 
@@ -68,6 +85,9 @@ def server(
         database_url=database_url,
         heartbeat_timeout=heartbeat_timeout,
         max_log_bytes=cap,
+        max_output_files=max_output_files,
+        max_output_bytes=max_output_bytes,
+        max_output_ratio=max_output_ratio,
     )
 
 
@@ -84,6 +104,19 @@ def worker_start(
     run_as: Optional[str] = typer.Option(
         None, "--run-as", help="Run jobs as this unprivileged user (the worker runs as root)."
     ),
+    run_as_range: Optional[str] = typer.Option(
+        None,
+        "--run-as-range",
+        help="FIRST-LAST: run each attempt as a uid of its own from this range (the worker "
+        "runs as root; no account may hold these uids).",
+    ),
+    require_isolation: bool = typer.Option(
+        False,
+        "--require-isolation",
+        help="Refuse to start unless each attempt runs as a uid of its own (--run-as-range): "
+        "not where jobs would run as this worker's own user (and could read its credential), "
+        "nor as one --run-as user they all share.",
+    ),
     max_output_file_bytes: int = typer.Option(
         10 * 1024**3,
         "--max-output-file-bytes",
@@ -97,7 +130,18 @@ def worker_start(
         "(default: this machine's address on the route to the control plane).",
     ),
     label: list[str] = typer.Option([], "--label", help="K=V label jobs can pin to (repeatable)."),
-    work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Where attempts run."),
+    work_dir: Optional[Path] = typer.Option(
+        None,
+        "--work-dir",
+        help="Where attempts run (default: HOME/worker-jobs; with --run-as or --run-as-range, "
+        "/var/lib/gpulayer/worker-jobs-ID, prepared so the jobs' users can reach it).",
+    ),
+    setup_cache: Optional[Path] = typer.Option(
+        None,
+        "--setup-cache",
+        help="Where jobs' setup environments are kept for later jobs "
+        "(default: WORK_DIR/.setup-envs).",
+    ),
     heartbeat_seconds: float = typer.Option(5.0, "--heartbeat-seconds", help="Heartbeat interval."),
     kind: str = typer.Option(
         "remote", "--kind", help="remote, or cloud for a machine rented for a job."
@@ -149,6 +193,8 @@ def worker_start(
         address=address,
         heartbeat_seconds=heartbeat_seconds,
         run_as=run_as,
+        run_as_range=run_as_range,
+        require_isolation=require_isolation,
         max_output_file_bytes=max_output_file_bytes,
         provider=provider,
         region=region,
@@ -158,6 +204,7 @@ def worker_start(
         deadman_seconds=deadman_seconds,
         deadman_action=deadman_action,
         instance_request_id=instance_request_id,
+        setup_cache=setup_cache,
     )
     code = run_worker(options)
     if code:

@@ -17,6 +17,8 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from gpulayer.errors import GpulayerError
+
 INTRO = """\
 # Settings
 
@@ -31,23 +33,36 @@ to a cloud is refused at submit (exit 2, no job made) while the file does not va
 """
 
 
-def documented_plugins() -> list[str]:
-    """Provider plugins shipped in this source tree that are installed here, sorted."""
-    from gpulayer.cloud.registry import available_providers, settings_model
+class UndocumentedSection(GpulayerError):
+    """A plugin shipped in this tree whose settings cannot be read: the page would silently
+    lack its providers.yaml section."""
 
+
+def documented_plugins() -> list[str]:
+    """Every provider plugin shipped in this source tree, sorted: each one is a section."""
     shipped = Path(__file__).resolve().parents[2] / "providers"
-    names = {p.parent.name for p in shipped.glob("*/pyproject.toml")}
-    return [n for n in available_providers() if n in names and settings_model(n) is not None]
+    return sorted(p.parent.name for p in shipped.glob("*/pyproject.toml"))
+
+
+def _settings_model(name: str) -> type[BaseModel] | None:
+    from gpulayer.cloud.registry import settings_model
+
+    model = settings_model(name)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
 
 
 def render_page() -> str:
     from gpulayer.cloud.orchestrator_settings import OrchestratorSettings
-    from gpulayer.cloud.registry import settings_model
 
     parts = [INTRO]
     parts.append(_section("gpulayer", OrchestratorSettings, "The orchestrator's own settings."))
     for name in documented_plugins():
-        model = settings_model(name)
+        model = _settings_model(name)
+        if model is None:
+            raise UndocumentedSection(
+                f"provider {name!r}: no settings model (not installed here, or its provider "
+                "class names no settings_model); its section cannot be written"
+            )
         text = model.__doc__ or sys.modules[model.__module__].__doc__ or ""
         summary = text.strip().split("\n\n")[0]
         parts.append(_section(name, model, " ".join(summary.split())))
@@ -71,8 +86,9 @@ def _tables(prefix: str, model: type[BaseModel]) -> list[str]:
     for key, info in model.model_fields.items():
         inner = _model_inside(info.annotation)
         if inner is not None:
-            is_list = typing.get_origin(_strip_optional(info.annotation)) is list
-            nested.append((f"{prefix}.{key}{'[]' if is_list else ''}", inner))
+            origin = typing.get_origin(_unannotated(info.annotation))
+            suffix = {list: "[]", dict: ".NAME"}.get(origin, "")
+            nested.append((f"{prefix}.{key}{suffix}", inner))
         meaning = " ".join((info.description or "").split()).replace("|", "\\|")
         lines.append(f"| `{key}` | {_type_name(info.annotation)} | {_default(info)} | {meaning} |")
     lines.append("")
@@ -103,12 +119,20 @@ def _strip_optional(annotation: Any) -> Any:
     return annotation
 
 
-def _model_inside(annotation: Any) -> type[BaseModel] | None:
+def _unannotated(annotation: Any) -> Any:
     kind = _strip_optional(annotation)
     if typing.get_origin(kind) is typing.Annotated:
         kind = typing.get_args(kind)[0]
+    return kind
+
+
+def _model_inside(annotation: Any) -> type[BaseModel] | None:
+    """The model of a field that is one, or a list of them, or a map of names to them."""
+    kind = _unannotated(annotation)
     if typing.get_origin(kind) is list:
         kind = typing.get_args(kind)[0]
+    elif typing.get_origin(kind) is dict:
+        kind = typing.get_args(kind)[1]
     if isinstance(kind, type) and issubclass(kind, BaseModel):
         return kind
     return None

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from gpulayer.cloud.catalogs import STALE_AFTER_DAYS as STALE_AFTER_DAYS
     from gpulayer.cloud.catalogs import CatalogInfo as CatalogInfo
     from gpulayer.cloud.catalogs import has_catalog as has_catalog
+    from gpulayer.cloud.credentials import credentials_environment as credentials_environment
     from gpulayer.cloud.errors import AuthError as AuthError
     from gpulayer.cloud.errors import CapacityError as CapacityError
     from gpulayer.cloud.errors import ImageNotFoundError as ImageNotFoundError
@@ -88,6 +89,14 @@ if TYPE_CHECKING:
     from gpulayer.spec.currency import CurrencyCode as CurrencyCode
     from gpulayer.spec.currency import check_currency as check_currency
     from gpulayer.spec.models import Accelerator as Accelerator
+    from gpulayer.ssh.authorized_keys import (
+        add_authorized_key_command as add_authorized_key_command,
+    )
+    from gpulayer.ssh.authorized_keys import authorized_key_line as authorized_key_line
+    from gpulayer.ssh.authorized_keys import authorized_key_marker as authorized_key_marker
+    from gpulayer.ssh.authorized_keys import (
+        remove_authorized_key_command as remove_authorized_key_command,
+    )
     from gpulayer.ssh.errors import InvalidHostKey as InvalidHostKey
     from gpulayer.ssh.errors import SshAuthError as SshAuthError
     from gpulayer.ssh.errors import SshError as SshError
@@ -144,6 +153,8 @@ _EXPORTS = {
     "GpulayerError": "gpulayer.errors",
     "NotFoundError": "gpulayer.errors",
     "UsageError": "gpulayer.errors",
+    # Where credentials are read from: the environment of the submit, else this process's.
+    "credentials_environment": "gpulayer.cloud.credentials",
     # Settings, caches, catalogs.
     "InstallRootSetting": "gpulayer.cloud.settings",
     "PythonSetting": "gpulayer.cloud.settings",
@@ -188,6 +199,10 @@ _EXPORTS = {
     "SshError": "gpulayer.ssh.errors",
     "SshSession": "gpulayer.ssh.session",
     "SshTarget": "gpulayer.ssh.target",
+    "add_authorized_key_command": "gpulayer.ssh.authorized_keys",
+    "authorized_key_line": "gpulayer.ssh.authorized_keys",
+    "authorized_key_marker": "gpulayer.ssh.authorized_keys",
+    "remove_authorized_key_command": "gpulayer.ssh.authorized_keys",
     "generate_keypair": "gpulayer.ssh.keys",
     "parse_host_key": "gpulayer.ssh.hostkeys",
     "wait_for_ssh": "gpulayer.ssh.wait",

@@ -5,9 +5,10 @@ list without credentials or network. Such a plugin's provider object has two mor
 than the protocol's five:
 
 - ``catalog_offers(query, everywhere=...)`` -> offers from the catalog alone, one per
-  (instance type, region, market) with the region's zones; ``everywhere``: in every region
-  the catalog knows, spot included (listing a provider that is not enabled), else as the
-  provider's settings say (its regions; spot when it allows spot);
+  (instance type, region, market) with the region's zones, spot only when the provider's
+  settings allow spot (so a listing shows what a launch would rent); ``everywhere``: in every
+  region the catalog knows (listing a provider that is not enabled), else in the regions its
+  settings name;
 - ``catalog_info()`` -> :class:`CatalogInfo`.
 
 Pure.

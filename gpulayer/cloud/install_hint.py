@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 # The plugins gpulayer's source ships under providers/<name> (distribution gpulayer-<name>).
-SHIPPED_PLUGINS: tuple[str, ...] = ("aws", "gcp", "ssh")
+SHIPPED_PLUGINS: tuple[str, ...] = ("aws", "gcp", "slurm", "ssh")
 
 
 # providers/ beside the gpulayer package: there in a source checkout.

@@ -18,7 +18,8 @@ class OrchestratorSettings(BaseModel):
     ends its job and acts (powers its instance off, or stops on ssh hosts)."""
     deadman_action: str | None = None
     """What a worker does when the dead-man switch fires: poweroff, stop, or record:PATH (a
-    file written instead, for tests); None: poweroff on cloud instances, stop on ssh hosts.
+    file written instead, for tests); None: poweroff on cloud instances, stop on ssh hosts and
+    Slurm nodes.
     GPULAYER_DEADMAN_ACTION overrides it."""
     system_site_packages: bool = False
     """Let jobs on rented machines see the packages their python has system-wide (an image's
@@ -26,6 +27,12 @@ class OrchestratorSettings(BaseModel):
     hold_reclaimed_seconds: Annotated[float, Strict(), Field(ge=0)] = 600
     """How long an offer whose spot instance the provider reclaimed is held back before a
     retried job may rent it again."""
+    state_timeouts: dict[str, Annotated[float, Field(gt=0, le=30 * 86400)]] = Field(
+        default_factory=dict
+    )
+    """Seconds a rented instance may stay in a state before it is moved on with the reason
+    recorded, per state: requested (60), launching (900), booting (900), bootstrapping (900),
+    draining (120). Unset states keep those limits."""
 
     @field_validator("ssh_cidr")
     @classmethod
@@ -33,6 +40,17 @@ class OrchestratorSettings(BaseModel):
         from gpulayer.cloud.network import normalized_cidr
 
         return None if value is None else normalized_cidr(value)
+
+    @field_validator("state_timeouts")
+    @classmethod
+    def _states(cls, value: dict[str, float]) -> dict[str, float]:
+        from gpulayer.cloud.lifecycle.states import STUCK_STATES
+
+        unknown = sorted(set(value) - STUCK_STATES)
+        if unknown:
+            allowed = ", ".join(sorted(STUCK_STATES))
+            raise ValueError(f"{', '.join(unknown)}: not a state with a limit ({allowed})")
+        return value
 
     @field_validator("deadman_action")
     @classmethod

@@ -54,6 +54,12 @@ class LaunchRequest(BaseModel):
     """The job accepts a spot instance; launching a spot offer without it is refused."""
     private_ip: str | None = None
     """Ask for this private address (it must lie in the instance's subnet)."""
+    time_limit_seconds: Annotated[float, Field(gt=0)] | None = None
+    """How long the job may run (its timeout_seconds), for providers that must say so when
+    they allocate (a Slurm allocation's time limit); None: no limit asked."""
+    provisioning_timeout_seconds: Annotated[float, Field(gt=0)] | None = None
+    """How long the job may wait for its machine (its provisioning_timeout_seconds), for
+    providers whose launch waits for capacity (a Slurm allocation pending in the queue)."""
     count: Annotated[int, Field(ge=1)] = 1
     """How many instances of the offer to start together, all or none (the nodes of a gang,
     see :class:`GangProvider`); ``launch`` takes 1 only."""
@@ -180,6 +186,12 @@ class GangProvider(Provider, Protocol):
 
 def can_launch_gangs(provider: object) -> bool:
     return callable(getattr(provider, "launch_gang", None))
+
+
+def offers_are_machines(provider: object) -> bool:
+    """Whether each of the provider's offers is one machine (a fixed pool of hosts, set as
+    the class attribute ``offers_are_machines = True``): then one job at a time holds it."""
+    return bool(getattr(provider, "offers_are_machines", False))
 
 
 def node_install_dir(install_root: str, job_id: str, node_rank: int = 0) -> str:

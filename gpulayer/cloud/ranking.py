@@ -290,7 +290,12 @@ def _placement_steps(
     return steps
 
 
-def _unblocked(blocked: BlockList, rejected: dict[str, int], rows: list[Row]) -> list[Row]:
+def _unblocked(
+    blocked: BlockList,
+    rejected: dict[str, int],
+    rows: list[Row],
+    reasons: dict[int, str] | None = None,
+) -> list[Row]:
     kept = []
     for row in rows:
         why = blocked.why(row[_PROVIDER], row[_REGION], row[_ZONE])
@@ -298,6 +303,8 @@ def _unblocked(blocked: BlockList, rejected: dict[str, int], rows: list[Row]) ->
             kept.append(row)
         else:
             rejected[why] = rejected.get(why, 0) + 1
+            if reasons is not None:
+                reasons[row[_POSITION]] = why
     return kept
 
 
@@ -318,8 +325,26 @@ def filter_offers(
     names are skipped. Pass :class:`RankedOffers` to filter the same offers repeatedly.
     """
     ranked = rank(offers)
-    rows = ranked._rows
-    rejected: dict[str, int] = {}
+    rows, rejected = _filtered_rows(
+        ranked, query, providers, regions, max_hourly_cost, currency, blocked, {}, None
+    )
+    return FilterResult(ranked._select(rows), rejected)
+
+
+def _filtered_rows(
+    ranked: RankedOffers,
+    query: OfferQuery,
+    providers: Sequence[str],
+    regions: Sequence[str],
+    max_hourly_cost: float | None,
+    currency: str,
+    blocked: BlockList | None,
+    rejected: dict[str, int],
+    reasons: dict[int, str] | None,
+) -> tuple[list[Row], dict[str, int]]:
+    """The rows that pass every step, and the counts per first failed reason; with
+    ``reasons``, also each rejected row's position -> its first failed reason."""
+    rows: list[Row] = ranked._rows
     steps = _hardware_steps(query) + _placement_steps(providers, regions, max_hourly_cost, currency)
     for reason, step in steps:
         if not rows:
@@ -327,10 +352,42 @@ def filter_offers(
         kept = step(rows)
         if len(kept) != len(rows):
             rejected[reason] = len(rows) - len(kept)
+            if reasons is not None:
+                survivors = {row[_POSITION] for row in kept}
+                for row in rows:
+                    if row[_POSITION] not in survivors:
+                        reasons[row[_POSITION]] = reason
         rows = kept
     if blocked and rows:
-        rows = _unblocked(blocked, rejected, rows)
-    return FilterResult(ranked._select(rows), rejected)
+        rows = _unblocked(blocked, rejected, rows, reasons)
+    return rows, rejected
+
+
+class ExplainedFilter(NamedTuple):
+    result: FilterResult
+    turned_down: list[tuple[Offer, str]]
+    """Every rejected offer with the first reason it failed, in rank order (cheapest first)."""
+
+
+def filter_offers_explained(
+    offers: Iterable[Offer],
+    query: OfferQuery,
+    *,
+    providers: Sequence[str] = (),
+    regions: Sequence[str] = (),
+    max_hourly_cost: float | None = None,
+    currency: str = "USD",
+    blocked: BlockList | None = None,
+) -> ExplainedFilter:
+    """:func:`filter_offers`, and why each offer it turned down was turned down (the same
+    steps, so a plan says exactly what a launch would decide)."""
+    ranked = rank(offers)
+    reasons: dict[int, str] = {}
+    rows, rejected = _filtered_rows(
+        ranked, query, providers, regions, max_hourly_cost, currency, blocked, {}, reasons
+    )
+    turned_down = [(ranked[position], reasons[position]) for position in sorted(reasons)]
+    return ExplainedFilter(FilterResult(ranked._select(rows), rejected), turned_down)
 
 
 def cheapest_over_cap(

@@ -184,7 +184,58 @@ def _unknown_provider(name: str, installed: Sequence[str]) -> str:
     close = difflib.get_close_matches(name, installed, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     known = ", ".join(installed) or "none"
-    return f"providers: {name!r} is not an installed provider{hint} (installed: {known})"
+    return f"{name!r} is not an installed provider{hint} (installed: {known})"
+
+
+# How list_offers names each field it checks, unless its caller spells them otherwise (the CLI
+# names its flags: --gpu, --region, --provider).
+FIELD_NAMES: Mapping[str, str] = {
+    "gpu_models": "resources.gpu_models",
+    "regions": "placement.regions",
+    "providers": "placement.providers",
+}
+
+
+def _closest(found: Sequence[str]) -> str:
+    return f"; closest: {', '.join(found)}" if found else ""
+
+
+def check_gpu_models(models: Sequence[str], name: str) -> None:
+    """A UsageError for a GPU name that is not in the GPU table: it could match no offer."""
+    from gpulayer.hardware.gpus import closest_models, is_known_model
+
+    for model in models:
+        if not is_known_model(model):
+            hint = _closest(closest_models(model))
+            raise UsageError(f"{name}: {model!r} is not a GPU model gpulayer knows{hint}")
+
+
+def known_regions(providers: Mapping[str, Any]) -> set[str] | None:
+    """Every region the providers' catalogs price or their settings name; None when one of
+    them has no catalog (its regions cannot be known without asking it)."""
+    regions: set[str] = set()
+    for provider in providers.values():
+        if not has_catalog(provider):
+            return None
+        for accelerator in ("cpu", "cuda"):
+            query = OfferQuery(accelerator=accelerator, gpu_count_exact=False)
+            regions |= {o.region for o in provider.catalog_offers(query, everywhere=True)}
+        regions |= set(getattr(getattr(provider, "settings", None), "regions", None) or ())
+    return regions
+
+
+def check_regions(wanted: Sequence[str], providers: Mapping[str, Any], name: str) -> None:
+    known = known_regions(providers) if wanted else None
+    if not known:
+        return
+    for region in wanted:
+        if region not in known:
+            close = difflib.get_close_matches(region, sorted(known), n=3, cutoff=0.6)
+            where = ", ".join(sorted(providers))
+            raise UsageError(
+                f"{name}: {region!r} is not a region of {where}{_closest(close)} "
+                f"({len(known)} known)"
+            )
 
 
 def list_offers(
@@ -194,17 +245,24 @@ def list_offers(
     gpu_count_exact: bool = True,
     include_disabled: bool = True,
     limit: int = 30,
+    names: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """What `gpulayer offers` shows: the offers ``spec`` fits, ranked as submit ranks them,
-    each marked with whether its provider is enabled; notes saying why when none is listed."""
+    each marked with whether its provider is enabled; notes saying why when none is listed.
+
+    ``limit`` 0: every offer. A GPU model, region or provider no offer could have is a
+    UsageError naming the closest known names, under the field's name in ``names`` (else
+    FIELD_NAMES), before any provider is asked."""
     from gpulayer.cloud.config import provider_settings, providers_file
     from gpulayer.cloud.registry import available_providers, get_provider
 
+    named = {**FIELD_NAMES, **(names or {})}
     installed = available_providers()
     wanted = list(spec.placement.providers)
     for name in wanted:
         if name not in installed:
-            raise UsageError(_unknown_provider(name, installed))
+            raise UsageError(f"{named['providers']}: " + _unknown_provider(name, installed))
+    check_gpu_models(spec.resources.gpu_models, named["gpu_models"])
     configured = provider_settings(root)
     path = providers_file(root)
     chosen = [n for n in installed if not wanted or n in wanted]
@@ -215,7 +273,9 @@ def list_offers(
         if n not in installed and (not wanted or n in wanted)
     ]
     unconfigured = [n for n in chosen if n not in configured]
-    disabled = _disabled_providers(unconfigured) if include_disabled else {}
+    buildable = _disabled_providers(unconfigured)
+    check_regions(spec.placement.regions, {**enabled, **buildable}, named["regions"])
+    disabled = buildable if include_disabled else {}
     query = OfferQuery.from_spec(spec, gpu_count_exact=gpu_count_exact)
     gathered = gather(enabled, query, disabled=disabled, catalog_fallback=True)
     result = select(gathered.ranked, query, spec.placement)
@@ -232,7 +292,7 @@ def list_offers(
     rentable = [o for o in result.offers if o.provider in gathered.enabled]
     listed_only = [o for o in result.offers if o.provider not in gathered.enabled]
     rows = []
-    for offer in (rentable + listed_only)[:limit]:
+    for offer in (rentable + listed_only)[: limit or None]:
         row = offer.model_dump(mode="json")
         row["enabled"] = offer.provider in gathered.enabled
         row["source"] = gathered.sources.get(offer.provider, "live")
@@ -245,3 +305,31 @@ def list_offers(
         "catalogs": [c.to_json() for c in gathered.catalogs],
         "providers_file": str(path),
     }
+
+
+# --- planning: `gpulayer plan` ------------------------------------------------------------------
+
+
+def plan_cloud(spec: JobSpec, providers: Mapping[str, Any], *, nodes: int = 1) -> dict[str, Any]:
+    """What the cloud target would rent for ``spec`` (a gang of ``nodes`` machines) from the
+    enabled ``providers`` (see :func:`gpulayer.cloud.offer_plan.plan_offers`), read as
+    `gpulayer offers` reads them: a provider whose API cannot be reached is planned from its
+    catalog, and a note says so."""
+    from gpulayer.cloud.offer_plan import plan_offers
+
+    query = OfferQuery.from_spec(spec)
+    gathered = gather(providers, query, catalog_fallback=True)
+    planned = plan_offers(
+        gathered.ranked,
+        query,
+        spec.placement,
+        timeout_seconds=spec.timeout_seconds,
+        nodes=nodes,
+    )
+    planned["providers"] = sorted(providers)
+    planned["sources"] = gathered.sources
+    planned["notes"] = list(gathered.notes)
+    if not planned["offers"]:
+        empty = FilterResult([], planned["rejected"])
+        planned["notes"].append(why_nothing_fits(gathered.ranked, query, spec.placement, empty))
+    return planned

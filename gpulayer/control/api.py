@@ -18,7 +18,11 @@ from fastapi.responses import FileResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpulayer import __version__
+from gpulayer.control.arrays import ARRAY_ID
 from gpulayer.control.auth import LOCAL_ADMIN, Principal
+from gpulayer.control.body_pipe import read_body_on_a_thread
+from gpulayer.control.bundle_store import DIGEST_PREFIX, parse_digest
+from gpulayer.control.output_uploads import UploadTooLarge, receive_within
 from gpulayer.control.service import ControlService
 from gpulayer.control.text_checks import repaired, unsafe_text
 from gpulayer.control.uploads import incoming_bundle
@@ -39,6 +43,7 @@ from gpulayer.errors import (
     UsageError,
 )
 from gpulayer.protocol.messages import (
+    SETUP_LOG_PREFIX,
     AttemptReport,
     Heartbeat,
     LogBatch,
@@ -54,6 +59,7 @@ _STATUS: dict[type[GpulayerError], int] = {
     ForbiddenError: 403,
     StaleAttemptError: 409,
     UsageError: 400,
+    UploadTooLarge: 413,
 }
 
 # The store's id columns are INTEGER: 32 bits in PostgreSQL, so that is the largest id.
@@ -72,6 +78,7 @@ RowId = Annotated[int, PathParam(ge=0, le=_ID_MAX)]
 Cursor = Annotated[int, Query(ge=0, le=_ID_MAX)]
 Limit = Annotated[int, Query(ge=1, le=10_000)]
 WaitSeconds = Annotated[float, Query(ge=0, allow_inf_nan=False)]
+ArrayId = Annotated[str, PathParam(pattern=f"^{ARRAY_ID.pattern}$")]
 
 
 class _Body(BaseModel):
@@ -107,13 +114,17 @@ class SafeJSONResponse(JSONResponse):
             return super().render(repaired(content))
 
 
-Authenticator = Callable[[str], "Principal | None"]
-"""Maps a bearer token to its principal, or None when unknown, revoked or expired."""
+Authenticator = Callable[..., "Principal | None"]
+"""(token, client address=None) -> its principal, or None when unknown, revoked or expired."""
 
 
 def single_token(token: str) -> Authenticator:
     expected = token.encode()
-    return lambda given: LOCAL_ADMIN if hmac.compare_digest(given.encode(), expected) else None
+
+    def check(given: str, _client: str | None = None) -> Principal | None:
+        return LOCAL_ADMIN if hmac.compare_digest(given.encode(), expected) else None
+
+    return check
 
 
 def create_app(
@@ -135,7 +146,8 @@ def create_app(
     def caller(request: Request) -> Principal:
         service.touch()
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        principal = authenticate(given) if scheme.lower() == "bearer" and given else None
+        client = request.client.host if request.client is not None else None
+        principal = authenticate(given, client) if scheme.lower() == "bearer" and given else None
         if principal is None:
             raise _Unauthorized("missing, wrong, revoked or expired token")
         return principal
@@ -174,9 +186,15 @@ def create_app(
     # --- jobs ---------------------------------------------------------------------------------
 
     # Checked inside (service.submit for the spec): a refused job must not leave its bundle.
+    # A list is several jobs in one transaction, answered with their views in order.
     @app.post("/v1/jobs", dependencies=[Depends(admin_only)], status_code=201)
-    def submit(body: SubmitBody) -> dict[str, Any]:
-        bundle = incoming_bundle(service, body.bundle_id)
+    def submit(
+        body: Annotated[list[SubmitBody], Field(min_length=1, max_length=10_000)] | SubmitBody,
+    ) -> Any:
+        if isinstance(body, list):
+            return _submit_many(body)
+        digest = parse_digest(body.bundle_id) if body.bundle_id else None
+        bundle = None if digest is not None else incoming_bundle(service, body.bundle_id)
         problems = unsafe_text(body.model_dump(exclude={"spec"}))
         if problems:
             if bundle is not None:
@@ -192,16 +210,49 @@ def create_app(
             source_dir=Path(body.source_dir) if body.source_dir else None,
             client_env=body.client_env if embedded else None,
             warnings=warnings,
+            bundle_digest=digest,
         )
         view = _job(service, job.id)
         if warnings:
             view["warnings"] = warnings
         return view
 
+    def _submit_many(bodies: list[SubmitBody]) -> list[dict[str, Any]]:
+        items: list[tuple[dict[str, Any], str | None, str | None]] = []
+        problems: list[str] = []
+        for index, body in enumerate(bodies):
+            problems += [
+                f"jobs[{index}].{line}" for line in unsafe_text(body.model_dump(exclude={"spec"}))
+            ]
+            if body.source_dir is not None or body.client_env is not None:
+                raise UsageError(f"jobs[{index}]: source_dir and client_env go one job at a time")
+            digest = None
+            if body.bundle_id is not None:
+                digest = parse_digest(body.bundle_id, f"jobs[{index}].bundle_id")
+                if digest is None:
+                    raise UsageError(
+                        f"jobs[{index}].bundle_id: a list of jobs takes {DIGEST_PREFIX} bundle ids"
+                    )
+            items.append((body.spec, body.working_dir, digest))
+        if problems:
+            raise SpecError(problems)
+        return [job_view(job) for job in service.submit_many(items)]
+
     @app.get("/v1/jobs", dependencies=auth)
-    def list_jobs(limit: Limit = 50, state: str | None = None) -> list[dict[str, Any]]:
-        states = state.split(",") if state else None
-        return [job_view(j) for j in service.list_jobs(states=states, limit=limit)]
+    def list_jobs(
+        limit: Limit = 50,
+        state: str | None = None,
+        label: Annotated[list[str] | None, Query()] = None,
+        schedule: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Newest first; `state` (comma-separated), `label=K=V` (repeatable, all must hold)
+        and `schedule` (its runs) narrow the list, as the dashboard's jobs page does."""
+        from gpulayer.control.job_filters import check_states, parse_label_pairs, with_schedule
+
+        states = check_states(state.split(","), "state") if state else None
+        labels = with_schedule(parse_label_pairs(label or [], "label"), schedule, "schedule")
+        jobs = service.list_jobs(states=states, labels=labels, limit=limit)
+        return [job_view(j) for j in jobs]
 
     @app.post("/v1/jobs/delete", dependencies=auth)
     def delete_jobs(body: DeleteBody) -> list[dict[str, Any]]:
@@ -211,6 +262,15 @@ def create_app(
     def prune_jobs(body: PruneBody) -> list[dict[str, Any]]:
         pruned = service.prune(older_than_seconds=body.older_than_seconds, dry_run=body.dry_run)
         return [job_view(j) for j in pruned]
+
+    @app.get("/v1/arrays/{array_id}", dependencies=auth)
+    def array(array_id: ArrayId) -> list[dict[str, Any]]:
+        """A job array's jobs (submit --array), by index."""
+        return [job_view(job) for job in service.array_jobs(array_id)]
+
+    @app.post("/v1/arrays/{array_id}/cancel", dependencies=auth)
+    def cancel_array(array_id: ArrayId) -> list[dict[str, Any]]:
+        return [job_view(job) for job in service.cancel_array(array_id)]
 
     @app.get("/v1/jobs/{job_ref}", dependencies=auth)
     def get_job(job_ref: str) -> dict[str, Any]:
@@ -268,14 +328,16 @@ def create_app(
 
     @app.post("/v1/workers/{worker_id}/claim", dependencies=[checked])
     def claim(
-        worker_id: str, wait: WaitSeconds = 0, who: Principal = Depends(caller)
-    ) -> list[dict[str, Any]]:
-        since = service.version
-        found = service.claim(worker_id, who)
-        if not found and wait > 0:
-            service.wait_for_change(since, min(wait, _MAX_WAIT_SECONDS))
-            found = service.claim(worker_id, who)
-        return [a.model_dump() for a in found]
+        worker_id: str,
+        wait: WaitSeconds = 0,
+        signals: bool = False,
+        who: Principal = Depends(caller),
+    ) -> list[dict[str, Any]] | dict[str, Any]:
+        # Without signals=1 the reply is the bare list of assignments older workers read.
+        wait = min(wait, _MAX_WAIT_SECONDS)
+        if not signals:
+            return [a.model_dump() for a in service.claim_waiting(worker_id, wait, who)]
+        return service.claim_or_signal(worker_id, wait, who).model_dump()
 
     # Not `checked`: a job's output is repaired rather than refused (service.append_logs).
     @app.post("/v1/attempts/{attempt_id}/logs")
@@ -285,10 +347,14 @@ def create_app(
         service.append_logs(attempt_id, batch.lines, who)
         return {"ok": True}
 
-    @app.post("/v1/attempts/{attempt_id}/finish", dependencies=[checked])
+    # Checked here but for its logs, which are repaired like any of the job's output.
+    @app.post("/v1/attempts/{attempt_id}/finish")
     def finish(
         attempt_id: RowId, report: AttemptReport, who: Principal = Depends(caller)
     ) -> dict[str, Any]:
+        problems = unsafe_text(report.model_dump(mode="json", exclude={"logs"}))
+        if problems:
+            raise SpecError(problems)
         service.finish_attempt(attempt_id, report, who)
         return {"ok": True}
 
@@ -306,11 +372,13 @@ def create_app(
         attempt_id: RowId, request: Request, who: Principal = Depends(caller)
     ) -> dict[str, Any]:
         await asyncio.to_thread(service.own_attempt, attempt_id, who)
-        out = await _receive_file(service, request)
-        try:
-            await asyncio.to_thread(service.record_output_archive, attempt_id, out, who)
-        finally:
-            out.unlink(missing_ok=True)
+        limits = service.output_limits
+        # Unpacked while it streams in: a refusal is answered before the rest is read.
+        await read_body_on_a_thread(
+            request.stream(),
+            lambda upload: service.receive_outputs(attempt_id, upload, who),
+            on_received=lambda received: receive_within(received, limits),
+        )
         return {"ok": True}
 
     @app.get("/v1/tokens", dependencies=auth)
@@ -342,12 +410,17 @@ def create_app(
 
     @app.post("/v1/offers", dependencies=auth)
     def offers(body: dict[str, Any]) -> dict[str, Any]:
-        from gpulayer.cloud.search import list_offers
+        from gpulayer.cloud.search import FIELD_NAMES, list_offers
         from gpulayer.spec.validate import validate_spec
 
         limit = body.get("limit", 30)
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
             raise UsageError("limit: a whole number, 0 or more")
+        names = body.get("names") or {}
+        if not isinstance(names, dict) or not all(
+            k in FIELD_NAMES and isinstance(v, str) and v for k, v in names.items()
+        ):
+            raise UsageError(f"names: an object whose keys are among {', '.join(FIELD_NAMES)}")
         spec = validate_spec(body.get("spec") or {})
         return list_offers(
             service.layout.root,
@@ -355,7 +428,19 @@ def create_app(
             gpu_count_exact=body.get("gpu_count_exact") is not False,
             include_disabled=body.get("include_disabled") is not False,
             limit=limit,
+            names=names,
         )
+
+    @app.post("/v1/plan", dependencies=auth)
+    def plan(body: dict[str, Any]) -> dict[str, Any]:
+        spec = body.get("spec")
+        if not isinstance(spec, dict):
+            raise UsageError("spec: a job spec (an object)")
+        working_dir = body.get("working_dir")
+        if working_dir is not None and not isinstance(working_dir, str):
+            raise UsageError("working_dir: a path (a string)")
+        # As for a submit: only the local control plane reads this machine's folders.
+        return service.plan(spec, working_dir=working_dir if embedded else None)
 
     @app.post("/v1/reap", dependencies=auth)
     def reap(dry_run: bool = False) -> list[dict[str, Any]]:
@@ -377,7 +462,16 @@ def create_app(
         except Exception:
             out.unlink(missing_ok=True)  # refused whole: nothing is kept of it
             raise
-        return {"bundle_id": out.name}
+        digest = await asyncio.to_thread(service.bundles.keep, out)
+        return {"bundle_id": f"{DIGEST_PREFIX}{digest}"}
+
+    @app.get("/v1/bundles/{bundle_id}", dependencies=auth)
+    def find_bundle(bundle_id: str) -> dict[str, Any]:
+        """Whether the server keeps this bundle already (so a submit need not upload it)."""
+        digest = parse_digest(bundle_id)
+        if digest is None or not service.bundles.has(digest):
+            raise NotFoundError(f"bundle {bundle_id} is not kept here")
+        return {"bundle_id": f"{DIGEST_PREFIX}{digest}"}
 
     if extra_routes is not None:
         extra_routes(app, auth)
@@ -392,8 +486,12 @@ async def _receive_file(service: ControlService, request: Request) -> Path:
     incoming = service.layout.root / "incoming"
     incoming.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=incoming, suffix=".tar.gz", delete=False) as out:
-        async for chunk in request.stream():
-            out.write(chunk)
+        try:
+            async for chunk in request.stream():
+                out.write(chunk)
+        except BaseException:
+            Path(out.name).unlink(missing_ok=True)
+            raise
     return Path(out.name)
 
 
@@ -473,6 +571,11 @@ def _job(service: ControlService, job_id: str) -> dict[str, Any]:
     attempts = service.attempts(job_id)
     workers = {w.id: w for w in service.list_workers()}
     view = job_view(job, attempts, workers)
+    spans = service.store.setup_spans(job_id, SETUP_LOG_PREFIX)
+    for attempt in view["attempts"]:
+        if attempt["number"] in spans:
+            start, end = spans[attempt["number"]]
+            attempt["setup_seconds"] = round(end - start, 3)
     instances = service.store.list_instances(job_id=job_id)
     if instances:
         view["cost"] = cost_view(instances)

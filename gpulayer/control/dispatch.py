@@ -26,7 +26,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpulayer.control.store import AttemptRecord, JobRecord, Store, WorkerRecord
+from gpulayer.control.arrays import ARRAY_LABEL, within_limits
+from gpulayer.control.store import AttemptRecord, JobRecord, QueuedHead, Store, WorkerRecord
 from gpulayer.control.targets import TARGET_WORKER_KIND, WorkerView
 from gpulayer.scheduler import (
     QueuedJob,
@@ -108,13 +109,23 @@ def worker_snapshots(store: Store, *, only_ready: bool = False) -> list[WorkerVi
 
 
 def _read_views(
-    store: Store, worker_ids: Iterable[str], parsed: _Parsed
+    store: Store,
+    worker_ids: Iterable[str],
+    parsed: _Parsed,
+    used: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[dict[str, WorkerView], dict[str, set[str]]]:
     """These workers as they are stored now, and the jobs each runs: three queries, whatever
-    their number."""
+    their number. ``used`` keeps, per job, the part of its spec that takes capacity: a
+    stored spec never changes, so only jobs not in it yet are read."""
     ids = list(worker_ids)
     attempts = store.active_attempts_on(ids)
-    specs = store.job_specs([a.job_id for a in attempts])
+    if used is None:
+        specs = store.job_specs([a.job_id for a in attempts])
+    else:
+        missing = [a.job_id for a in attempts if a.job_id not in used]
+        for job_id, spec in store.job_specs(missing).items() if missing else ():
+            used[job_id] = {"resources": spec.get("resources") or {}}
+        specs = used
     views = _views(store.workers_by_ids(ids), attempts, specs, parsed)
     return {view.snapshot.id: view for view in views}, _runs(attempts)
 
@@ -178,6 +189,12 @@ class LivePlacement:
         """Per job, the workers its active attempts ran on when last read."""
         self._runs: dict[str, set[str]] = {}
         self._parsed: _Parsed = {}
+        self._used: dict[str, dict[str, Any]] = {}
+        """Per job with an active attempt when last read, the resources its spec takes."""
+        self._specs: dict[str, JobSpec | None] = {}
+        self._labels: dict[str, Mapping[str, str]] = {}
+        """Queued jobs' validated specs (a stored spec never changes): validated once, not
+        on every pass."""
         self.rebuilds = 0
         self.refreshed = 0
         """Workers read again one by one (not by a rebuild), for the benchmark and tests."""
@@ -233,7 +250,7 @@ class LivePlacement:
         ids = {worker_id for p in planned for worker_id, _ in p.nodes}
         if not ids:
             return []
-        fresh, _ = _read_views(self.store, ids, self._parsed)
+        fresh, _ = _read_views(self.store, ids, self._parsed, self._used)
         self.worker_changed(*ids)
         now = {worker_id: view.snapshot for worker_id, view in fresh.items()}
         kept = []
@@ -255,12 +272,31 @@ class LivePlacement:
             self.rejected += 1
         return kept
 
+    def specs_of(self, heads: Sequence[QueuedHead]) -> dict[str, JobSpec | None]:
+        """Each queued job's validated spec, kept while it stays queued: only jobs new to
+        the queue are read in full and validated."""
+        known = self._specs
+        missing = [h.id for h in heads if h.id not in known]
+        for job in self.store.get_jobs(missing) if missing else []:
+            known[job.id] = _readable(job)
+            self._labels[job.id] = job.labels
+        found = {h.id: known.get(h.id) for h in heads}
+        self._specs = found  # jobs no longer queued drop out
+        self._labels = {h.id: self._labels.get(h.id, {}) for h in heads}
+        return found
+
+    def labels_of(self, job_id: str) -> Mapping[str, str]:
+        """A queued job's labels, as read with its spec."""
+        return self._labels.get(job_id, {})
+
     # --- internals --------------------------------------------------------------------------
 
     def _rebuild(self) -> None:
         self._built_at = self._clock()
         attempts = [a for a in self.store.active_attempts() if a.worker_id is not None]
         specs = self.store.job_specs([a.job_id for a in attempts])
+        # Ended jobs drop out here: the kept resources are those of jobs running now.
+        self._used = {j: {"resources": s.get("resources") or {}} for j, s in specs.items()}
         workers = self.store.list_workers()
         known = {w.id for w in workers}
         self._parsed = {k: v for k, v in self._parsed.items() if k in known}
@@ -281,7 +317,7 @@ class LivePlacement:
         self.rebuilds += 1
 
     def _refresh(self, worker_ids: set[str]) -> None:
-        fresh, runs = _read_views(self.store, worker_ids, self._parsed)
+        fresh, runs = _read_views(self.store, worker_ids, self._parsed, self._used)
         with self._lock:
             for worker_id in worker_ids:
                 self._set_runs(worker_id, runs.get(worker_id, set()))
@@ -330,22 +366,41 @@ def plan_assignments(store: Store, live: LivePlacement | None = None) -> list[tu
 
     With ``live``, the workers come from its cache and every assignment is checked against
     the store once more; without, every worker and running attempt is read for this pass."""
-    queued = store.queued_jobs()
+    queued: Sequence[QueuedHead] | Sequence[JobRecord]
+    labels_of: Callable[[str], Mapping[str, str]]
+    if live is not None:
+        queued = store.queued_job_heads()
+        validated = live.specs_of(queued)
+        labels_of = live.labels_of
+    else:
+        records = store.queued_jobs()
+        queued = records
+        validated = {j.id: _readable(j) for j in records}
+        by_id = {j.id: j.labels for j in records}
+        labels_of = by_id.__getitem__
     if not queued:
         return []
+    # Job arrays with a parallelism limit: only as many of them as the limit leaves room for.
+    startable = within_limits(
+        ((j.id, labels_of(j.id)) for j in queued),
+        lambda array_id: len(
+            store.jobs_with_label(ARRAY_LABEL, array_id, states=["provisioning", "running"])
+        ),
+    )
     pools = live.pools() if live is not None else _pools_from(store)
     planned: list[Planned] = []
     for target, kind in TARGET_WORKER_KIND.items():
-        jobs = [j for j in queued if j.target == target]
+        jobs = [j for j in queued if j.target == target and j.id in startable]
         if not jobs:
             continue
         if target == "cloud":
-            planned += _reserved_assignments(store, jobs, pools[kind], kind)
+            cloud_jobs = store.get_jobs([j.id for j in jobs])
+            planned += _reserved_assignments(store, cloud_jobs, pools[kind], kind)
             continue
         index = pools[kind]
         if not len(index):
             continue
-        queue = [QueuedJob(j.id, spec, j.created_at) for j in jobs if (spec := _readable(j))]
+        queue = [QueuedJob(j.id, spec, j.created_at) for j in jobs if (spec := validated[j.id])]
         specs = {item.job_id: item.spec for item in queue}
         nodes: dict[str, list[tuple[int, str, tuple[int, ...]]]] = {}
         for assignment in plan(queue, index):

@@ -66,6 +66,24 @@ VARIABLES: tuple[Variable, ...] = (
         "server's --max-log-bytes wins.",
     ),
     Variable(
+        "GPULAYER_MAX_OUTPUT_FILES",
+        "restart",
+        "The most files one outputs upload of a remote worker may hold (default 10000); the "
+        "server's --max-output-files wins. Over it: 413.",
+    ),
+    Variable(
+        "GPULAYER_MAX_OUTPUT_BYTES",
+        "restart",
+        "The most bytes one outputs upload may expand to (default 20GiB); the server's "
+        "--max-output-bytes wins. Over it: 413.",
+    ),
+    Variable(
+        "GPULAYER_MAX_OUTPUT_RATIO",
+        "restart",
+        "How many times its compressed size an outputs upload may expand to once past 64 MiB "
+        "(default 200); the server's --max-output-ratio wins. Over it: 413.",
+    ),
+    Variable(
         "GPULAYER_DATABASE_URL",
         "restart",
         "The team server's database (SQLAlchemy URL); read when `gpulayer server` starts.",
@@ -73,11 +91,19 @@ VARIABLES: tuple[Variable, ...] = (
 )
 
 # What the local control plane reads: the variables a command compares with the daemon's.
-# GPULAYER_DATABASE_URL is the team server's alone.
+TEAM_SERVER_ONLY = frozenset(
+    {
+        "GPULAYER_DATABASE_URL",
+        # Outputs uploads come from remote workers; the local one hands its files over in place.
+        "GPULAYER_MAX_OUTPUT_FILES",
+        "GPULAYER_MAX_OUTPUT_BYTES",
+        "GPULAYER_MAX_OUTPUT_RATIO",
+    }
+)
 DAEMON_VARIABLES: tuple[str, ...] = tuple(
     v.name
     for v in VARIABLES
-    if v.applies in ("next_job", "restart") and v.name != "GPULAYER_DATABASE_URL"
+    if v.applies in ("next_job", "restart") and v.name not in TEAM_SERVER_ONLY
 )
 NEXT_JOB_VARIABLES: frozenset[str] = frozenset(v.name for v in VARIABLES if v.applies == "next_job")
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulayer.control.store import AttemptRecord, JobRecord, NotFoundError, Store
+from gpulayer.errors import UsageError
 from gpulayer.protocol.messages import GangNode
 
 
@@ -23,6 +24,16 @@ def gang_size(job: JobRecord) -> int:
     if workload.get("kind") != "distributed":
         return 1
     return int(workload.get("num_workers") or 1)
+
+
+def check_node_rank(job: JobRecord, node: int, *, name: str = "node") -> None:
+    """UsageError, naming the parameter, for a rank the job has no node of."""
+    size = gang_size(job)
+    if not 0 <= node < size:
+        nodes = f"{size} node" if size == 1 else f"{size} nodes"
+        raise UsageError(
+            f"{name}: job {job.id} has {nodes} (ranks 0 to {size - 1}); there is no node {node}"
+        )
 
 
 def worker_address(store: Store, worker_id: str | None) -> str:
@@ -85,6 +96,35 @@ def after_node_success(gang: Sequence[AttemptRecord]) -> GangEnd:
         return GangEnd(None)
     results = [a.result for a in gang if a.result is not None]
     return GangEnd("succeeded", results[0] if results else None)
+
+
+# Endings that reach every node alike: each node gets its grace to end and upload what it
+# wrote, and the gang ends once all have reported (a node that fails on its own, in contrast,
+# ends the others at once: they would wait for it forever).
+_WIND_DOWN_REASONS = frozenset({"timeout"})
+_ENDED = frozenset({"succeeded", "failed", "cancelled"})
+
+
+def winding_down(gang: Sequence[AttemptRecord], cancel_requested: bool) -> bool:
+    """Whether the gang is ending by a cancel or a timeout rather than by a node's failure."""
+    return cancel_requested or any(
+        a.state in _ENDED and a.reason in _WIND_DOWN_REASONS for a in gang
+    )
+
+
+def all_ended(gang: Sequence[AttemptRecord]) -> bool:
+    return all(a.state in _ENDED for a in gang)
+
+
+def first_timed_out(gang: Sequence[AttemptRecord]) -> AttemptRecord | None:
+    """The node whose timeout ended the gang: the first to report one."""
+    timed_out = [a for a in gang if a.reason in _WIND_DOWN_REASONS]
+    return min(timed_out, key=lambda a: (a.finished_at or 0.0, a.node_rank), default=None)
+
+
+def leader_result(gang: Sequence[AttemptRecord]) -> Any:
+    """What node 0 kept (a Trainer's reports when the run did not return)."""
+    return next((a.result for a in gang if a.node_rank == 0), None)
 
 
 NODE_OUTPUT_PATTERN = "node-*"

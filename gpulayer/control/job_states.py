@@ -10,7 +10,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from gpulayer.control.record_states import sources
 from gpulayer.control.store import TERMINAL_STATES, Store
+
+__all__ = [
+    "ACTIVE_ATTEMPT_STATES",
+    "ATTEMPT_TRANSITIONS",
+    "JOB_TRANSITIONS",
+    "JobStates",
+    "sources",
+]
 
 JOB_TRANSITIONS: dict[str, frozenset[str]] = {
     "queued": frozenset({"provisioning", "running", "failed", "cancelled"}),
@@ -31,13 +40,6 @@ ATTEMPT_TRANSITIONS: dict[str, frozenset[str]] = {
 }
 
 ACTIVE_ATTEMPT_STATES = ("assigned", "running")
-
-
-def sources(table: dict[str, frozenset[str]], target: str) -> list[str]:
-    """The states a record may move into target from."""
-    if target not in table:
-        raise ValueError(f"unknown state {target!r}")
-    return sorted(state for state, targets in table.items() if target in targets)
 
 
 class JobStates:

@@ -162,10 +162,11 @@ def stop(
     *,
     force: bool,
     wait_for_jobs: bool,
-    on_wait: Callable[[list[str]], None] | None = None,
+    on_wait: Callable[[list[str], list[str]], None] | None = None,
 ) -> bool:
     """Stop the daemon. Without force it stops only once no job is live: with wait_for_jobs
-    it waits for that (calling on_wait with the live jobs now and then), else it returns
+    it waits for that (calling on_wait with the live jobs and the calls in flight now and
+    then), else it returns
     False at once. True once the daemon's process has ended."""
     while True:
         try:
@@ -180,7 +181,7 @@ def stop(
         if not wait_for_jobs:
             return False
         if on_wait is not None:
-            on_wait(list(answer.get("live_jobs") or []) + list(answer.get("in_flight") or []))
+            on_wait(list(answer.get("live_jobs") or []), list(answer.get("in_flight") or []))
         time.sleep(1.0)
     timeout = STOP_TIMEOUT_SECONDS + (120.0 if force else 0.0)
     if not wait_for_exit(running.pid, timeout):

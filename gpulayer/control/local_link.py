@@ -8,8 +8,8 @@ from pathlib import Path
 
 from gpulayer.control.service import ControlService
 from gpulayer.protocol.messages import (
-    Assignment,
     AttemptReport,
+    ClaimReply,
     HeartbeatReply,
     Registration,
     split_job_reference,
@@ -26,13 +26,13 @@ class LocalLink:
     def heartbeat(self, worker_id: str, running: list[int]) -> HeartbeatReply:
         return self.service.heartbeat(worker_id, running=running)
 
-    def claim(self, worker_id: str, wait: float) -> list[Assignment]:
+    def claim(self, worker_id: str, wait: float) -> ClaimReply:
         since = self.service.version
         found = self.service.claim(worker_id)
         if not found and wait > 0:
             self.service.wait_for_change(since, wait)
             found = self.service.claim(worker_id)
-        return found
+        return ClaimReply(assignments=found)
 
     def append_logs(self, attempt_id: int, lines: list[tuple[str, str]]) -> None:
         self.service.append_logs(attempt_id, lines)

@@ -6,11 +6,24 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
+from pydantic import BaseModel, ConfigDict
 
+from gpulayer.control.bundle_store import parse_digest
 from gpulayer.control.schedule_service import ScheduleService, TickSkipped
 from gpulayer.control.schedule_views import run_view, schedule_detail, schedule_summary
 from gpulayer.control.uploads import incoming_bundle
 from gpulayer.errors import UsageError
+
+
+class ApplyBody(BaseModel):
+    """What `POST /v1/schedules` takes; a field of the wrong type is a 422 naming it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    schedule: dict[str, Any]
+    working_dir: str | None = None
+    source_dir: str | None = None
+    bundle_id: str | None = None
 
 
 def add_schedule_routes(app: FastAPI, service: Any, auth: list[Any], *, embedded: bool) -> None:
@@ -22,19 +35,19 @@ def add_schedule_routes(app: FastAPI, service: Any, auth: list[Any], *, embedded
         return found
 
     @app.post("/v1/schedules", dependencies=auth)
-    def apply(body: dict[str, Any]) -> dict[str, Any]:
-        document = body.get("schedule")
-        if not isinstance(document, dict):
-            raise UsageError("schedule: a Schedule object is required")
-        source_dir = body.get("source_dir")
-        if source_dir is not None and not embedded:
+    def apply(body: ApplyBody) -> dict[str, Any]:
+        if body.source_dir is not None and not embedded:
             raise UsageError("source_dir: only the local control plane reads local directories")
-        bundle = incoming_bundle(service, body.get("bundle_id"))
+        # A sha256: id names a bundle the server keeps for other jobs too; any other id a
+        # one-shot upload the schedule takes over.
+        digest = parse_digest(body.bundle_id) if body.bundle_id else None
+        bundle = None if digest is not None else incoming_bundle(service, body.bundle_id)
         record, created = schedules().apply(
-            document,
-            working_dir=body.get("working_dir"),
-            source_dir=Path(source_dir) if source_dir else None,
+            body.schedule,
+            working_dir=body.working_dir,
+            source_dir=Path(body.source_dir) if body.source_dir else None,
             bundle=bundle,
+            bundle_digest=digest,
         )
         loaded = schedules().load(record.name)
         return {"created": created, "schedule": schedule_detail(schedules(), loaded)}

@@ -18,7 +18,7 @@ from typing import Any
 
 from gpulayer.control.ids import new_id
 from gpulayer.control.store import ScheduleRecord, job_row
-from gpulayer.control.targets import choose_target
+from gpulayer.control.targets import choose_target, may_leave_this_machine, with_default_target
 from gpulayer.errors import GpulayerError, NotFoundError, UsageError
 from gpulayer.schedules.decisions import (
     BudgetState,
@@ -44,6 +44,15 @@ log = logging.getLogger("gpulayer.schedules")
 # How many skipped ticks of one pass are written down one by one (a long outage of a
 # per-second schedule would otherwise write ~86,400 rows).
 _RECORDED_TICKS = 100
+
+
+@dataclass(frozen=True)
+class _Started:
+    """A run written under the schedule's lock, to be announced once the lock is let go."""
+
+    job_id: str
+    notes: list[str]
+    target: str | None
 
 
 class TickSkipped(GpulayerError):
@@ -83,14 +92,30 @@ class ScheduleService:
         working_dir: str | None = None,
         source_dir: Path | None = None,
         bundle: Path | None = None,
+        bundle_digest: str | None = None,
     ) -> tuple[ScheduleRecord, bool]:
         """Create the schedule, or replace the one of that name (future ticks only).
 
-        Nothing is written when the document does not validate or its source cannot be read.
+        `bundle` is a one-shot upload, used up here; `bundle_digest` names one the bundle
+        store keeps, read and left in place. Nothing is written when the document does not
+        validate or its source cannot be read.
         """
         try:
+            if isinstance(data.get("job"), dict):
+                data = {
+                    **data,
+                    "job": with_default_target(data["job"], self.service.default_target),
+                }
             schedule = validate_schedule(data)
-            source = _read_source(source_dir, bundle)
+            leaves = may_leave_this_machine(schedule.job)
+            given = bundle is not None or bundle_digest is not None
+            if working_dir and leaves and source_dir is None and not given:
+                # Its runs may go to other machines: the folder is taken now, as it is.
+                source_dir = Path(working_dir)
+            if bundle_digest is not None:
+                source: bytes | None = self.service.bundles.read(bundle_digest)
+            else:
+                source = _read_source(source_dir, bundle)
         finally:
             if bundle is not None:
                 bundle.unlink(missing_ok=True)
@@ -98,7 +123,7 @@ class ScheduleService:
         fields = {
             "spec": spec,
             "suspend": schedule.suspend,
-            "working_dir": working_dir if source is None else None,
+            "working_dir": working_dir,
             "has_bundle": source is not None,
         }
         from sqlalchemy.exc import IntegrityError
@@ -158,20 +183,44 @@ class ScheduleService:
         loaded = self.load(name)
         now = time.time()
         tick = round(now, 3)
-        decision = self._decide(loaded, from_epoch(tick), from_epoch(now), manual=True)
+        decision, job_id = self._decide_and_start(loaded, from_epoch(tick), manual=True)
         if isinstance(decision, Skip):
-            self.store.record_tick(
-                loaded.record.id,
-                tick,
-                outcome=decision.reason,
-                message=decision.message,
-                manual=True,
-            )
             raise TickSkipped(decision.reason, decision.message)
-        job_id = self._start(loaded, decision, manual=True)
         if job_id is None:
             raise UsageError(f"NAME: schedule {name} has a run for this instant already")
         return job_id
+
+    def _decide_and_start(
+        self,
+        loaded: Loaded,
+        tick: datetime,
+        *,
+        manual: bool = False,
+        workers: list[Any] | None = None,
+        dispatch: bool = True,
+    ) -> tuple[Decision, str | None]:
+        """Decide a tick and write what was decided in one transaction that holds the
+        schedule, so that concurrent triggers (on this server or another one over the same
+        database) each see the runs the others made: a budget that fits one run starts one.
+        The job made, if any, is announced and dispatched once the transaction is over."""
+        started: _Started | None = None
+        with self.store.schedule_locked(loaded.record.id) as locked:
+            decision = self._decide(loaded, tick, from_epoch(time.time()), manual=manual)
+            if isinstance(decision, Skip):
+                self.store.record_tick(
+                    loaded.record.id,
+                    epoch(decision.tick),
+                    outcome=decision.reason,
+                    message=decision.message,
+                    manual=manual,
+                    within=locked,
+                )
+                return decision, None
+            started = self._create(loaded, decision, manual=manual, workers=workers, within=locked)
+        if started is None:
+            return decision, None
+        self._announce(loaded, decision, started, dispatch=dispatch)
+        return decision, started.job_id
 
     # --- firing -----------------------------------------------------------------------------
 
@@ -207,10 +256,8 @@ class ScheduleService:
             self._record_skip(record, skip)
         made = 0
         for tick in candidates:
-            decision = self._decide(loaded, tick, from_epoch(time.time()))
-            if isinstance(decision, Skip):
-                self._record_skip(record, decision)
-            elif self._start(loaded, decision, workers=workers, dispatch=False) is not None:
+            _, job_id = self._decide_and_start(loaded, tick, workers=workers, dispatch=False)
+            if job_id is not None:
                 made += 1
         self.store.advance_watermark(record.id, epoch(due[-1]))
         return None if following is None else epoch(following), made
@@ -237,16 +284,16 @@ class ScheduleService:
             manual=manual,
         )
 
-    def _start(
+    def _create(
         self,
         loaded: Loaded,
         decision: Start,
         *,
-        manual: bool = False,
-        workers: list[Any] | None = None,
-        dispatch: bool = True,
-    ) -> str | None:
-        """Create the tick's job, once. None when the tick was decided elsewhere first."""
+        manual: bool,
+        workers: list[Any] | None,
+        within: Any,
+    ) -> _Started | None:
+        """Write the tick's job, once. None when the tick was decided elsewhere first."""
         record, schedule = loaded.record, loaded.schedule
         tick_text = decision.tick.isoformat(timespec="milliseconds" if manual else "seconds")
         labels = {**schedule.job.labels, SCHEDULE_LABEL: record.name, TICK_LABEL: tick_text}
@@ -260,9 +307,9 @@ class ScheduleService:
         if record.has_bundle:
             source = self.store.schedule_source(record.id)
             if source is not None:
-                destination = self.layout.bundle_file(job_id)
-                destination.parent.mkdir(parents=True, exist_ok=True)
-                destination.write_bytes(source)
+                # Linked from the bundle store with its digest beside it: workers fetch a
+                # schedule's source once for all its runs, and share it with plain submits.
+                self.service.bundles.link_bytes_into(source, self.layout.bundle_file(job_id))
                 has_bundle = True
         row = job_row(
             job_id=job_id,
@@ -277,18 +324,30 @@ class ScheduleService:
             message=target.message,
         )
         if not self.store.record_tick(
-            record.id, epoch(decision.tick), outcome="created", manual=manual, job=row
+            record.id,
+            epoch(decision.tick),
+            outcome="created",
+            manual=manual,
+            job=row,
+            within=within,
         ):
             shutil.rmtree(self.layout.job_dir(job_id), ignore_errors=True)
             return None
         kind = "triggered" if manual else f"tick {tick_text}"
-        service.log_system(job_id, 0, [f"schedule {record.name}: {kind}", *target.notes])
+        return _Started(job_id, [f"schedule {record.name}: {kind}", *target.notes], target.target)
+
+    def _announce(
+        self, loaded: Loaded, decision: Start, started: _Started, *, dispatch: bool
+    ) -> None:
+        service = self.service
+        service.log_system(started.job_id, 0, started.notes)
         for live in decision.replace:
-            service.log_system(live, 0, [f"schedule {record.name}: replaced by {job_id}"])
+            service.log_system(
+                live, 0, [f"schedule {loaded.record.name}: replaced by {started.job_id}"]
+            )
             service.cancel(live)
-        if target.target and dispatch:
+        if started.target and dispatch:
             service.dispatch()
-        return job_id
 
     # --- budget -----------------------------------------------------------------------------
 

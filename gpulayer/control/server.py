@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import socket
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpulayer.control.paths import HomeLayout
+from gpulayer.errors import UsageError
+
+if TYPE_CHECKING:
+    from gpulayer.control.output_uploads import OutputLimits
 
 log = logging.getLogger("gpulayer.server")
 
@@ -49,6 +56,23 @@ def ensure_admin_token(store: object, layout: HomeLayout) -> str | None:
     return token
 
 
+def _output_limits(files: int | None, size: str | None, ratio: float | None) -> OutputLimits:
+    """The flags over GPULAYER_MAX_OUTPUT_* over the defaults; UsageError naming the flag."""
+    import dataclasses
+
+    from gpulayer.control.log_cap import parse_byte_size
+    from gpulayer.control.output_uploads import OutputLimits
+
+    limits = OutputLimits.from_environment()
+    if files is not None:
+        limits = dataclasses.replace(limits, max_files=files)
+    if size is not None:
+        limits = dataclasses.replace(limits, max_bytes=parse_byte_size(size, "--max-output-bytes"))
+    if ratio is not None:
+        limits = dataclasses.replace(limits, max_ratio=ratio)
+    return limits.checked()
+
+
 def run_server(
     layout: HomeLayout,
     *,
@@ -57,6 +81,9 @@ def run_server(
     database_url: str | None,
     heartbeat_timeout: float,
     max_log_bytes: int | None = None,
+    max_output_files: int | None = None,
+    max_output_bytes: str | None = None,
+    max_output_ratio: float | None = None,
     announce: bool = True,
 ) -> None:
     import uvicorn
@@ -67,6 +94,9 @@ def run_server(
     from gpulayer.control.service import ControlService
     from gpulayer.control.store import Store
 
+    limits = _output_limits(max_output_files, max_output_bytes, max_output_ratio)
+    # Bound first: an address in use is one line before anything is said or started.
+    listener = _listen(host, port)
     layout.ensure()
     url = (
         database_url
@@ -83,8 +113,13 @@ def run_server(
     from gpulayer.control.auth import TokenAuthority
 
     authenticate = TokenAuthority(store)
+    chosen = os.environ.get("GPULAYER_TOKEN")
+    if chosen:
+        authenticate.trust(chosen)  # its one scrypt now, so no call and no wrong token waits
 
     service = ControlService(store, layout, heartbeat_timeout=heartbeat_timeout)
+    service.output_limits = limits
+    service.default_target = "remote"  # no local worker here: jobs go to the team's workers
     lifecycle = attach_lifecycle(service, control_port=port)
     firing = attach_schedules(service)
     app = create_app(service, authenticate, embedded=False)
@@ -93,31 +128,52 @@ def run_server(
     def maintenance() -> None:
         while not stop.wait(min(1.0, heartbeat_timeout / 4)):
             try:
-                service.sweep_lost_workers()
-                service.dispatch()
+                if service.serving:  # before that, no worker could have reached us
+                    service.sweep_lost_workers()
+                service.dispatch(quiet=True)
+                service.wake_unclaimed()
             except Exception:
                 log.exception("maintenance pass failed")
 
     threading.Thread(target=maintenance, name="gpulayer-maintenance", daemon=True).start()
-    if announce:
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=2,  # long polls would otherwise hold shutdown for their wait
+    )
+    if announce:  # the socket listens already: a client may call at once
         print(f"gpulayer server listening on http://{host}:{port} ({_safe_url(url)})", flush=True)
     started = time.monotonic()
     try:
-        uvicorn.run(
-            app,
-            host=host,
-            port=port,
-            log_level="warning",
-            access_log=False,
-            lifespan="off",
-            timeout_graceful_shutdown=2,  # long polls would otherwise hold shutdown for their wait
-        )
+        uvicorn.Server(config).run(sockets=[listener])
     finally:
+        listener.close()
         stop.set()
         firing.stop()
         lifecycle.stop()
         store.close()
         log.info("server stopped after %.0f s", time.monotonic() - started)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port; a UsageError naming the address when it is taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+        listener.listen(2048)
+    except OSError as exc:
+        listener.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise UsageError(f"--port: {host}:{port} is already in use") from None
+        raise UsageError(f"--host: cannot listen on {host}:{port}: {exc.strerror}") from None
+    listener.set_inheritable(True)
+    return listener
 
 
 def _safe_url(url: str) -> str:

@@ -9,16 +9,18 @@ from __future__ import annotations
 import hashlib
 import logging
 import shutil
+import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from gpulayer.control import gangs
 from gpulayer.control.auth import Principal, PrincipalKind, issue_token
 from gpulayer.control.ids import new_id
 from gpulayer.control.job_states import ACTIVE_ATTEMPT_STATES, JobStates
+from gpulayer.control.output_uploads import OutputLimits
 from gpulayer.control.paths import HomeLayout
 from gpulayer.control.store import (
     TERMINAL_STATES,
@@ -28,7 +30,15 @@ from gpulayer.control.store import (
     Store,
     WorkerRecord,
 )
-from gpulayer.control.targets import choose_target
+from gpulayer.control.targets import (
+    TargetDecision,
+    WorkerView,
+    choose_target,
+    may_leave_this_machine,
+    refuse_missing_inputs,
+    refuse_unschedulable,
+    with_default_target,
+)
 from gpulayer.control.text_checks import repair_text, unsafe_text
 from gpulayer.errors import (
     ForbiddenError,
@@ -37,7 +47,14 @@ from gpulayer.errors import (
     StaleAttemptError,
     UsageError,
 )
-from gpulayer.protocol.messages import Assignment, AttemptReport, HeartbeatReply, Registration
+from gpulayer.protocol.job_files import JobFileError, copy_job_file, root_of
+from gpulayer.protocol.messages import (
+    Assignment,
+    AttemptReport,
+    ClaimReply,
+    HeartbeatReply,
+    Registration,
+)
 from gpulayer.spec import JobSpec
 from gpulayer.spec.capabilities import WorkerCapabilities
 from gpulayer.spec.validate import validate_spec
@@ -45,6 +62,7 @@ from gpulayer.spec.validate import validate_spec
 log = logging.getLogger("gpulayer.control")
 
 _RETRYABLE_REASONS = frozenset({"worker_lost", "preempted"})
+_PASSES_PER_CALL = 2
 
 
 class ControlService:
@@ -55,14 +73,24 @@ class ControlService:
         self.states = JobStates(store)
         self.layout = layout
         self.heartbeat_timeout = heartbeat_timeout
+        self.output_limits = OutputLimits()
+        """What one outputs upload of a remote worker may hold (see output_uploads)."""
         self._dispatch_lock = threading.Lock()
+        self._dispatching = False
+        self._dispatch_wanted = False
+        self._dispatch_loud = False
         self._changed = threading.Condition()
         self._version = 0
         self._listeners: list[Callable[[], None]] = []
         self.last_call = time.monotonic()
         self._started = time.time()
+        self._serving = False
+        self.default_target = "local"
+        """The target of a job whose spec names none: a team server sets remote (it has no
+        local worker)."""
         self.cloud_available: Callable[[], bool] = lambda: False
         self.cloud_refusal: Callable[[JobSpec], str | None] = lambda spec: None
+        self.cloud_plan: Callable[[JobSpec], dict[str, Any]] | None = None
         """Why no offer could ever take a cloud gang, asked at submit; None: it may run."""
         self.provisioner: Any = None
         self.schedules: Any = None  # a ScheduleService, once attach_schedules ran
@@ -70,8 +98,19 @@ class ControlService:
         self.sweep_exempt: Callable[[], set[str]] = set
         # The submitting shell's environment for local jobs: memory only, never the store.
         self._client_env: dict[str, dict[str, str]] = {}
+        self._cloud_env: dict[str, dict[str, str]] = {}
         self._outputs_lock = threading.Lock()
+        # Per worker, a count its claim long-poll waits on: bumped only for that worker's news
+        # (an assignment, a cancel), so one job wakes one worker, not all of them.
+        self._worker_news: dict[str, int] = {}
+        # Per worker, its life's epoch and the cancels its claim replies already carried.
+        self._told_cancels: dict[str, tuple[int, set[int]]] = {}
+        self._told_lock = threading.Lock()
+        self._gang_sizes: dict[str, int] = {}  # a job's spec never changes once stored
+        from gpulayer.control.bundle_store import BundleStore
         from gpulayer.control.dispatch import LivePlacement
+
+        self.bundles = BundleStore(layout.root)
 
         # The dispatch pass's workers, kept between passes: told below of every change.
         self.placement = LivePlacement(store)
@@ -98,8 +137,43 @@ class ControlService:
     def version(self) -> int:
         return self._version
 
+    def worker_news(self, worker_id: str) -> int:
+        with self._changed:
+            return self._worker_news.get(worker_id, 0)
+
+    def wake_workers(self, worker_ids: Iterable[str | None]) -> None:
+        """Wake these workers' claim long-polls (and only theirs)."""
+        ids = [w for w in worker_ids if w]
+        if not ids:
+            return
+        with self._changed:
+            for worker_id in ids:
+                self._worker_news[worker_id] = self._worker_news.get(worker_id, 0) + 1
+            self._changed.notify_all()
+
+    def wait_for_worker_news(self, worker_id: str, since: int, timeout: float) -> None:
+        with self._changed:
+            self._changed.wait_for(
+                lambda: self._worker_news.get(worker_id, 0) != since, timeout=timeout
+            )
+
+    def wake_unclaimed(self) -> None:
+        """Wake every worker with an assignment it has not claimed: another control plane
+        sharing the store may have made it, and only this one holds the worker's long-poll."""
+        self.wake_workers(self.store.workers_with_assigned())
+
+    @property
+    def serving(self) -> bool:
+        """Whether this control plane has answered a call yet."""
+        return self._serving
+
     def touch(self) -> None:
         self.last_call = time.monotonic()
+        if not self._serving:
+            # Workers could not reach us before we answered our first call: their silence
+            # counts from now, not from when this process began starting up.
+            self._serving = True
+            self._started = time.time()
 
     # --- jobs -------------------------------------------------------------------------------
 
@@ -112,36 +186,50 @@ class ControlService:
         source_dir: Path | None = None,
         client_env: dict[str, str] | None = None,
         warnings: list[str] | None = None,
+        bundle_digest: str | None = None,
     ) -> JobRecord:
         """Validate, choose a target, persist.
 
-        `bundle` is an uploaded source tarball to keep for the job; `source_dir` a local
+        `bundle` is an uploaded source tarball to keep for the job, `bundle_digest` one the
+        bundle store keeps (linked, not moved); `source_dir` a local
         directory to snapshot into one (what changed meanwhile is added to `warnings`).
         Nothing is kept when the spec does not validate.
         """
         try:
-            problems = unsafe_text(spec_data)
-            if problems:
-                raise SpecError(problems)
-            spec = validate_spec(spec_data)
+            spec, views, decision, _ = self._decide(spec_data)
+            refuse_unschedulable(spec, decision)
+            base = working_dir or source_dir
+            if decision.target == "local" and self.default_target == "local" and base:
+                # The job runs on this machine, where its local inputs are read: one that is
+                # not there now is refused rather than failed once the job starts.
+                refuse_missing_inputs(spec, Path(base))
         except Exception:
             if bundle is not None:
                 bundle.unlink(missing_ok=True)
             raise
-        # Checked only for jobs that may go to a cloud: it validates providers.yaml, whose
-        # errors (ConfigError, exit 2) then refuse the job before anything is kept.
-        cloud = "cloud" in spec.placement.targets and self.cloud_available()
-        decision = choose_target(
-            spec, self.worker_views(), cloud_available=cloud, cloud_refusal=self.cloud_refusal
-        )
+        hint = self._no_remote_worker_hint(decision, views)
+        if hint is not None:
+            decision.notes.append(hint)
+            if warnings is not None:
+                warnings.append(hint)
         job_id = new_id("j")
         destination = self.layout.bundle_file(job_id)
+        if source_dir is None and bundle is None and working_dir and may_leave_this_machine(spec):
+            # Taken now, so later edits do not leak into the queued job; a run on this
+            # machine's own worker still runs in place.
+            source_dir = Path(working_dir)
         if source_dir is not None:
-            from gpulayer.protocol.bundle import bundle_warning, create_bundle
+            from gpulayer.protocol.bundle import bundle_warning, create_bundle, local_input_paths
 
             destination.parent.mkdir(parents=True, exist_ok=True)
+            inputs = None
+            if may_leave_this_machine(spec):
+                artifacts = [i.artifact for i in spec.inputs]
+                inputs = local_input_paths(artifacts, Path(working_dir or source_dir))
             try:
-                info = create_bundle(source_dir, destination, exclude=[self.layout.root])
+                info = create_bundle(
+                    source_dir, destination, exclude=[self.layout.root], inputs=inputs
+                )
             except Exception:
                 shutil.rmtree(destination.parent, ignore_errors=True)
                 raise
@@ -151,6 +239,14 @@ class ControlService:
         elif bundle is not None:
             destination.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(bundle), destination)
+        elif bundle_digest is not None:
+            self.bundles.link_into(bundle_digest, destination)
+        if client_env is not None and "cloud" in spec.placement.targets:
+            from gpulayer.cloud.credentials import credential_variables
+
+            # In memory only, for as long as the job may rent or end a machine; kept before
+            # the job is, since the lifecycle loop may plan it at once.
+            self._cloud_env[job_id] = credential_variables(client_env)
         job = self.store.insert_job(
             job_id=job_id,
             name=spec.name,
@@ -161,7 +257,7 @@ class ControlService:
             has_bundle=destination.exists(),
             labels=dict(spec.labels),
             reason=None if decision.target else "unschedulable",
-            message=decision.message,
+            message=decision.message or decision.skipped,
         )
         self.log_system(job.id, 0, decision.notes)
         if client_env is not None and decision.target == "local":
@@ -170,12 +266,165 @@ class ControlService:
             self.dispatch()
         return self.store.get_job(job.id)
 
+    def plan(self, spec_data: dict[str, Any], *, working_dir: str | None = None) -> dict[str, Any]:
+        """Where the job would run and why (see gpulayer.control.plan), deciding as submit
+        does; nothing is kept, uploaded or rented. What submit would refuse as bad input (a
+        local input that is not there, read from ``working_dir``) raises as it would there."""
+        from gpulayer.control.plan import plan_job
+
+        spec, views, decision, cloud = self._decide(spec_data)
+        if decision.target == "local" and self.default_target == "local" and working_dir:
+            refuse_missing_inputs(spec, Path(working_dir))
+        return plan_job(spec, views, decision, self.cloud_plan if cloud else None)
+
+    def _decide(
+        self, spec_data: dict[str, Any]
+    ) -> tuple[JobSpec, list[Any], TargetDecision, bool]:
+        """The spec validated and its target chosen, as submit and plan both decide: with the
+        workers seen and whether a cloud is at hand."""
+        problems = unsafe_text(spec_data)
+        if problems:
+            raise SpecError(problems)
+        spec = validate_spec(with_default_target(spec_data, self.default_target))
+        # Checked only for jobs that may go to a cloud: it validates providers.yaml, whose
+        # errors (ConfigError, exit 2) then refuse the job before anything is kept.
+        cloud = "cloud" in spec.placement.targets and self.cloud_available()
+        views = self.worker_views()
+        decision = choose_target(
+            spec, views, cloud_available=cloud, cloud_refusal=self.cloud_refusal
+        )
+        return spec, views, decision, cloud
+
+    def _no_remote_worker_hint(
+        self, decision: TargetDecision, views: Sequence[WorkerView]
+    ) -> str | None:
+        """On the local control plane, a job left waiting for a remote worker when none is
+        registered: how one joins it (it waits, since one may)."""
+        if self.default_target != "local" or decision.target != "remote":
+            return None
+        if any(view.kind == "remote" for view in views):
+            return None
+        return (
+            "hint: no remote worker is registered with this machine's control plane; the job "
+            "waits for one (`gpulayer token create --worker`, then `gpulayer worker start "
+            "--server URL` elsewhere), or submit to a team server with GPULAYER_SERVER set"
+        )
+
+    def submit_many(
+        self, items: Sequence[tuple[dict[str, Any], str | None, str | None]]
+    ) -> list[JobRecord]:
+        """Several jobs at once: (spec data, working dir, bundle digest) each. All are
+        validated before any is kept (SpecError lines name ``jobs[i]``), then stored in one
+        transaction and placed by one dispatch pass."""
+        # A list often repeats one spec (launch_many, map, arrays): each distinct spec is
+        # checked, validated, stored as JSON and placed once per call; the same data always
+        # gives the same outcome against this call's one reading of the workers.
+        checked: dict[str, tuple[JobSpec, dict[str, Any]] | SpecError] = {}
+        specs: list[tuple[JobSpec, dict[str, Any], str]] = []
+        problems: list[str] = []
+        for index, (spec_data, _, _) in enumerate(items):
+            key = _canonical(spec_data)
+            outcome = checked.get(key)
+            if outcome is None:
+                with_target = with_default_target(spec_data, self.default_target)
+                outcome = checked[key] = _checked_spec(with_target)
+            if isinstance(outcome, SpecError):
+                problems.extend(f"jobs[{index}].{line}" for line in outcome.lines)
+            else:
+                specs.append((*outcome, key))
+        if problems:
+            raise SpecError(problems)
+        views = self.worker_views()
+        cloud_ready: bool | None = None
+        rows: list[dict[str, Any]] = []
+        notes: list[tuple[str, list[str]]] = []
+        linked: list[Path] = []
+        decisions: dict[str, TargetDecision] = {}
+        try:
+            for (spec, stored, key), (_, working_dir, digest) in zip(specs, items, strict=True):
+                decision = decisions.get(key)
+                if decision is None:
+                    cloud = False
+                    if "cloud" in spec.placement.targets:
+                        if cloud_ready is None:
+                            cloud_ready = self.cloud_available()
+                        cloud = cloud_ready
+                    decision = decisions[key] = choose_target(
+                        spec, views, cloud_available=cloud, cloud_refusal=self.cloud_refusal
+                    )
+                refuse_unschedulable(spec, decision, f"jobs[{len(rows)}].")
+                job_id = new_id("j")
+                if digest is not None:
+                    destination = self.layout.bundle_file(job_id)
+                    self.bundles.link_into(digest, destination)
+                    linked.append(destination.parent)
+                rows.append(
+                    {
+                        "job_id": job_id,
+                        "name": spec.name,
+                        "spec": stored,
+                        "state": "queued" if decision.target else "failed",
+                        "target": decision.target or spec.placement.target,
+                        "working_dir": working_dir,
+                        "has_bundle": digest is not None,
+                        "labels": dict(spec.labels),
+                        "reason": None if decision.target else "unschedulable",
+                        "message": decision.message or decision.skipped,
+                    }
+                )
+                if decision.notes:
+                    notes.append((job_id, list(decision.notes)))
+            jobs = self.store.insert_jobs(rows)
+        except Exception:
+            for folder in linked:  # nothing half-created
+                shutil.rmtree(folder, ignore_errors=True)
+            raise
+        self.store.append_logs_many(
+            [(job_id, 0, [("system", note) for note in job_notes]) for job_id, job_notes in notes]
+        )
+        if any(job.state == "queued" for job in jobs):
+            self.dispatch()
+        else:
+            self.notify()
+        return self.store.get_jobs([job.id for job in jobs])
+
+    def array_jobs(self, array_id: str) -> list[JobRecord]:
+        """A job array's jobs (submit --array), by index."""
+        from gpulayer.control.arrays import ARRAY_LABEL, INDEX_LABEL
+
+        jobs = self.store.jobs_with_label(ARRAY_LABEL, array_id)
+        if not jobs:
+            raise NotFoundError(f"array {array_id!r} not found")
+        return sorted(jobs, key=lambda j: int(j.labels.get(INDEX_LABEL, "0") or 0))
+
+    def cancel_array(self, array_id: str) -> list[JobRecord]:
+        for job in self.array_jobs(array_id):
+            if not job.terminal:
+                self.cancel(job.id)
+        return self.array_jobs(array_id)
+
     def job_environment(self, job_id: str) -> dict[str, str] | None:
         """The environment a local job starts from, if its submitter handed one over."""
         return self._client_env.get(job_id)
 
     def _forget_environment(self, job_id: str) -> None:
         self._client_env.pop(job_id, None)
+
+    def cloud_environment(self, job_id: str) -> dict[str, str] | None:
+        """The cloud credential variables of the `submit` that sent the job, if it sent any."""
+        return self._cloud_env.get(job_id)
+
+    def forget_cloud_environments(self, keep: set[str]) -> None:
+        """Drop the cloud variables of ended jobs that hold no machine any more."""
+        for job_id in list(self._cloud_env):
+            if job_id in keep:
+                continue
+            try:
+                ended = self.is_terminal(job_id)
+            except NotFoundError:
+                ended = True  # deleted
+            if ended:
+                self._cloud_env.pop(job_id, None)
 
     def resolve_job_id(self, job_ref: str) -> str:
         try:
@@ -193,8 +442,19 @@ class ControlService:
     def get_job(self, job_ref: str) -> JobRecord:
         return self.store.get_job(self.resolve_job_id(job_ref))
 
-    def list_jobs(self, *, states: Sequence[str] | None = None, limit: int = 50) -> list[JobRecord]:
-        return self.store.list_jobs(states=states, limit=limit)
+    def list_jobs(
+        self,
+        *,
+        states: Sequence[str] | None = None,
+        labels: dict[str, str] | None = None,
+        limit: int = 50,
+    ) -> list[JobRecord]:
+        """Newest first; with labels, only jobs holding every one of those pairs."""
+        if not labels:
+            return self.store.list_jobs(states=states, limit=limit)
+        jobs, _ = self.store.jobs_page(states=states, labels=labels, limit=limit)
+        # The store narrows by the labels' JSON text; the exact pairs are checked here.
+        return [j for j in jobs if all(j.labels.get(k) == v for k, v in labels.items())]
 
     def attempts(self, job_id: str) -> list[AttemptRecord]:
         return self.store.attempts_for(job_id)
@@ -214,6 +474,11 @@ class ControlService:
             self._forget_environment(job.id)
         else:
             self.store.update_job(job.id, cancel_requested=True)
+            self.wake_workers(
+                a.worker_id
+                for a in self.store.attempts_for(job.id)
+                if a.state in ACTIVE_ATTEMPT_STATES
+            )
         self.notify()
         return self.store.get_job(job.id)
 
@@ -222,6 +487,11 @@ class ControlService:
     ) -> tuple[list[LogLine], JobRecord]:
         """Lines after the given id; with wait, block up to that long for news."""
         job_id = self.resolve_job_id(job_ref)
+        if node is not None:
+            owner = self.store.get_job(job_id)
+            gangs.check_node_rank(owner, node)
+            if gangs.gang_size(owner) == 1:
+                node = None  # a single-node job's lines carry no rank; node 0 is all of them
         deadline = time.monotonic() + wait
         while True:
             since = self.version
@@ -269,8 +539,11 @@ class ControlService:
     def _delete_finished(self, job: JobRecord) -> bool:
         if not self.store.delete_finished_job(job.id):
             return False  # a live cloud instance still bills to it: the reaper comes first
+        digest = self.bundles.digest_of(self.layout.job_dir(job.id))
         # Rows first: a crash between the two leaves stray files, never rows without them.
         shutil.rmtree(self.layout.job_dir(job.id), ignore_errors=True)
+        if digest is not None:
+            self.bundles.release(digest)
         self._forget_environment(job.id)
         return True
 
@@ -334,7 +607,7 @@ class ControlService:
         attempt the store has running there that the worker does not report, once it had a
         heartbeat timeout to show up (a claim whose reply was lost), is lost and retried."""
         self._check_worker(caller, worker_id)
-        self.store.set_worker_state(worker_id, "ready", heartbeat=True)
+        self.store.worker_heartbeat(worker_id)
         self.placement.worker_alive(worker_id)
         reply = self.pending_signals(worker_id)
         reported = set(running)
@@ -353,12 +626,7 @@ class ControlService:
         return reply
 
     def pending_signals(self, worker_id: str) -> HeartbeatReply:
-        reply = HeartbeatReply()
-        for attempt in self.store.active_attempts(worker_id):
-            job = self.store.get_job(attempt.job_id)
-            if job.cancel_requested:
-                reply.cancel_attempts.append(attempt.id)
-        return reply
+        return HeartbeatReply(cancel_attempts=self.store.cancelled_attempt_ids(worker_id))
 
     def create_token(
         self,
@@ -394,7 +662,7 @@ class ControlService:
 
         ForbiddenError for another worker's attempt; StaleAttemptError once it was given up
         on (lost, fenced, finished) or its worker has registered again since."""
-        attempt = self.store.get_attempt(attempt_id)
+        attempt, current_epoch = self.store.attempt_and_epoch(attempt_id)
         if (
             caller is not None
             and caller.kind != "admin"
@@ -404,8 +672,9 @@ class ControlService:
         if attempt.state not in ACTIVE_ATTEMPT_STATES:
             raise StaleAttemptError(f"attempt {attempt_id} is no longer current ({attempt.state})")
         if attempt.worker_id is not None and attempt.worker_epoch is not None:
-            worker = self.store.get_worker(attempt.worker_id)
-            if worker.epoch != attempt.worker_epoch:
+            if current_epoch is None:
+                raise NotFoundError(f"worker {attempt.worker_id!r} not found")
+            if current_epoch != attempt.worker_epoch:
                 raise StaleAttemptError(
                     f"attempt {attempt_id} belongs to an earlier life of its worker"
                 )
@@ -449,16 +718,80 @@ class ControlService:
         except Exception:
             return False
 
-    def claim(self, worker_id: str, caller: Principal | None = None) -> list[Assignment]:
-        """Assignments made for this worker that it has not started yet."""
+    def claim_waiting(
+        self, worker_id: str, wait: float, caller: Principal | None = None
+    ) -> list[Assignment]:
+        """claim, and when nothing waits, block up to ``wait`` seconds for this worker's own
+        news (every assignment made for it so far, in one reply)."""
+        return self.claim_or_signal(worker_id, wait, caller, with_cancels=False).assignments
+
+    def claim_or_signal(
+        self,
+        worker_id: str,
+        wait: float,
+        caller: Principal | None = None,
+        *,
+        with_cancels: bool = True,
+    ) -> ClaimReply:
+        """claim_waiting that also returns early with cancels of this worker's attempts that
+        this worker life was not told of yet: a cancel reaches the worker now, not with its
+        next heartbeat (which still repeats every cancel, should this reply be lost)."""
+        since = self.worker_news(worker_id)
         self._check_worker(caller, worker_id)
-        claimed = []
+        # A poll belongs to the worker's life that sent it: once the worker registered again
+        # (restarted), a poll still open from before must not take the new life's work.
+        epoch = self.store.get_worker(worker_id).epoch
+        deadline = time.monotonic() + wait
+        while True:
+            reply = ClaimReply(assignments=self.claim(worker_id, caller, epoch=epoch))
+            if with_cancels:
+                reply.cancel_attempts = self._untold_cancels(worker_id, epoch)
+            if reply.assignments or reply.cancel_attempts:
+                return reply
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return reply
+            self.wait_for_worker_news(worker_id, since, left)
+            since = self.worker_news(worker_id)
+
+    def _untold_cancels(self, worker_id: str, epoch: int) -> list[int]:
+        """Cancelled attempts of this worker its life ``epoch`` has not had in a claim reply;
+        noted as told. Memory only: after a restart each is told once more, which a worker
+        takes as the same cancel."""
+        pending = self.store.cancelled_attempt_ids(worker_id)
+        with self._told_lock:
+            told_epoch, told = self._told_cancels.get(worker_id, (epoch, set()))
+            if told_epoch != epoch:
+                told = set()
+            untold = [a for a in pending if a not in told]
+            # Only what is still pending is kept: the memory stays as small as the cancels.
+            self._told_cancels[worker_id] = (epoch, set(pending))
+        return untold
+
+    def claim(
+        self, worker_id: str, caller: Principal | None = None, *, epoch: int | None = None
+    ) -> list[Assignment]:
+        """Assignments made for this worker (for its life ``epoch``, when given) that it has
+        not started yet."""
+        self._check_worker(caller, worker_id)
+        started = []
         for attempt in self.store.active_attempts(worker_id):
             if attempt.state != "assigned":
                 continue
-            if not self.states.move_attempt(attempt.id, "running", started_at=time.time()):
+            if epoch is not None and attempt.worker_epoch not in (None, epoch):
                 continue
-            job = self.store.get_job(attempt.job_id)
+            if self.states.move_attempt(attempt.id, "running", started_at=time.time()):
+                started.append(attempt)
+        if not started:
+            return []
+        on_this_machine = self.store.get_worker(worker_id).kind == "local"
+        jobs = {job.id: job for job in self.store.get_jobs([a.job_id for a in started])}
+        claimed = []
+        for attempt in started:
+            job = jobs.get(attempt.job_id)
+            if job is None:
+                continue  # deleted meanwhile: nothing is left to run
+            self._note_gang_size(job)  # its logs and outcome need not read the job again
             claimed.append(
                 Assignment(
                     attempt_id=attempt.id,
@@ -466,12 +799,20 @@ class ControlService:
                     attempt=attempt.number,
                     spec=job.spec,
                     gpu_indices=attempt.gpu_indices,
-                    working_dir=job.working_dir,
-                    has_bundle=job.has_bundle,
+                    **self._source_for(job, on_this_machine=on_this_machine),
                     gang=gangs.gang_node(self.store, job, attempt),
                 )
             )
         return claimed
+
+    def _source_for(self, job: JobRecord, *, on_this_machine: bool) -> dict[str, Any]:
+        """Where an assignment's source comes from: this machine's own worker runs in the
+        submit folder itself; any other worker gets the bundle taken at submit (by digest,
+        which workers cache), never a path of ours."""
+        if on_this_machine and job.working_dir:
+            return {"working_dir": job.working_dir, "has_bundle": False, "bundle_digest": None}
+        digest = self.bundles.digest_of(self.layout.job_dir(job.id)) if job.has_bundle else None
+        return {"working_dir": None, "has_bundle": job.has_bundle, "bundle_digest": digest}
 
     def append_logs(
         self, attempt_id: int, lines: Sequence[tuple[str, str]], caller: Principal | None = None
@@ -487,25 +828,38 @@ class ControlService:
         self, attempt_id: int, report: AttemptReport, caller: Principal | None = None
     ) -> None:
         attempt = self.own_attempt(attempt_id, caller)
+        if report.logs:
+            node = attempt.node_rank if self._is_gang(attempt) else None
+            storable = [(stream, repair_text(text)) for stream, text in report.logs]
+            self.store.append_logs(attempt.job_id, attempt.number, storable, node=node)
         if not self.states.move_attempt(
             attempt_id, report.state, reason=report.reason, exit_code=report.exit_code
         ):
             raise StaleAttemptError(f"attempt {attempt_id} is no longer current")
         self.placement.job_changed(attempt.job_id)  # a gang's other nodes may end with it
+        if report.reason in _RETRYABLE_REASONS and attempt.worker_id is not None:
+            # A worker reports its attempt lost only as it stops (its machine shutting down):
+            # no more work goes to it, the retry included, until it heartbeats again.
+            self.store.move_worker(attempt.worker_id, "lost")
         self.placement.worker_changed(attempt.worker_id)
         if self._is_gang(attempt):
             self._finish_node(attempt, report)
         elif report.reason in _RETRYABLE_REASONS:
-            self._retry_or_fail(attempt, report.reason, report.message or report.reason)
+            self._retry_or_fail(
+                attempt, report.reason, report.message or report.reason, result=report.result
+            )
         else:
+            # A success without a word keeps the job's message (a target skipped at submit).
+            keep_message = report.message is None and report.state == "succeeded"
+            said: dict[str, Any] = {} if keep_message else {"message": report.message}
             self.states.move_job(
                 attempt.job_id,
                 report.state,
                 only_from=["running"],
                 reason=report.reason,
-                message=report.message,
                 exit_code=report.exit_code,
                 result=report.result,
+                **said,
             )
         if self.is_terminal(attempt.job_id):
             self._forget_environment(attempt.job_id)
@@ -532,7 +886,15 @@ class ControlService:
                 if not target.resolve().is_relative_to(staging.resolve()):
                     raise UsageError(f"outputs: {relative!r} leaves the output folder")
                 target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(source, target)
+                # The local worker hands over the job's own folder: no link is followed, and
+                # a file swapped for one since the worker walked the folder is left out.
+                try:
+                    with target.open("wb") as copy:
+                        copy_job_file(root_of(relative, source), relative, copy, limit=sys.maxsize)
+                except JobFileError as exc:
+                    target.unlink()
+                    log.warning("outputs of attempt %s: skipped %s", attempt_id, exc)
+                    continue
                 digest = hashlib.sha256()
                 with target.open("rb") as stream:
                     for chunk in iter(lambda: stream.read(1 << 20), b""):
@@ -566,29 +928,43 @@ class ControlService:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
-    def record_output_archive(
-        self, attempt_id: int, archive: Path, caller: Principal | None = None
+    def receive_outputs(
+        self, attempt_id: int, upload: BinaryIO, caller: Principal | None = None
     ) -> None:
-        """A remote worker's outputs, sent as a tar.gz of its output folder."""
+        """A remote worker's outputs, a tar.gz of its output folder, unpacked as it is read;
+        nothing of it is kept when it is refused."""
         import tempfile
 
-        from gpulayer.protocol.bundle import extract_bundle
+        from gpulayer.control.output_uploads import extract_outputs
 
         self.own_attempt(attempt_id, caller)
         with tempfile.TemporaryDirectory(dir=self.layout.root) as scratch:
-            extract_bundle(archive, Path(scratch))
+            extract_outputs(upload, Path(scratch), self.output_limits)
             self.record_outputs(attempt_id, _regular_files(Path(scratch)), caller)
 
     # --- gangs ------------------------------------------------------------------------------
 
     def _is_gang(self, attempt: AttemptRecord) -> bool:
-        return gangs.gang_size(self.store.get_job(attempt.job_id)) > 1
+        size = self._gang_sizes.get(attempt.job_id)
+        if size is None:
+            size = self._note_gang_size(self.store.get_job(attempt.job_id))
+        return size > 1
+
+    def _note_gang_size(self, job: JobRecord) -> int:
+        size = gangs.gang_size(job)
+        if len(self._gang_sizes) > 100_000:
+            self._gang_sizes.clear()
+        self._gang_sizes[job.id] = size
+        return size
 
     def _finish_node(self, attempt: AttemptRecord, report: AttemptReport) -> None:
-        """One node ended: a failure ends the whole gang at once; success waits for all."""
+        """One node ended: a failure ends the whole gang at once; success waits for all; a
+        cancel or a timeout lets every node end (and upload) before the gang ends."""
+        if report.result is not None:
+            self.store.keep_node_result(attempt.id, report.result)
+        if self._wind_down(attempt):
+            return
         if report.state == "succeeded":
-            if report.result is not None:
-                self.store.keep_node_result(attempt.id, report.result)
             end = gangs.after_node_success(self.store.gang_of(attempt))
             if end.state is not None:
                 self.states.move_job(
@@ -596,6 +972,41 @@ class ControlService:
                 )
             return
         self._end_gang(attempt, report.reason or "failed", report.message or report.reason or "")
+
+    def _wind_down(self, attempt: AttemptRecord) -> bool:
+        """True when the gang ends by cancel or timeout: then it ends once every node has
+        reported, cancelled or failed naming the node that timed out first, with node 0's
+        result (the reports a Trainer made)."""
+        job = self.store.get_job(attempt.job_id)
+        gang = self.store.gang_of(attempt)
+        if not gangs.winding_down(gang, job.cancel_requested):
+            return False
+        if not gangs.all_ended(gang):
+            return True
+        result = gangs.leader_result(gang)
+        timed_out = gangs.first_timed_out(gang)
+        if job.cancel_requested or timed_out is None:
+            self.states.move_job(
+                job.id,
+                "cancelled",
+                only_from=["running"],
+                reason="cancelled",
+                message="cancelled",
+                result=result,
+            )
+            return True
+        limit = JobSpec.model_validate(job.spec).timeout_seconds or 0
+        message = f"{gangs.node_label(self.store, timed_out)}: timed out after {limit:g} s"
+        if self.states.move_job(
+            job.id,
+            "failed",
+            only_from=["running"],
+            reason="timeout",
+            message=message,
+            result=result,
+        ):
+            self.log_system(job.id, attempt.number, [message])
+        return True
 
     def _end_gang(self, attempt: AttemptRecord, reason: str, why: str) -> None:
         """Fail (or cancel) the job naming the node; the other nodes' attempts end with it."""
@@ -609,6 +1020,7 @@ class ControlService:
             only_from=["running"],
             reason="cancelled" if cancelled else reason,
             message=message,
+            result=gangs.leader_result(self.store.gang_of(attempt)),
         ):
             others = [a.node_rank for a in self.store.gang_of(attempt) if a.id != attempt.id]
             self.log_system(
@@ -632,7 +1044,7 @@ class ControlService:
                 and now - silent_since > self.heartbeat_timeout
                 and worker.id not in exempt
             ):
-                self.store.set_worker_state(worker.id, "lost")
+                self.store.move_worker(worker.id, "lost")
                 self.placement.worker_changed(worker.id)
                 for attempt in self.store.active_attempts(worker.id):
                     self._lose_attempt(attempt, f"worker {worker.name} stopped heartbeating")
@@ -642,11 +1054,17 @@ class ControlService:
             self.placement.job_changed(attempt.job_id)
             self.placement.worker_changed(attempt.worker_id)
             if self._is_gang(attempt):
-                self._end_gang(attempt, "worker_lost", why)
+                if not self._wind_down(attempt):
+                    self._end_gang(attempt, "worker_lost", why)
             else:
                 self._retry_or_fail(attempt, "worker_lost", why)
 
-    def _retry_or_fail(self, attempt: AttemptRecord, reason: str, why: str) -> None:
+    def _retry_or_fail(
+        self, attempt: AttemptRecord, reason: str, why: str, *, result: Any = None
+    ) -> None:
+        """A lost or preempted attempt: its job retries, or ends keeping what the attempt
+        reported (``result``; else the Trainer reports its log carries, since a machine lost
+        under its job never said how it ended)."""
         job = self.store.get_job(attempt.job_id)
         spec = JobSpec.model_validate(job.spec)
         retry_allowed = reason in spec.retry.retry_on and job.attempts < spec.retry.max_attempts
@@ -660,7 +1078,17 @@ class ControlService:
                 only_from=["running"],
                 reason="cancelled" if job.cancel_requested else reason,
                 message=why,
+                result=result if result is not None else self._reports_from_log(attempt),
             )
+
+    def _reports_from_log(self, attempt: AttemptRecord) -> dict[str, Any] | None:
+        from gpulayer.protocol.train_reports import REPORT_LINE_PREFIX, reports_in_log
+
+        lines = self.store.attempt_stdout_starting(
+            attempt.job_id, attempt.number, REPORT_LINE_PREFIX
+        )
+        reports = reports_in_log(lines)
+        return {"value": None, "metrics": reports, "node_rank": 0} if reports else None
 
     # --- cloud jobs: the moves the lifecycle reconciler makes --------------------------------
 
@@ -711,21 +1139,19 @@ class ControlService:
             if self.states.move_attempt(attempt.id, "failed", reason=reason):
                 self.placement.job_changed(attempt.job_id)
                 self._retry_or_fail(attempt, reason, why)
-        self.store.set_worker_state(worker_id, "gone")
+        self.store.move_worker(worker_id, "gone")
         self.placement.worker_changed(worker_id)
         self.dispatch()
 
     def retire_worker(self, worker_id: str) -> None:
         """Its machine is being handed back."""
-        self.store.set_worker_state(worker_id, "gone")
+        self.store.move_worker(worker_id, "gone")
         self.placement.worker_changed(worker_id)
         self.notify()
 
     def credit_worker_silence(self, worker_id: str) -> None:
         """The worker could not reach us because we were down: its silence starts now."""
-        worker = self.store.get_worker(worker_id)
-        if worker.state in ("ready", "lost"):
-            self.store.set_worker_state(worker_id, worker.state, heartbeat=True)
+        self.store.credit_worker_silence(worker_id)
 
     # --- scheduling -------------------------------------------------------------------------
 
@@ -762,22 +1188,59 @@ class ControlService:
             else [*reasons, "waiting for its turn in the queue"]
         )
 
-    def dispatch(self) -> int:
-        """Place queued jobs on workers with room. Returns how many were assigned."""
+    def dispatch(self, *, quiet: bool = False) -> int:
+        """Place queued jobs on workers with room. Returns how many were assigned.
+
+        Only the workers given work are woken; ``quiet`` (the periodic pass) tells the
+        other listeners only when something was assigned."""
+        # One pass at a time, and callers never queue behind it: a call made while a pass
+        # runs asks for one more pass, which the running one makes before it returns. A caller
+        # makes at most _PASSES_PER_CALL of them, so no request is kept making passes for
+        # others; a pass still asked for then is the next caller's (or the periodic pass's).
+        with self._dispatch_lock:
+            self._dispatch_wanted = True
+            self._dispatch_loud = self._dispatch_loud or not quiet
+            if self._dispatching:
+                return 0
+            self._dispatching = True
+        assigned = 0
+        passes = 0
+        try:
+            while True:
+                with self._dispatch_lock:
+                    if not self._dispatch_wanted or passes >= _PASSES_PER_CALL:
+                        self._dispatching = False
+                        break
+                    passes += 1
+                    loud = self._dispatch_loud
+                    self._dispatch_wanted = self._dispatch_loud = False
+                assigned += self._dispatch_pass(quiet=not loud)
+        except BaseException:
+            with self._dispatch_lock:
+                self._dispatching = False
+            raise
+        return assigned
+
+    def _dispatch_pass(self, *, quiet: bool) -> int:
         from gpulayer.control.dispatch import plan_assignments
 
-        with self._dispatch_lock:
-            assigned = 0
-            for job_id, nodes in plan_assignments(self.store, self.placement):
-                if len(nodes) > 1:
-                    if self.store.assign_gang(job_id, nodes) is not None:
-                        assigned += 1
-                        self.log_system(job_id, 0, [gangs.placed_note(self.store, nodes)])
-                    continue
-                worker_id, gpus = nodes[0]
-                if self.store.assign(job_id, worker_id, gpus) is not None:
+        woken: set[str] = set()
+        assigned = 0
+        for job_id, nodes in plan_assignments(self.store, self.placement):
+            if len(nodes) > 1:
+                if self.store.assign_gang(job_id, nodes) is not None:
                     assigned += 1
-        self.notify()
+                    woken.update(w for w, _ in nodes)
+                    self.log_system(job_id, 0, [gangs.placed_note(self.store, nodes)])
+                continue
+            worker_id, gpus = nodes[0]
+            if self.store.assign(job_id, worker_id, gpus) is not None:
+                assigned += 1
+                woken.add(worker_id)
+        if assigned:
+            self.wake_workers(woken)
+        if assigned or not quiet:
+            self.notify()
         return assigned
 
     def log_system(self, job_id: str, attempt: int, notes: Sequence[str]) -> None:
@@ -790,6 +1253,28 @@ class ControlService:
 
     def is_terminal(self, job_id: str) -> bool:
         return self.store.get_job(job_id).state in TERMINAL_STATES
+
+
+def _canonical(spec_data: Any) -> str:
+    """One text per spec data, whatever its keys' order (a spec is plain JSON data)."""
+    import json
+
+    try:
+        return json.dumps(spec_data, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return f"unkeyed:{id(spec_data)}"  # not JSON data: checked on its own, and refused
+
+
+def _checked_spec(spec_data: Any) -> tuple[JobSpec, dict[str, Any]] | SpecError:
+    """The validated spec and the JSON it is stored as, or why it is refused."""
+    try:
+        found = unsafe_text(spec_data)
+        if found:
+            raise SpecError(found)
+        spec = validate_spec(spec_data)
+    except SpecError as exc:
+        return exc
+    return spec, spec.model_dump(mode="json")
 
 
 def _regular_files(root: Path) -> list[tuple[str, Path]]:

@@ -7,17 +7,22 @@ UPDATE whose row count says whether this caller won.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Connection,
     Engine,
     and_,
     bindparam,
+    case,
     create_engine,
     event,
     func,
@@ -29,6 +34,8 @@ from sqlalchemy import (
 )
 
 from gpulayer.control import tables as t
+from gpulayer.control.outcome_migration import outcomes_from_notes
+from gpulayer.control.record_states import RESERVATION_TRANSITIONS, WORKER_TRANSITIONS, sources
 from gpulayer.errors import GpulayerError, NotFoundError
 
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
@@ -78,8 +85,37 @@ _STEPS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE instances ADD COLUMN launch_id VARCHAR(64)",
         "ALTER TABLE instances ADD COLUMN node_rank INTEGER NOT NULL DEFAULT 0",
     ),
+    # Typed try outcomes and the reconciler's restart-safe memory.
+    9: (
+        "ALTER TABLE instances ADD COLUMN outcome VARCHAR(16)",
+        "ALTER TABLE instances ADD COLUMN outcome_scope VARCHAR(16)",
+        "ALTER TABLE instances ADD COLUMN outcome_message TEXT",
+        "ALTER TABLE instances ADD COLUMN hold_until FLOAT",
+        "ALTER TABLE instances ADD COLUMN last_error TEXT",
+        "ALTER TABLE instances ADD COLUMN step_failures INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE instances ADD COLUMN next_step_at FLOAT",
+        "ALTER TABLE instances ADD COLUMN unreachable_since FLOAT",
+        "CREATE INDEX IF NOT EXISTS ix_instances_hold ON instances (hold_until)",
+    ),
 }
 
+
+# Built once: a dispatch pass runs these for every job it places, and building the statement
+# objects cost more than running them.
+_WIN_QUEUED_JOB = (
+    update(t.jobs)
+    .where(and_(t.jobs.c.id == bindparam("b_job"), t.jobs.c.state == "queued"))
+    .values(state="running", attempts=t.jobs.c.attempts + 1, started_at=bindparam("b_now"))
+)
+_JOB_ATTEMPTS = select(t.jobs.c.attempts).where(t.jobs.c.id == bindparam("b_job"))
+_WORKER_EPOCH = select(t.workers.c.epoch).where(t.workers.c.id == bindparam("b_worker"))
+_INSERT_ATTEMPT = insert(t.attempts)
+_ATTEMPTS_OF_NUMBER = (
+    select(t.attempts)
+    .where(t.attempts.c.job_id == bindparam("b_job"))
+    .where(t.attempts.c.number == bindparam("b_number"))
+    .order_by(t.attempts.c.node_rank)
+)
 
 class StoreError(GpulayerError):
     """The database cannot be used (newer schema, unreachable server, ...)."""
@@ -174,6 +210,21 @@ class InstanceRecord:
     """The request id the instances of one gang were launched under (node 0's); None alone."""
     node_rank: int = 0
 
+    outcome: str | None = None
+    """What this try ended in (capacity, quota, auth, config, failed, partial, reclaimed);
+    None while it runs or when it ended without a fault."""
+    outcome_scope: str | None = None
+    """How far a refusal reaches: offer, zone, region or provider."""
+    outcome_message: str | None = None
+    hold_until: float | None = None
+    """A reclaimed machine's offer is held for every job until then."""
+    last_error: str | None = None
+    """The last failure of a later step (a terminate), kept apart from the outcome."""
+    step_failures: int = 0
+    next_step_at: float | None = None
+    """When the step that failed is tried again."""
+    unreachable_since: float | None = None
+
     @property
     def gone(self) -> bool:
         return self.state in INSTANCE_GONE_STATES
@@ -244,6 +295,13 @@ class LogLine:
     text: str
     at: float
     node: int | None = None
+
+
+@dataclass(frozen=True)
+class QueuedHead:
+    id: str
+    target: str
+    created_at: float
 
 
 def _stored_json(text: str | None, default: Any) -> Any:
@@ -360,12 +418,24 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+# As many pooled connections as the HTTP server has worker threads (anyio's default 40) plus
+# the control plane's own loops: a request never pays for a new connection (and, on SQLite,
+# its PRAGMAs), and a burst never closes connections it will want again at once.
+POOL_SIZE = 48
+POOL_OVERFLOW = 16
+
+
 def create_store_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": 30},
+            pool_size=POOL_SIZE,
+            max_overflow=POOL_OVERFLOW,
+        )
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    return create_engine(url, pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
 
 
 def _private_sqlite_files(url: str) -> None:
@@ -397,7 +467,25 @@ class Store:
         if url.startswith("sqlite"):
             _private_sqlite_files(url)
         self.engine = create_store_engine(url)
+        # SQLite takes one writer at a time and makes the others sleep and retry (backing off
+        # to 100 ms sleeps); taking turns here instead keeps a burst of writes from stalling.
+        self._writer: threading.RLock | None = (
+            threading.RLock() if url.startswith("sqlite") else None
+        )
+        self.token_changes = 0
+        """Bumped whenever this process revokes, removes or rehashes a token, so what
+        remembers tokens in memory forgets them at once."""
         self._migrate()
+
+    @contextlib.contextmanager
+    def _begin(self) -> Iterator[Connection]:
+        """A write transaction (on SQLite, one of this process's at a time)."""
+        if self._writer is None:
+            with self.engine.begin() as conn:
+                yield conn
+            return
+        with self._writer, self.engine.begin() as conn:
+            yield conn
 
     # --- schema -----------------------------------------------------------------------------
 
@@ -407,7 +495,7 @@ class Store:
         Versions so far only add tables, which create_all does; a change to an existing
         table gets its own step in _STEPS.
         """
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             t.metadata.create_all(conn, checkfirst=True)
             found = conn.execute(select(t.meta.c.value).where(t.meta.c.key == "schema")).scalar()
             if found is None:
@@ -423,6 +511,8 @@ class Store:
                 for statement in _STEPS.get(step, ()):
                     if not _column_exists(conn, statement):
                         conn.exec_driver_sql(statement)
+                if step == 9:
+                    outcomes_from_notes(conn)
             if version != t.SCHEMA_VERSION:
                 conn.execute(
                     update(t.meta)
@@ -444,10 +534,32 @@ class Store:
     def insert_job(self, **fields: Any) -> JobRecord:
         """Insert a new job; `fields` are job_row's."""
         values = job_row(**fields)
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             conn.execute(insert(t.jobs).values(**values))
             conn.execute(insert(t.log_usage).values(job_id=values["id"], bytes=0, cut_bytes=0))
         return self.get_job(values["id"])
+
+    def insert_jobs(self, rows: Sequence[dict[str, Any]]) -> list[JobRecord]:
+        """Insert several new jobs in one transaction; each row is job_row's fields."""
+        if not rows:
+            return []
+        values = [job_row(**fields) for fields in rows]
+        with self._begin() as conn:
+            conn.execute(insert(t.jobs), values)
+            conn.execute(
+                insert(t.log_usage),
+                [{"job_id": v["id"], "bytes": 0, "cut_bytes": 0} for v in values],
+            )
+        return self.get_jobs([v["id"] for v in values])
+
+    def get_jobs(self, job_ids: Sequence[str]) -> list[JobRecord]:
+        """These jobs, in the order given (missing ones left out)."""
+        found: dict[str, JobRecord] = {}
+        with self.engine.connect() as conn:
+            for chunk in _chunks(list(job_ids)):
+                for row in conn.execute(select(t.jobs).where(t.jobs.c.id.in_(chunk))):
+                    found[row.id] = _job(row)
+        return [found[job_id] for job_id in job_ids if job_id in found]
 
     def get_job(self, job_id: str) -> JobRecord:
         with self.engine.connect() as conn:
@@ -487,6 +599,31 @@ class Store:
         with self.engine.connect() as conn:
             return [_job(r) for r in conn.execute(query)]
 
+    def queued_job_heads(self) -> list[QueuedHead]:
+        """Queued jobs' ids, targets and times, FIFO: what a dispatch pass reads every time
+        (specs are read once per job, see LivePlacement.specs_of)."""
+        query = (
+            select(t.jobs.c.id, t.jobs.c.target, t.jobs.c.created_at)
+            .where(t.jobs.c.state == "queued")
+            .order_by(t.jobs.c.created_at, t.jobs.c.id)
+        )
+        with self.engine.connect() as conn:
+            return [QueuedHead(r.id, r.target, r.created_at) for r in conn.execute(query)]
+
+    def jobs_with_label(
+        self, key: str, value: str, *, states: Iterable[str] | None = None
+    ) -> list[JobRecord]:
+        """Jobs whose labels hold key=value (a job array's members), oldest first."""
+        # Labels are stored as JSON text: narrow by its text, then check each row's labels.
+        needle = json.dumps({key: value})[1:-1]
+        condition = t.jobs.c.labels.contains(needle, autoescape=True)
+        if states is not None:
+            condition = and_(condition, t.jobs.c.state.in_(list(states)))
+        query = select(t.jobs).where(condition).order_by(t.jobs.c.created_at, t.jobs.c.id)
+        with self.engine.connect() as conn:
+            jobs = [_job(r) for r in conn.execute(query)]
+        return [job for job in jobs if job.labels.get(key) == value]
+
     def count_live_jobs(self) -> int:
         with self.engine.connect() as conn:
             query = select(func.count()).select_from(t.jobs).where(t.jobs.c.state.in_(LIVE_STATES))
@@ -503,7 +640,7 @@ class Store:
         condition = t.jobs.c.id == job_id
         if expect_states is not None:
             condition = and_(condition, t.jobs.c.state.in_(list(expect_states)))
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             return conn.execute(update(t.jobs).where(condition).values(**values)).rowcount == 1
 
     # --- attempts ---------------------------------------------------------------------------
@@ -523,38 +660,28 @@ class Store:
         """Move a queued job to running with one attempt per node (node rank = position), all
         in one transaction: every node or none, exactly once. None if someone else won."""
         now = time.time()
-        with self.engine.begin() as conn:
-            won = conn.execute(
-                update(t.jobs)
-                .where(and_(t.jobs.c.id == job_id, t.jobs.c.state == "queued"))
-                .values(state="running", attempts=t.jobs.c.attempts + 1, started_at=now)
-            ).rowcount
+        with self._begin() as conn:
+            won = conn.execute(_WIN_QUEUED_JOB, {"b_job": job_id, "b_now": now}).rowcount
             if won != 1:
                 return None
-            number = conn.execute(
-                select(t.jobs.c.attempts).where(t.jobs.c.id == job_id)
-            ).scalar_one()
+            number = conn.execute(_JOB_ATTEMPTS, {"b_job": job_id}).scalar_one()
+            new_attempts = []
             for rank, (worker_id, gpu_indices) in enumerate(nodes):
-                epoch = conn.execute(
-                    select(t.workers.c.epoch).where(t.workers.c.id == worker_id)
-                ).scalar()
-                conn.execute(
-                    insert(t.attempts).values(
-                        job_id=job_id,
-                        number=number,
-                        worker_id=worker_id,
-                        gpu_indices=json.dumps(list(gpu_indices)),
-                        state="assigned",
-                        created_at=now,
-                        worker_epoch=epoch,
-                        node_rank=rank,
-                    )
+                epoch = conn.execute(_WORKER_EPOCH, {"b_worker": worker_id}).scalar()
+                new_attempts.append(
+                    {
+                        "job_id": job_id,
+                        "number": number,
+                        "worker_id": worker_id,
+                        "gpu_indices": json.dumps(list(gpu_indices)),
+                        "state": "assigned",
+                        "created_at": now,
+                        "worker_epoch": epoch,
+                        "node_rank": rank,
+                    }
                 )
-            rows = conn.execute(
-                select(t.attempts)
-                .where(and_(t.attempts.c.job_id == job_id, t.attempts.c.number == number))
-                .order_by(t.attempts.c.node_rank)
-            ).all()
+            conn.execute(_INSERT_ATTEMPT, new_attempts)
+            rows = conn.execute(_ATTEMPTS_OF_NUMBER, {"b_job": job_id, "b_number": number}).all()
         return [_attempt(r) for r in rows]
 
     def gang_of(self, attempt: AttemptRecord) -> list[AttemptRecord]:
@@ -570,7 +697,7 @@ class Store:
             return [_attempt(r) for r in conn.execute(query)]
 
     def keep_node_result(self, attempt_id: int, result: Any) -> None:
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             conn.execute(
                 update(t.attempts)
                 .where(t.attempts.c.id == attempt_id)
@@ -593,12 +720,62 @@ class Store:
         with self.engine.connect() as conn:
             return [_attempt(r) for r in conn.execute(select(t.attempts).where(condition))]
 
+    def cancelled_attempt_ids(self, worker_id: str) -> list[int]:
+        """This worker's active attempts whose jobs were asked to cancel, in one query."""
+        query = (
+            select(t.attempts.c.id)
+            .select_from(t.attempts.join(t.jobs, t.jobs.c.id == t.attempts.c.job_id))
+            .where(
+                and_(
+                    t.attempts.c.worker_id == worker_id,
+                    t.attempts.c.state.in_(["assigned", "running"]),
+                    t.jobs.c.cancel_requested.is_(True),
+                )
+            )
+            .order_by(t.attempts.c.id)
+        )
+        with self.engine.connect() as conn:
+            return [int(row.id) for row in conn.execute(query)]
+
     def update_attempt(
         self, attempt_id: int, *, expect_states: Sequence[str], **values: Any
     ) -> bool:
         condition = and_(t.attempts.c.id == attempt_id, t.attempts.c.state.in_(list(expect_states)))
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             return conn.execute(update(t.attempts).where(condition).values(**values)).rowcount == 1
+
+    def attempt_and_epoch(self, attempt_id: int) -> tuple[AttemptRecord, int | None]:
+        """The attempt and its worker's current epoch (None: no such worker), in one query."""
+        query = (
+            select(t.attempts, t.workers.c.epoch.label("current_epoch"))
+            .select_from(t.attempts.outerjoin(t.workers, t.workers.c.id == t.attempts.c.worker_id))
+            .where(t.attempts.c.id == attempt_id)
+        )
+        with self.engine.connect() as conn:
+            row = conn.execute(query).first()
+        if row is None:
+            raise NotFoundError(f"attempt {attempt_id} not found")
+        return _attempt(row), row.current_epoch
+
+    def workers_with_assigned(self) -> set[str]:
+        """Workers that have an assignment they have not claimed yet."""
+        query = select(t.attempts.c.worker_id).where(t.attempts.c.state == "assigned").distinct()
+        with self.engine.connect() as conn:
+            return {r[0] for r in conn.execute(query) if r[0] is not None}
+
+    def cloud_work_exists(self) -> bool:
+        """Whether any live instance or any queued or provisioning cloud job exists."""
+        instance = select(t.instances.c.request_id).where(
+            t.instances.c.state.not_in(list(INSTANCE_GONE_STATES))
+        )
+        job = select(t.jobs.c.id).where(
+            and_(t.jobs.c.state.in_(["queued", "provisioning"]), t.jobs.c.target == "cloud")
+        )
+        with self.engine.connect() as conn:
+            return (
+                conn.execute(instance.limit(1)).first() is not None
+                or conn.execute(job.limit(1)).first() is not None
+            )
 
     def get_attempt(self, attempt_id: int) -> AttemptRecord:
         with self.engine.connect() as conn:
@@ -633,11 +810,18 @@ class Store:
             for s, text in lines
         ]
         added = sum(len(text.encode("utf-8", "replace")) for _, text in lines)
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             conn.execute(insert(t.logs), rows)
             held = self._count_log_bytes(conn, job_id, added)
             if held > self.max_log_bytes:
                 self._cut_log(conn, job_id, attempt, held)
+
+    def append_logs_many(
+        self, batches: Sequence[tuple[str, int, Sequence[tuple[str, str]]]]
+    ) -> None:
+        """append_logs for several jobs: (job id, attempt, lines) each."""
+        for job_id, attempt, lines in batches:
+            self.append_logs(job_id, attempt, lines)
 
     def read_logs(
         self,
@@ -665,15 +849,54 @@ class Store:
                 size += len(r.text)
         return page
 
+    def attempt_stdout_starting(self, job_id: str, attempt: int, prefix: str) -> list[str]:
+        """An attempt's stdout rows that start with ``prefix``, in order (node 0's in a gang):
+        what a job printed for the control plane to read back."""
+        logs = t.logs
+        query = (
+            select(logs.c.text)
+            .where(
+                logs.c.job_id == job_id,
+                logs.c.attempt == attempt,
+                logs.c.stream == "stdout",
+                or_(logs.c.node.is_(None), logs.c.node == 0),
+                logs.c.text.startswith(prefix, autoescape=True),
+            )
+            .order_by(logs.c.id)
+        )
+        with self.engine.connect() as conn:
+            return [str(text) for (text,) in conn.execute(query)]
+
+    def setup_spans(self, job_id: str, prefix: str) -> dict[int, tuple[float, float]]:
+        """Per attempt, when its setup's first and last lines (those starting with ``prefix``)
+        arrived: the setup phase, read from the log rather than kept twice."""
+        logs = t.logs
+        query = (
+            select(logs.c.attempt, func.min(logs.c.at), func.max(logs.c.at))
+            .where(
+                logs.c.job_id == job_id,
+                logs.c.stream == "system",
+                logs.c.text.startswith(prefix, autoescape=True),
+            )
+            .group_by(logs.c.attempt)
+        )
+        with self.engine.connect() as conn:
+            return {int(a): (float(lo), float(hi)) for a, lo, hi in conn.execute(query)}
+
     def _count_log_bytes(self, conn: Any, job_id: str, added: int) -> int:
         """Add to the job's byte count (its log_usage row, made with the job); the new count."""
         usage = t.log_usage
-        raised = conn.execute(
-            update(usage).where(usage.c.job_id == job_id).values(bytes=usage.c.bytes + added)
-        ).rowcount
-        if not raised:  # a job stored before log_usage existed
+        # One statement: the raise and the new count together (RETURNING: SQLite 3.35+, PG).
+        held = conn.execute(
+            update(usage)
+            .where(usage.c.job_id == job_id)
+            .values(bytes=usage.c.bytes + added)
+            .returning(usage.c.bytes)
+        ).scalar()
+        if held is None:  # a job stored before log_usage existed
             conn.execute(insert(usage).values(job_id=job_id, bytes=added, cut_bytes=0))
-        return int(conn.execute(select(usage.c.bytes).where(usage.c.job_id == job_id)).scalar_one())
+            return added
+        return int(held)
 
     def _cut_log(self, conn: Any, job_id: str, attempt: int, held: int) -> None:
         """Drop the oldest lines until the log is back under the cap, and put one marker where
@@ -756,7 +979,7 @@ class Store:
     def delete_finished_job(self, job_id: str) -> bool:
         """Remove a finished job and every row of it in one transaction. False, with nothing
         removed, when the job is live or still has a cloud instance that is not gone."""
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             state = conn.execute(select(t.jobs.c.state).where(t.jobs.c.id == job_id)).scalar()
             if state not in TERMINAL_STATES:
                 return False
@@ -814,7 +1037,7 @@ class Store:
             "state": "ready",
             "last_heartbeat": now,
         }
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             existing = conn.execute(
                 select(t.workers.c.id).where(t.workers.c.id == worker_id)
             ).first()
@@ -841,12 +1064,34 @@ class Store:
         with self.engine.connect() as conn:
             return [_worker(r) for r in conn.execute(select(t.workers).order_by(t.workers.c.id))]
 
-    def set_worker_state(self, worker_id: str, state: str, *, heartbeat: bool = False) -> None:
-        values: dict[str, Any] = {"state": state}
-        if heartbeat:
-            values["last_heartbeat"] = time.time()
-        with self.engine.begin() as conn:
-            conn.execute(update(t.workers).where(t.workers.c.id == worker_id).values(**values))
+    def move_worker(self, worker_id: str, to: str) -> bool:
+        """Move a worker into ``to`` from where WORKER_TRANSITIONS allows; True if moved."""
+        allowed = sources(WORKER_TRANSITIONS, to)
+        condition = and_(t.workers.c.id == worker_id, t.workers.c.state.in_(allowed))
+        with self._begin() as conn:
+            return conn.execute(update(t.workers).where(condition).values(state=to)).rowcount == 1
+
+    def worker_heartbeat(self, worker_id: str) -> None:
+        """The worker is alive now; a lost one is ready again (one statement: the hot path)."""
+        revived = case(
+            (t.workers.c.state.in_(sources(WORKER_TRANSITIONS, "ready")), "ready"),
+            else_=t.workers.c.state,
+        )
+        with self._begin() as conn:
+            conn.execute(
+                update(t.workers)
+                .where(t.workers.c.id == worker_id)
+                .values(last_heartbeat=time.time(), state=revived)
+            )
+
+    def credit_worker_silence(self, worker_id: str) -> None:
+        """Its silence counts from now (the control plane was down); its state stays."""
+        with self._begin() as conn:
+            conn.execute(
+                update(t.workers)
+                .where(t.workers.c.id == worker_id)
+                .values(last_heartbeat=time.time())
+            )
 
     # --- placement reads: what the live worker index refreshes from -------------------------
 
@@ -873,7 +1118,7 @@ class Store:
     # --- artifacts --------------------------------------------------------------------------
 
     def record_artifacts(self, job_id: str, entries: Sequence[tuple[str, int, str]]) -> None:
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             conn.execute(t.artifacts.delete().where(t.artifacts.c.job_id == job_id))
             if entries:
                 conn.execute(
@@ -891,7 +1136,7 @@ class Store:
             mine: ColumnElement[bool] = path.startswith(prefix, autoescape=True)
         else:
             mine = ~path.like("node-%/%")
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             conn.execute(t.artifacts.delete().where(and_(t.artifacts.c.job_id == job_id, mine)))
             if entries:
                 conn.execute(
@@ -916,7 +1161,7 @@ class Store:
         from gpulayer.control.tokens import new_token_id
 
         values.setdefault("id", new_token_id())
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             conn.execute(
                 insert(t.tokens).values(
                     hash=token_hash,
@@ -931,13 +1176,14 @@ class Store:
 
     def remove_token(self, token_hash: str) -> None:
         """Delete a token and the worker credentials registered through it."""
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             token_id = conn.execute(
                 select(t.tokens.c.id).where(t.tokens.c.hash == token_hash)
             ).scalar()
             if token_id is not None:
                 conn.execute(t.tokens.delete().where(t.tokens.c.parent_id == token_id))
             conn.execute(t.tokens.delete().where(t.tokens.c.hash == token_hash))
+        self.token_changes += 1
 
     def token_by_hash(self, token_hash: str) -> TokenRecord | None:
         with self.engine.connect() as conn:
@@ -966,19 +1212,21 @@ class Store:
             return [_token(r) for r in conn.execute(query)]
 
     def upgrade_token_hash(self, token_id: str, **values: Any) -> None:
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             conn.execute(update(t.tokens).where(t.tokens.c.id == token_id).values(**values))
+        self.token_changes += 1
 
     def revoke_token(self, token_id: str) -> int:
         """Revoke a token and the worker credentials registered through it; how many ended."""
         now = time.time()
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             live = and_(t.tokens.c.revoked_at.is_(None))
             ended = conn.execute(
                 update(t.tokens)
                 .where(and_(live, (t.tokens.c.id == token_id) | (t.tokens.c.parent_id == token_id)))
                 .values(revoked_at=now)
             ).rowcount
+        self.token_changes += 1
         return int(ended)
 
     def count_registration(self, token_id: str) -> bool:
@@ -986,7 +1234,7 @@ class Store:
         cap_left = (t.tokens.c.max_workers.is_(None)) | (
             t.tokens.c.registered < t.tokens.c.max_workers
         )
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             won = conn.execute(
                 update(t.tokens)
                 .where(and_(t.tokens.c.id == token_id, cap_left))
@@ -1011,7 +1259,7 @@ class Store:
     ) -> list[InstanceRecord]:
         """Several instances (the nodes of a gang) written down together, or none."""
         now = time.time()
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             for given in rows:
                 values = dict(given)
                 values.setdefault("created_at", now)
@@ -1046,7 +1294,7 @@ class Store:
         now = time.time()
         _encode_instance_json(values)
         condition = and_(t.instances.c.request_id == request_id, t.instances.c.state == expect)
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             moved = conn.execute(
                 update(t.instances).where(condition).values(state=to, state_since=now, **values)
             ).rowcount
@@ -1091,11 +1339,11 @@ class Store:
         condition = and_(
             t.reservations.c.request_id == request_id,
             or_(
-                t.reservations.c.state == "pending",
+                t.reservations.c.state.in_(sources(RESERVATION_TRANSITIONS, "bound")),
                 and_(t.reservations.c.state == "bound", t.reservations.c.worker_id == worker_id),
             ),
         )
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             return (
                 conn.execute(
                     update(t.reservations)
@@ -1107,9 +1355,10 @@ class Store:
 
     def release_reservation(self, request_id: str) -> None:
         condition = and_(
-            t.reservations.c.request_id == request_id, t.reservations.c.state != "released"
+            t.reservations.c.request_id == request_id,
+            t.reservations.c.state.in_(sources(RESERVATION_TRANSITIONS, "released")),
         )
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             conn.execute(
                 update(t.reservations)
                 .where(condition)
@@ -1120,7 +1369,7 @@ class Store:
         if "tags" in values:
             values["tags"] = json.dumps(values["tags"])
         _encode_instance_json(values)
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             conn.execute(
                 update(t.instances).where(t.instances.c.request_id == request_id).values(**values)
             )
@@ -1145,20 +1394,36 @@ class Store:
         with self.engine.connect() as conn:
             return [_instance(r) for r in conn.execute(query)]
 
+    def instances_holding_offers(self, now: float) -> list[InstanceRecord]:
+        """Tries whose offer is held for every job until a time still to come."""
+        query = select(t.instances).where(t.instances.c.hold_until > now)
+        with self.engine.connect() as conn:
+            return [_instance(r) for r in conn.execute(query)]
+
+    def clear_step_retries(self) -> None:
+        """Every failed step is tried again at the next pass (``gpulayer cloud reap``)."""
+        live = t.instances.c.state.not_in(list(INSTANCE_GONE_STATES))
+        with self._begin() as conn:
+            conn.execute(
+                update(t.instances)
+                .where(and_(live, t.instances.c.next_step_at.is_not(None)))
+                .values(next_step_at=None)
+            )
+
     # --- schedules and their runs -----------------------------------------------------------
 
     def insert_schedule(self, **values: Any) -> ScheduleRecord:
         now = time.time()
         values = {**values, "spec": json.dumps(values["spec"])}
         values.setdefault("watermark", now)
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             conn.execute(insert(t.schedules).values(created_at=now, updated_at=now, **values))
         return self.get_schedule(values["id"])
 
     def update_schedule(self, schedule_id: str, **values: Any) -> bool:
         if "spec" in values:
             values["spec"] = json.dumps(values["spec"])
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             changed = conn.execute(
                 update(t.schedules)
                 .where(t.schedules.c.id == schedule_id)
@@ -1199,7 +1464,7 @@ class Store:
             return int(conn.execute(query).scalar_one())
 
     def put_schedule_source(self, schedule_id: str, bundle: bytes | None) -> None:
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             conn.execute(
                 t.schedule_sources.delete().where(t.schedule_sources.c.schedule_id == schedule_id)
             )
@@ -1217,7 +1482,7 @@ class Store:
         return None if found is None else bytes(found)
 
     def delete_schedule(self, schedule_id: str) -> None:
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             conn.execute(
                 t.schedule_sources.delete().where(t.schedule_sources.c.schedule_id == schedule_id)
             )
@@ -1235,10 +1500,12 @@ class Store:
         message: str | None = None,
         manual: bool = False,
         job: dict[str, Any] | None = None,
+        within: Connection | None = None,
     ) -> bool:
         """Decide a tick once: its run row, the job it creates (a `job_row`), and the
-        schedule's watermark, in one transaction. False when the tick was decided already
-        (another control plane, or before a restart): then nothing is written."""
+        schedule's watermark, in one transaction (``within``: that of `schedule_locked`).
+        False when the tick was decided already (another control plane, or before a
+        restart): then nothing is written."""
         from sqlalchemy.exc import IntegrityError
 
         run = {
@@ -1250,24 +1517,58 @@ class Store:
             "message": message,
             "created_at": time.time(),
         }
+
         # Statements with their values passed apart compile once and are reused: the firing
         # loop of a control plane with a thousand schedules runs this many times a second.
+        def write(conn: Connection) -> None:
+            if job is not None:
+                conn.execute(insert(t.jobs), job)
+                conn.execute(insert(t.log_usage), {"job_id": job["id"], "bytes": 0, "cut_bytes": 0})
+            conn.execute(insert(t.schedule_runs), run)
+            if not manual:
+                conn.execute(_ADVANCE_WATERMARK, {"schedule": schedule_id, "to": tick})
+
         try:
-            with self.engine.begin() as conn:
-                if job is not None:
-                    conn.execute(insert(t.jobs), job)
-                    conn.execute(
-                        insert(t.log_usage), {"job_id": job["id"], "bytes": 0, "cut_bytes": 0}
-                    )
-                conn.execute(insert(t.schedule_runs), run)
-                if not manual:
-                    conn.execute(_ADVANCE_WATERMARK, {"schedule": schedule_id, "to": tick})
+            if within is not None:
+                with within.begin_nested():  # a refused insert leaves the lock held
+                    write(within)
+            else:
+                with self._begin() as conn:
+                    write(conn)
         except IntegrityError:
             return False
         return True
 
+    @contextmanager
+    def schedule_locked(self, schedule_id: str) -> Iterator[Connection]:
+        """A transaction that holds the schedule against every other decider (in this process
+        or another server over the same database) until it commits: what is decided from a
+        look at the store inside it (the budget spent, the live runs) still holds when the
+        run it decides on is written with ``record_tick(within=...)``.
+
+        PostgreSQL locks the schedule's row (SELECT ... FOR UPDATE); SQLite, which locks the
+        whole database, takes its write lock at once (BEGIN IMMEDIATE). Reads on other
+        connections meanwhile see what was committed before the lock was taken."""
+        # In this process, SQLite writers take turns on the writer lock: held here too, the
+        # others wait on it rather than on SQLite's busy timeout.
+        with self._writer or contextlib.nullcontext(), self.engine.connect() as conn:
+            if conn.dialect.name == "sqlite":
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+            else:
+                conn.execute(
+                    select(t.schedules.c.id)
+                    .where(t.schedules.c.id == schedule_id)
+                    .with_for_update()
+                )
+            try:
+                yield conn
+            except BaseException:
+                conn.rollback()
+                raise
+            conn.commit()
+
     def advance_watermark(self, schedule_id: str, tick: float) -> None:
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             conn.execute(_ADVANCE_WATERMARK, {"schedule": schedule_id, "to": tick})
 
     def schedule_runs(self, schedule_id: str, *, limit: int = 50) -> list[ScheduleRunRecord]:
@@ -1308,7 +1609,7 @@ class Store:
         doomed = [r.id for r in ended[keep:]]
         if not doomed:
             return 0
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             conn.execute(t.schedule_runs.delete().where(t.schedule_runs.c.id.in_(doomed)))
         return len(doomed)
 
@@ -1369,7 +1670,7 @@ class Store:
     def add_ui_session(
         self, id_hash: str, csrf: str, *, token_id: str | None, expires_at: float
     ) -> None:
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             conn.execute(
                 insert(t.ui_sessions).values(
                     id_hash=id_hash,
@@ -1394,7 +1695,7 @@ class Store:
         return dict(row._mapping) if row is not None else None
 
     def end_ui_session(self, id_hash: str) -> bool:
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             ended = conn.execute(
                 update(t.ui_sessions)
                 .where(and_(t.ui_sessions.c.id_hash == id_hash, t.ui_sessions.c.ended_at.is_(None)))
@@ -1404,7 +1705,7 @@ class Store:
 
     def add_login_link(self, code_hash: str, *, token_id: str | None, expires_at: float) -> None:
         now = time.time()
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             # Links never used and long expired say nothing worth keeping.
             conn.execute(
                 t.ui_login_links.delete().where(t.ui_login_links.c.expires_at < now - 86400)
@@ -1423,7 +1724,7 @@ class Store:
             t.ui_login_links.c.used_at.is_(None),
             t.ui_login_links.c.expires_at > now,
         )
-        with self.engine.begin() as conn:
+        with self._begin() as conn:
             won = conn.execute(
                 update(t.ui_login_links).where(condition).values(used_at=now)
             ).rowcount
@@ -1470,6 +1771,7 @@ def _column_exists(conn: Any, statement: str) -> bool:
 
 def _instance(row: Any) -> InstanceRecord:
     m = dict(row._mapping)
+    m["step_failures"] = m.get("step_failures") or 0
     m["tags"] = json.loads(m["tags"] or "{}")
     m["offer"] = json.loads(m["offer"]) if m.get("offer") else None
     m["machine"] = json.loads(m["machine"]) if m.get("machine") else None

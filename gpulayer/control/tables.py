@@ -17,7 +17,7 @@ from sqlalchemy import (
     Text,
 )
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 metadata = MetaData()
 
@@ -177,8 +177,19 @@ instances = Table(
     # launch id (node 0's request id); each has its node rank. None / 0 for a lone instance.
     Column("launch_id", String(64)),
     Column("node_rank", Integer, nullable=False, default=0),
+    # Added in schema 9: what a try ended in, as typed columns the next choice reads (never
+    # parsed back from the note), and what the reconciler must not forget on a restart.
+    Column("outcome", String(16)),
+    Column("outcome_scope", String(16)),
+    Column("outcome_message", Text),
+    Column("hold_until", Float),
+    Column("last_error", Text),
+    Column("step_failures", Integer, nullable=False, default=0),
+    Column("next_step_at", Float),
+    Column("unreachable_since", Float),
 )
 Index("ix_instances_state", instances.c.state)
+Index("ix_instances_hold", instances.c.hold_until)
 Index("ix_instances_job", instances.c.job_id)
 
 # Schedules (new tables, so create_all adds them to an existing store): each schedule with its

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from gpulayer.control.gangs import gang_size
 from gpulayer.control.store import (
     AttemptRecord,
     InstanceRecord,
@@ -36,6 +37,7 @@ def job_view(
         "exit_code": job.exit_code,
         "result": job.result,
         "target": job.target,
+        "nodes": gang_size(job),
         "labels": job.labels,
         "created_at": iso(job.created_at),
         "started_at": iso(job.started_at),
@@ -136,6 +138,11 @@ def lifecycle_view(
         for h in history
     ]
     view["note"] = record.note
+    view["outcome"] = record.outcome
+    view["outcome_scope"] = record.outcome_scope
+    view["outcome_message"] = record.outcome_message
+    view["offer_held_until"] = iso(record.hold_until) if record.hold_until else None
+    view["last_error"] = record.last_error
     return view
 
 

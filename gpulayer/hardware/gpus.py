@@ -17,6 +17,7 @@ Pure: no I/O, no pydantic, so the scheduler and the CLI import it cheaply.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -152,11 +153,7 @@ def parse_gpu_name(name: str) -> GpuName:
     "NVIDIA A100-SXM4-80GB" -> A100 with 80 GB; "A100-80GB" -> A100 with 80 GB; "a10g" ->
     A10G; "H100 80GB HBM3" -> H100 with 80 GB. A model not in the table keeps its normalized
     name (less the size), so two spellings of it still compare equal."""
-    match = _MEMORY.search(name)
-    memory = float(match.group(1)) if match else None
-    rest = name[: match.start()] + " " + name[match.end() :] if match else name
-    squashed = normalize_gpu_name(rest)
-    squashed = _ALIASES.get(squashed, squashed)
+    squashed, memory = _squash(name)
     for model in _MODELS_LONGEST_FIRST:
         if squashed.startswith(model):
             return GpuName(model, memory)
@@ -164,6 +161,33 @@ def parse_gpu_name(name: str) -> GpuName:
         if squashed.startswith(alias):
             return GpuName(model, memory)
     return GpuName(squashed, memory)
+
+
+def _squash(name: str) -> tuple[str, float | None]:
+    """The name normalized with its memory size taken out, and that size."""
+    match = _MEMORY.search(name)
+    memory = float(match.group(1)) if match else None
+    rest = name[: match.start()] + " " + name[match.end() :] if match else name
+    squashed = normalize_gpu_name(rest)
+    return _ALIASES.get(squashed, squashed), memory
+
+
+def is_known_model(name: str) -> bool:
+    """Whether a name spells a model of the table: the model, optionally followed by a form
+    factor ("A100-SXM4", "H100 NVL") or a size. More digits make another model: an "A101"
+    would read as an A10 but is not one."""
+    model = parse_gpu_name(name).model
+    if model not in GPU_FACTS:
+        return False
+    rest = _squash(name)[0][len(model) :]
+    return not rest[:1].isdigit()
+
+
+def closest_models(name: str, count: int = 3) -> list[str]:
+    """The table's models nearest to a name, as the table spells them, nearest first."""
+    squashed = _squash(name)[0]
+    keys = difflib.get_close_matches(squashed, list(GPU_FACTS), n=count, cutoff=0.5)
+    return [GPU_FACTS[key].name for key in keys]
 
 
 def gpu_facts(name: str | None) -> GpuFacts | None:

@@ -12,9 +12,10 @@ import hashlib
 import heapq
 import io
 import os
+import re
 import stat
 import tarfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -90,6 +91,54 @@ GIT_IGNORE_FILE = ".gitignore"
 # Never bundled, whatever a rule says: a repository's internals (a .git file too, as in a
 # worktree) hold its whole history and often credentials in its config.
 NEVER_BUNDLED = frozenset({".git"})
+SHIPPED_INPUTS_DIR = ".gpulayer-inputs"
+"""Where a bundle carries the job's local inputs, one folder per input's index, for a machine
+that cannot read them where they lie."""
+_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def local_input_paths(artifacts: Sequence[str], base: Path) -> dict[int, Path]:
+    """The inputs (by index) that are files or folders of this machine and exist now; relative
+    ones are read against ``base``, the submit folder."""
+    found: dict[int, Path] = {}
+    for index, artifact in enumerate(artifacts):
+        if artifact.startswith("job:"):
+            continue
+        match = _SCHEME_RE.match(artifact)
+        if match and match.group(1).lower() != "file":
+            continue
+        local = artifact[len("file://") :] if match else artifact
+        path = Path(local).expanduser()
+        path = path if path.is_absolute() else base / path
+        if path.exists():
+            found[index] = path
+    return found
+
+
+def missing_local_inputs(artifacts: Sequence[str], base: Path) -> dict[int, Path]:
+    """The inputs (by index) that name a file or folder of this machine (no scheme, or
+    file://) that does not exist; relative ones are read against ``base``."""
+    missing: dict[int, Path] = {}
+    present = local_input_paths(artifacts, base)
+    for index, artifact in enumerate(artifacts):
+        match = _SCHEME_RE.match(artifact)
+        if artifact.startswith("job:") or index in present:
+            continue
+        if match and match.group(1).lower() != "file":
+            continue
+        local = artifact[len("file://") :] if match else artifact
+        path = Path(local).expanduser()
+        missing[index] = path if path.is_absolute() else base / path
+    return missing
+
+
+def shipped_input(work_dir: Path, index: int) -> Path | None:
+    """The copy of input ``index`` that its bundle carried, if any."""
+    path = work_dir / SHIPPED_INPUTS_DIR / str(index)
+    if not path.is_dir():
+        return None
+    children = list(path.iterdir())
+    return children[0] if len(children) == 1 else None
 
 
 def parse_ignore(lines: Iterable[str]) -> pathspec.GitIgnoreSpec:
@@ -217,6 +266,36 @@ def _walk(
         stack.extend(reversed(subdirs))
 
 
+def _shipped_entries(inputs: Mapping[int, Path]) -> Iterator[_Entry]:
+    """The local inputs as bundle entries: every file as it is, no ignore rules (the job named
+    them), links inside a folder kept only when they stay in it."""
+    if inputs:
+        yield _Entry(SHIPPED_INPUTS_DIR, Path(), "dir", 0, False)
+    for index, path in sorted(inputs.items()):
+        top = f"{SHIPPED_INPUTS_DIR}/{index}"
+        yield _Entry(top, path, "dir", 0, False)
+        rel = f"{top}/{path.name or 'input'}"
+        if path.is_file():
+            st = path.stat()
+            yield _Entry(rel, path, "file", st.st_size, bool(st.st_mode & 0o111))
+            continue
+        yield _Entry(rel, path, "dir", 0, False)
+        for root, dirs, files in os.walk(path):
+            dirs.sort()
+            here = Path(root)
+            inner = here.relative_to(path).as_posix()
+            base = rel if inner == "." else f"{rel}/{inner}"
+            for name in dirs:
+                if not (here / name).is_symlink():
+                    yield _Entry(f"{base}/{name}", here / name, "dir", 0, False)
+            for name in sorted(files):
+                file = here / name
+                st = file.lstat()
+                if stat.S_ISREG(st.st_mode):
+                    executable = bool(st.st_mode & 0o111)
+                    yield _Entry(f"{base}/{name}", file, "file", st.st_size, executable)
+
+
 def _biggest(entries: list[_Entry], count: int = 5) -> list[tuple[str, int]]:
     """Largest top-level entries (a directory counts with all it holds): what to exclude."""
     totals: dict[str, int] = {}
@@ -290,12 +369,14 @@ def create_bundle(
     *,
     max_bytes: int = DEFAULT_MAX_BYTES,
     exclude: Iterable[Path] = (),
+    inputs: Mapping[int, Path] | None = None,
 ) -> BundleInfo:
     """Write ``src_dir`` as a tar.gz to ``dest``, leaving out .git, the ``exclude`` paths
     (the gpulayer home), the default excludes and what .gitignore and .gpulayerignore name.
     Raises BundleTooLargeError before writing anything when the files add up to more than
     ``max_bytes``. Files that grow, shrink or vanish meanwhile are taken as they were read
-    and named in ``BundleInfo.changed``/``vanished``."""
+    and named in ``BundleInfo.changed``/``vanished``. ``inputs`` (index -> local file or
+    folder) travel under SHIPPED_INPUTS_DIR, counted against the same limit."""
     if not src_dir.is_dir():
         raise BundleError(f"source: {src_dir} is not a directory")
     changes = _Changes()
@@ -303,6 +384,9 @@ def create_bundle(
     # Depth-first, each directory's entries by name: the order `tar` lists.
     walk = _walk(src_dir, IgnoreRules(src_dir), skip, changes)
     entries = sorted(walk, key=lambda e: e.rel.split("/"))
+    if any(e.rel.split("/")[0] == SHIPPED_INPUTS_DIR for e in entries):
+        entries = [e for e in entries if e.rel.split("/")[0] != SHIPPED_INPUTS_DIR]
+    entries += list(_shipped_entries(inputs or {}))
     total = sum(e.size for e in entries)
     if total > max_bytes:
         raise BundleTooLargeError(total, max_bytes, _biggest(entries))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import select
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,6 +48,11 @@ class ControlClient:
 
     def _connection(self) -> http.client.HTTPConnection:
         conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is not None and _closed_by_peer(conn):
+            # The server ends a keep-alive connection that sat idle (uvicorn after 5 s): a
+            # request written into it would break midway, and a body cannot be sent again.
+            conn.close()
+            conn = self._local.conn = None
         if conn is None:
             factory = (
                 http.client.HTTPSConnection
@@ -97,7 +103,8 @@ class ControlClient:
     ) -> http.client.HTTPResponse:
         url = self._prefix + path
         if params:
-            url += "?" + urlencode({k: v for k, v in params.items() if v is not None})
+            # doseq: a list is one parameter repeated (label=a=1&label=b=2).
+            url += "?" + urlencode({k: v for k, v in params.items() if v is not None}, doseq=True)
         headers = {"Authorization": f"Bearer {self._token}"}
         payload: bytes | BinaryIO | None = raw
         if body is not None:
@@ -156,7 +163,7 @@ class ControlClient:
             raise NotFoundError(str(message))
         if status == 409:
             raise StaleAttemptError(str(message))
-        if status == 400:
+        if status in (400, 413):  # 413: over one of the server's limits, named in the message
             raise UsageError(str(message))
         raise GpulayerError(f"control plane error {status}: {message}")
 
@@ -192,15 +199,28 @@ class ControlClient:
         gpu_count_exact: bool = True,
         include_disabled: bool = True,
         limit: int = 30,
+        names: dict[str, str] | None = None,
     ) -> dict[str, Any]:
-        """Offers ``spec`` fits, ranked as submit ranks them (see gpulayer.cloud.search)."""
-        body = {
+        """Offers ``spec`` fits, ranked as submit ranks them (see gpulayer.cloud.search);
+        ``limit`` 0: all of them; ``names``: how errors name the fields (the caller's flags)."""
+        body: dict[str, Any] = {
             "spec": spec,
             "gpu_count_exact": gpu_count_exact,
             "include_disabled": include_disabled,
             "limit": limit,
         }
+        if names:
+            body["names"] = names
         result: dict[str, Any] = self.request("POST", "/v1/offers", body, timeout=300)
+        return result
+
+    def plan(self, spec: dict[str, Any], *, working_dir: str | None = None) -> dict[str, Any]:
+        """Where ``spec`` would run and why (see gpulayer.control.plan); nothing is created.
+        ``working_dir``: where its local inputs are read from (the local control plane)."""
+        body: dict[str, Any] = {"spec": spec}
+        if working_dir is not None:
+            body["working_dir"] = working_dir
+        result: dict[str, Any] = self.request("POST", "/v1/plan", body, timeout=300)
         return result
 
     def upload_bundle(self, path: Path) -> str:
@@ -208,12 +228,37 @@ class ControlClient:
             result = self.request("PUT", "/v1/bundles", raw=stream.read())
         return str(result["bundle_id"])
 
+    def kept_bundle(self, sha256: str) -> str | None:
+        """The id of the bundle with this digest when the server keeps it already, else None."""
+        try:
+            result = self.request("GET", f"/v1/bundles/sha256:{quote(sha256, safe='')}")
+        except NotFoundError:
+            return None
+        return str(result["bundle_id"])
+
+    def submit_many(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Several submit bodies in one request and one transaction; their jobs, in order."""
+        result: list[dict[str, Any]] = self.request("POST", "/v1/jobs", bodies, timeout=600)
+        return result
+
     def job(self, job_ref: str) -> dict[str, Any]:
         result: dict[str, Any] = self.request("GET", f"/v1/jobs/{quote(job_ref, safe='')}")
         return result
 
-    def jobs(self, *, limit: int = 50, states: list[str] | None = None) -> list[dict[str, Any]]:
-        params = {"limit": limit, "state": ",".join(states) if states else None}
+    def jobs(
+        self,
+        *,
+        limit: int = 50,
+        states: list[str] | None = None,
+        labels: dict[str, str] | None = None,
+        schedule: str | None = None,
+    ) -> list[dict[str, Any]]:
+        params = {
+            "limit": limit,
+            "state": ",".join(states) if states else None,
+            "label": [f"{k}={v}" for k, v in (labels or {}).items()] or None,
+            "schedule": schedule,
+        }
         result: list[dict[str, Any]] = self.request("GET", "/v1/jobs", params=params)
         return result
 
@@ -295,6 +340,19 @@ class ControlClient:
         params = {"all": "true"} if include_gone else None
         result: list[dict[str, Any]] = self.request("GET", "/v1/workers", params=params)
         return result
+
+
+def _closed_by_peer(conn: http.client.HTTPConnection) -> bool:
+    """Whether an idle connection was closed by the server. Between requests nothing may
+    arrive on an HTTP/1.1 connection, so a readable socket means the server's FIN (or junk)."""
+    sock = conn.sock
+    if sock is None:
+        return False
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
 
 
 def _detail_line(detail: Any) -> str:

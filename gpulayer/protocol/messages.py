@@ -10,6 +10,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 JOB_ARTIFACT_PREFIX = "job:"
+SETUP_LOG_PREFIX = "[setup] "
+"""A job's setup lines in its log start with this (system stream): its phase reads apart."""
 
 
 def split_job_reference(reference: str) -> tuple[str, str]:
@@ -34,7 +36,7 @@ class GangNode(Message):
     node_rank: int
     num_nodes: int
     master_addr: str
-    """Node rank 0's worker address: the c10d rendezvous runs there."""
+    """Node rank 0's worker address: the rendezvous (torchrun's master) runs there."""
     node_addr: str
     """This node's own worker address (its interface carries gloo/NCCL traffic)."""
 
@@ -49,6 +51,9 @@ class Assignment(Message):
     """Run in this directory as it is (local jobs without a source bundle)."""
     has_bundle: bool = False
     """The job's source is a bundle to fetch from the control plane and unpack."""
+    bundle_digest: str | None = None
+    """The bundle's SHA-256, when the control plane keeps it by content: a worker that has
+    it cached by this digest need not fetch it again."""
     gang: GangNode | None = None
     """Set for one node of a multi-node job."""
 
@@ -68,6 +73,9 @@ class AttemptReport(Message):
     exit_code: ExitCode | None = None
     result: Any = None
     message: str | None = None
+    logs: list[tuple[Literal["stdout", "stderr", "system"], str]] = Field(default_factory=list)
+    """The attempt's last output lines, stored before the outcome: a short job's output and
+    its end travel in one request."""
 
 
 class Registration(Message):
@@ -85,6 +93,19 @@ class Registration(Message):
 class Heartbeat(Message):
     running: list[Annotated[int, Field(ge=0, le=2**63 - 1)]] = Field(default_factory=list)
     """Every attempt the worker holds: claimed, preparing or running."""
+
+
+class ClaimRequest(Message):
+    ending: list[Annotated[int, Field(ge=0, le=2**63 - 1)]] = Field(default_factory=list)
+    """Attempts the worker already ends for a cancel: the claim does not return early for them."""
+
+
+class ClaimReply(Message):
+    """What a claim long-poll returns when the worker asks for signals as well as work."""
+
+    assignments: list[Assignment] = Field(default_factory=list)
+    cancel_attempts: list[int] = Field(default_factory=list)
+    """Attempts of this worker whose jobs were cancelled and that it did not say it ends."""
 
 
 class TokenRequest(Message):

@@ -20,7 +20,11 @@ from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-KEYWORDS = frozenset({"@hourly", "@daily", "@weekly", "@monthly", "@yearly"})
+# The shorthands Vixie cron and Kubernetes CronJobs take; @annually and @midnight are their
+# second names for @yearly and @daily (croniter reads all seven).
+KEYWORDS = frozenset(
+    {"@hourly", "@daily", "@midnight", "@weekly", "@monthly", "@yearly", "@annually"}
+)
 
 _UTC = timezone.utc
 

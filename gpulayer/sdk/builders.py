@@ -54,7 +54,19 @@ RESOURCE_KEYS = frozenset(
         "python",
     }
 )
-TOP_KEYS = frozenset({"name", "env", "secrets", "inputs", "timeout_seconds", "retry", "labels"})
+TOP_KEYS = frozenset(
+    {
+        "name",
+        "env",
+        "secrets",
+        "inputs",
+        "timeout_seconds",
+        "grace_seconds",
+        "retry",
+        "labels",
+        "setup",
+    }
+)
 
 
 def ensure_json(value: Any, what: str) -> Any:
@@ -113,6 +125,17 @@ class JobBuilder:
 
     def timeout(self, seconds: float) -> JobBuilder:
         self._data["timeout_seconds"] = seconds
+        return self
+
+    def grace(self, seconds: float) -> JobBuilder:
+        """Seconds between SIGTERM and SIGKILL when a cancel or a timeout ends the job."""
+        self._data["grace_seconds"] = seconds
+        return self
+
+    def setup(self, **fields: Any) -> JobBuilder:
+        """What the job needs installed before it runs: pip=[...], requirements_file=...,
+        commands=[[...]], index_url=..., find_links=[...], timeout_seconds=..."""
+        self._data.setdefault("setup", {}).update(fields)
         return self
 
     def retry(self, max_attempts: int, retry_on: list[str] | None = None) -> JobBuilder:

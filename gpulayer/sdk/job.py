@@ -42,6 +42,11 @@ class Job:
     def __repr__(self) -> str:
         return f"Job({self.id!r})"
 
+    @property
+    def client(self) -> ControlClient:
+        """The control plane this job was submitted to."""
+        return self._client
+
     def status(self) -> dict[str, Any]:
         """The job as `gpulayer status --json` shows it."""
         return self._client.job(self.id)

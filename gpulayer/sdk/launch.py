@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from gpulayer.errors import UsageError
+from gpulayer.errors import SpecError, UsageError
 from gpulayer.sdk.builders import JobBuilder
 from gpulayer.sdk.job import Job
 
@@ -58,6 +58,33 @@ def launch(
     for warning in job.get("warnings", []):
         warnings.warn(warning, stacklevel=2)
     return Job(connection.client, job["id"])
+
+
+def launch_many(
+    specs: Iterable[JobBuilder | dict[str, Any] | Any],
+    *,
+    server: str | None = None,
+    **overrides: Any,
+) -> list[Job]:
+    """Submit many jobs in one request (one transaction on a server); their handles, in
+    order. Each item is what launch() takes but a function with arguments (use a builder or
+    ``fn.map``); ``overrides`` apply to every one. Bad input in any refuses all of them."""
+    from gpulayer.sdk.connection import connect
+    from gpulayer.sdk.submission import send_jobs
+
+    datas = []
+    for index, what in enumerate(specs):
+        try:
+            datas.append(job_data(what, (), dict(overrides)))
+        except SpecError as exc:
+            raise SpecError([f"specs[{index}].{line}" for line in exc.lines]) from None
+    if not datas:
+        return []
+    connection = connect(server)
+    views = send_jobs(connection, datas)
+    for warning in views[0].get("warnings", []) if views else []:
+        warnings.warn(warning, stacklevel=2)
+    return [Job(connection.client, view["id"]) for view in views]
 
 
 def job_data(what: Any, args: tuple[Any, ...], overrides: dict[str, Any]) -> dict[str, Any]:

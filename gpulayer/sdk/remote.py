@@ -7,12 +7,13 @@ imports it as the script's own module name, with the script's folder shipped as 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from gpulayer.sdk.builders import JobBuilder
 from gpulayer.sdk.functions import function_job
-from gpulayer.sdk.job import Job
+from gpulayer.sdk.job import Job, JobFailed
 
 if TYPE_CHECKING:
     from gpulayer.sdk.schedule import Schedule
@@ -40,6 +41,24 @@ class RemoteFunction(Generic[R]):
         from gpulayer.sdk.launch import launch
 
         return launch(self.builder(*args, **kwargs), server=self._server)
+
+    def map(self, items: Iterable[Any], *, timeout: float | None = None) -> list[Any]:
+        """One function job per item (the item is its one argument), all submitted in one
+        request, like Modal's ``.map()``; their results, in the items' order. A failed job
+        raises JobFailed once every job has been waited for."""
+        from gpulayer.sdk.launch import launch_many
+
+        builders = [self.builder(item) for item in items]
+        jobs = launch_many(builders, server=self._server)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        ended = []
+        for job in jobs:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ended.append(job.wait(left))
+        for status in ended:
+            if status["state"] != "succeeded":
+                raise JobFailed(status)
+        return [status.get("result") for status in ended]
 
     def schedule(self, cron: Any, *args: Any, name: str | None = None, **kwargs: Any) -> Schedule:
         """Run as a function job with these arguments on a cron (a string, a list or a

@@ -17,32 +17,81 @@ def source_fields(
     """How the job's source travels: a directory the local control plane reads (or the
     current one to run in), or a bundle uploaded to a server. Keyword arguments of submit.
     A line about files that changed while bundling goes to ``warnings``."""
-    workload = job.get("workload") if isinstance(job.get("workload"), dict) else None
-    source = workload.get("source") if workload else None
-    if isinstance(source, str) and not Path(source).is_dir():
-        raise UsageError(f"workload.source: {source!r} is not a directory")
+    source = _source_folder(job)
     if connection.embedded:
         return {
             "working_dir": os.getcwd() if source is None else None,
-            "source_dir": source if isinstance(source, str) else None,
+            "source_dir": source,
         }
     bundle_id, warning = _uploaded_bundle(
-        connection, Path(source) if isinstance(source, str) else Path.cwd()
+        connection, Path(source) if source is not None else Path.cwd(), _local_inputs(job)
     )
     if warning and warnings is not None:
         warnings.append(warning)
     return {"bundle_id": bundle_id}
 
 
-def _uploaded_bundle(connection: Connection, source: Path) -> tuple[str, str | None]:
+def _source_folder(job: dict[str, Any]) -> str | None:
+    """The job's workload.source folder, None for the current one."""
+    workload = job.get("workload") if isinstance(job.get("workload"), dict) else None
+    source = workload.get("source") if workload else None
+    if isinstance(source, str) and not Path(source).is_dir():
+        raise UsageError(f"workload.source: {source!r} is not a directory")
+    return source if isinstance(source, str) else None
+
+
+def _local_inputs(job: dict[str, Any]) -> dict[int, Path]:
+    """The job's inputs (by index) that are files or folders of this machine: its bundle
+    carries them, since a worker elsewhere cannot read them where they lie."""
+    from gpulayer.protocol.bundle import local_input_paths
+
+    inputs = job.get("inputs")
+    artifacts = [
+        i.get("artifact") if isinstance(i, dict) else None
+        for i in (inputs if isinstance(inputs, list) else [])
+    ]
+    return local_input_paths([a if isinstance(a, str) else "job:" for a in artifacts], Path.cwd())
+
+
+def _uploaded_bundle(
+    connection: Connection, source: Path, inputs: dict[int, Path]
+) -> tuple[str, str | None]:
+    """The source and local inputs as a bundle the server keeps: asked for by digest first,
+    uploaded only when the server lacks it (the same source submitted again costs one small
+    request)."""
     from gpulayer.control.paths import home
     from gpulayer.protocol.bundle import bundle_warning, create_bundle
 
     with tempfile.TemporaryDirectory(prefix="gpulayer-bundle-") as scratch:
         bundle = Path(scratch) / "source.tar.gz"
-        info = create_bundle(source, bundle, exclude=[home().root])
-        bundle_id = connection.client.upload_bundle(bundle)
+        info = create_bundle(source, bundle, exclude=[home().root], inputs=inputs)
+        bundle_id = connection.client.kept_bundle(info.sha256)
+        if bundle_id is None:
+            bundle_id = connection.client.upload_bundle(bundle)
     return bundle_id, bundle_warning(info)
+
+
+def send_jobs(connection: Connection, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Submit several jobs' spec data in one request (one transaction on a server); jobs
+    whose bundles would hold the same things (source folder and local inputs) share one,
+    bundled and uploaded once. Their views, in order."""
+    if connection.embedded:
+        return [send_job(connection, data) for data in jobs]
+    warnings: list[str] = []
+    by_contents: dict[Any, dict[str, Any]] = {}
+    bodies = []
+    for data in jobs:
+        # Each job's local inputs travel inside its bundle: a bundle made for another job's
+        # inputs would hand this one the wrong files.
+        inputs = tuple(sorted((index, str(path)) for index, path in _local_inputs(data).items()))
+        key = (_source_folder(data), inputs)
+        if key not in by_contents:
+            by_contents[key] = source_fields(connection, data, warnings)
+        bodies.append({"spec": data, **by_contents[key]})
+    views = connection.client.submit_many(bodies)
+    if warnings and views:
+        views[0].setdefault("warnings", []).extend(warnings)
+    return views
 
 
 def send_job(connection: Connection, data: dict[str, Any]) -> dict[str, Any]:

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpulayer.errors import UsageError
+from gpulayer.protocol.train_reports import report_line
 
 CHECKPOINT_FOLDER = "checkpoint"
 """Under each node's outputs; node 0's is ``job:<id>/checkpoint``."""
@@ -28,6 +30,8 @@ RESUME_FOLDER = "resume"
 """Under each node's inputs: the checkpoint a Trainer's ``resume_from`` staged."""
 
 _reports: list[dict[str, Any]] = []
+_reached_a_report = False
+_stop_requested = False
 
 
 @dataclass(frozen=True)
@@ -70,10 +74,43 @@ def report(metrics: dict[str, Any]) -> None:
         line = json.dumps(metrics, sort_keys=True)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"gl.train.report(): metrics must be JSON values ({exc})") from None
-    if context().rank != 0:
+    global _reached_a_report
+    _reached_a_report = True
+    if context().rank == 0:
+        _reports.append(json.loads(line))
+        _keep(line)
+        print(report_line(line), file=sys.stdout, flush=True)
+    if _stop_requested:
+        _stop_now()
+
+
+def _on_stop_signal(signum: int, frame: object) -> None:
+    """SIGTERM (cancel, timeout, a machine going away) waits for the next report: a step
+    ends between reports, so a checkpoint being written is finished rather than cut in
+    half. A function that has not reported yet has no known safe point and stops at once;
+    one that never reports again is killed when the job's grace_seconds run out."""
+    global _stop_requested
+    if not _reached_a_report:
+        _stop_now()
+    _stop_requested = True
+
+
+def _stop_now() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _keep(line: str) -> None:
+    """Append the report where the worker reads it back however the run ends (one write, so
+    a report is whole or absent)."""
+    path = os.environ.get("GPULAYER_TRAIN_REPORTS")
+    if not path:
         return
-    _reports.append(json.loads(line))
-    print(f"gpulayer.train.report {line}", file=sys.stdout, flush=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
 
 
 def checkpoint_dir() -> Path:
@@ -85,8 +122,11 @@ def checkpoint_dir() -> Path:
 
 def run(entrypoint: str, config: Any) -> dict[str, Any]:
     """What each rank runs: the user's train_fn(config); rank 0 returns its value with the
-    reports and the node its checkpoint lies on (torch may give rank 0 to any node)."""
+    reports and the node its checkpoint lies on (node 0: the launch keeps gpulayer's node ranks)."""
+    global _reached_a_report, _stop_requested
     _reports.clear()
+    _reached_a_report = _stop_requested = False
+    signal.signal(signal.SIGTERM, _on_stop_signal)
     value = _load(entrypoint)(config)
     ctx = context()
     return {"value": value, "metrics": list(_reports), "node_rank": ctx.node_rank}

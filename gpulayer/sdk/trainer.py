@@ -36,7 +36,7 @@ class TrainResult:
     metrics: list[dict[str, Any]] = field(default_factory=list)
     """Rank 0's gl.train.report() calls, in order."""
     checkpoint: str | None = None
-    """``job:<id>/checkpoint`` (or the node folder rank 0 ran on), when rank 0 saved one."""
+    """``job:<id>/checkpoint`` (rank 0 runs on node 0), when rank 0 saved one."""
 
 
 class Trainer:
@@ -93,20 +93,28 @@ class Trainer:
             builder.input(self._resume_from, RESUME_FOLDER)
         return builder
 
-    def launch(self, config: Any = None) -> Job:
-        """Submit the training run; returns its Job at once."""
+    def launch(self, config: Any = None) -> TrainingJob:
+        """Submit the training run; returns its job at once (``.result()`` gives a
+        TrainResult, as fit does)."""
         from gpulayer.sdk.launch import launch
 
-        return launch(self.builder(config), server=self._server)
+        job = launch(self.builder(config), server=self._server)
+        return TrainingJob(job.client, job.id)
 
     def fit(self, config: Any = None, *, timeout: float | None = None) -> TrainResult:
         """Run to the end; rank 0's return value, reports and checkpoint reference.
         Raises JobFailed (naming the node that failed) when training does not succeed."""
-        job = self.launch(config)
-        status = job.wait(timeout)
+        return self.launch(config).result(timeout)
+
+
+class TrainingJob(Job):
+    """A training run's job: its result is read as a TrainResult, not the raw payload."""
+
+    def result(self, timeout: float | None = None) -> TrainResult:
+        status = self.wait(timeout)
         if status["state"] != "succeeded":
             raise JobFailed(status)
-        return train_result(job.id, status.get("result"), job.artifacts())
+        return train_result(self.id, status.get("result"), self.artifacts())
 
 
 def train_result(job_id: str, raw: Any, artifacts: list[dict[str, Any]]) -> TrainResult:

@@ -48,6 +48,10 @@ class WorkerCapabilities(ReportModel):
     zone: str | None = None
     hourly_price: float | None = None
     currency: str = "USD"
+    isolation: Literal["uid_per_attempt", "shared_uid", "none"] | None = None
+    """How the worker keeps its jobs from each other and from itself: a uid per attempt
+    (--run-as-range), one unprivileged uid for all (--run-as), or none (its jobs run as its own
+    user and can read its credential). None: not said (the local control plane's worker)."""
 
     @property
     def gpu_count(self) -> int:

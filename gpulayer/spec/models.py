@@ -63,6 +63,21 @@ TORCHRUN_ENV_NAMES: frozenset[str] = frozenset(
     }
 )
 RESERVED_ENV_PREFIXES: tuple[str, ...] = ("GPULAYER_", "TORCHELASTIC_")
+DEFAULT_GRACE_SECONDS = 30
+MAX_GRACE_SECONDS = 3600
+# Upper bounds of the numbers a spec holds (docs/jobspec-readings.md lists them). Each is far
+# past any real job; they exist so a typo or an overflow (max_attempts: 10**30) is refused at
+# submit, naming the field, instead of being stored and overflowing somewhere later.
+MAX_TIMEOUT_SECONDS = 30 * 86400
+MAX_ATTEMPTS = 100
+MAX_NODES = 1024
+MAX_PROCS_PER_NODE = 1024
+MAX_GPUS_PER_NODE = 64
+MAX_GPU_MEMORY_GB = 1024
+MAX_CPU_CORES = 4096
+MAX_MEMORY_GB = 65536
+MAX_DISK_GB = 1048576
+MAX_HOURLY_COST = 1_000_000  # in the job's currency: wide enough for the smallest units (JPY)
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -149,7 +164,7 @@ class FunctionWorkload(StrictModel):
 
 class Rendezvous(StrictModel):
     port: Annotated[int, STRICT, Field(ge=1, le=65535), WHOLE] = 29500
-    join_timeout_seconds: Annotated[Number, Field(gt=0)] = 300
+    join_timeout_seconds: Annotated[Number, Field(gt=0, le=MAX_TIMEOUT_SECONDS)] = 300
 
 
 class DistributedWorkload(StrictModel):
@@ -160,8 +175,8 @@ class DistributedWorkload(StrictModel):
     function_args: list[JsonValue] = Field(default_factory=list)
     function_kwargs: dict[str, JsonValue] = Field(default_factory=dict)
     source: str | None = None
-    num_workers: Annotated[int, STRICT, Field(ge=1), WHOLE] = 1
-    procs_per_worker: Annotated[int, STRICT, Field(ge=1), WHOLE] = 1
+    num_workers: Annotated[int, STRICT, Field(ge=1, le=MAX_NODES), WHOLE] = 1
+    procs_per_worker: Annotated[int, STRICT, Field(ge=1, le=MAX_PROCS_PER_NODE), WHOLE] = 1
     comm_backend: Literal["gloo", "nccl"] | None = None
     """None until the JobSpec resolves it from the accelerator: nccl on cuda, else gloo."""
     rendezvous: Rendezvous = Field(default_factory=Rendezvous)
@@ -194,16 +209,16 @@ Workload = Annotated[
 class ResourceRequest(StrictModel):
     profile: ProfileName | None = None
     accelerator: Accelerator = "cpu"
-    gpu_count: Annotated[int, STRICT, Field(ge=0), WHOLE] | None = None
+    gpu_count: Annotated[int, STRICT, Field(ge=0, le=MAX_GPUS_PER_NODE), WHOLE] | None = None
     gpu_models: list[GpuModelName] = Field(default_factory=list)
     """GPU models any of which fits ("H100", "A100-80GB": a size asks for that memory too),
     compared with what offers and workers report after one normalization; empty: any."""
-    gpu_memory_gb: Annotated[Number, Field(gt=0)] | None = None
+    gpu_memory_gb: Annotated[Number, Field(gt=0, le=MAX_GPU_MEMORY_GB)] | None = None
     gpu_memory_kind: Literal["dedicated", "unified"] | None = None
     min_cuda_compute_capability: str | None = None
-    cpu_cores: Annotated[Number, Field(gt=0)] = 1
-    memory_gb: Annotated[Number, Field(gt=0)] | None = None
-    disk_gb: Annotated[Number, Field(gt=0)] | None = None
+    cpu_cores: Annotated[Number, Field(gt=0, le=MAX_CPU_CORES)] = 1
+    memory_gb: Annotated[Number, Field(gt=0, le=MAX_MEMORY_GB)] | None = None
+    disk_gb: Annotated[Number, Field(gt=0, le=MAX_DISK_GB)] | None = None
     os: list[str] = Field(default_factory=list)
     cpu_arch: list[str] = Field(default_factory=list)
     frameworks: dict[str, VersionSpecifier] = Field(default_factory=dict)
@@ -304,7 +319,7 @@ class Provisioning(StrictModel):
     provider: NonEmptyStr | None = None
     release: NonEmptyStr | None = None
     """An image release from images/; None means the newest release for the provider."""
-    provisioning_timeout_seconds: Annotated[Number, Field(gt=0)] = 600
+    provisioning_timeout_seconds: Annotated[Number, Field(gt=0, le=MAX_TIMEOUT_SECONDS)] = 600
 
 
 class PlacementPolicy(StrictModel):
@@ -316,7 +331,7 @@ class PlacementPolicy(StrictModel):
     regions: list[NonEmptyStr] = Field(default_factory=list)
     strategy: Strategy = "spread"
     on_unschedulable: OnUnschedulable = "queue"
-    max_hourly_cost: Annotated[Number, Field(ge=0)] | None = None
+    max_hourly_cost: Annotated[Number, Field(ge=0, le=MAX_HOURLY_COST)] | None = None
     currency: CurrencyCode = "USD"
     provisioning: Provisioning | None = None
 
@@ -369,7 +384,7 @@ _DEFAULT_RETRY_ON: tuple[RetryEvent, ...] = ("worker_lost",)
 
 
 class RetryPolicy(StrictModel):
-    max_attempts: Annotated[int, STRICT, Field(ge=1), WHOLE] = 1
+    max_attempts: Annotated[int, STRICT, Field(ge=1, le=MAX_ATTEMPTS), WHOLE] = 1
     retry_on: list[RetryEvent] = Field(default_factory=lambda: list(_DEFAULT_RETRY_ON))
 
 
@@ -378,6 +393,54 @@ def check_name(name: str) -> str:
     if not _NAME_RE.match(name):
         raise ValueError("1 to 63 of letters, digits, '_', '.' and '-'")
     return name
+
+
+def _check_requirement(value: str) -> str:
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        Requirement(value)
+    except InvalidRequirement as exc:
+        first = str(exc).splitlines()[0] if str(exc) else "invalid"
+        raise ValueError(f"{value!r} is not a PEP 508 requirement: {first}") from None
+    return value
+
+
+def _check_setup_path(value: str) -> str:
+    return _check_relative_path(value, None)
+
+
+PipRequirement = Annotated[
+    str, Field(min_length=1, max_length=1000), AfterValidator(_check_requirement)
+]
+IndexUrl = Annotated[str, Field(min_length=1, max_length=2000, pattern=r"^(https?|file)://\S+$")]
+SETUP_TIMEOUT_SECONDS = 1800.0
+MAX_SETUP_TIMEOUT_SECONDS = 86400.0
+
+
+class Setup(StrictModel):
+    """What a job needs installed before it runs (a project extension): ``commands`` run first,
+    in order, then ``pip`` and ``requirements_file`` go into a virtual environment kept per
+    exact request on each machine, whose interpreter runs the job."""
+
+    pip: list[PipRequirement] = Field(default_factory=list)
+    requirements_file: Annotated[str, AfterValidator(_check_setup_path)] | None = None
+    commands: list[Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]] = (
+        Field(default_factory=list)
+    )
+    index_url: IndexUrl | None = None
+    extra_index_urls: list[IndexUrl] = Field(default_factory=list)
+    find_links: list[Annotated[str, AfterValidator(_check_setup_path)]] = Field(
+        default_factory=list
+    )
+    """Folders of the job's source holding wheels, for machines no package index reaches."""
+    timeout_seconds: Annotated[Number, Field(gt=0, le=MAX_SETUP_TIMEOUT_SECONDS)] = (
+        SETUP_TIMEOUT_SECONDS
+    )
+
+    @property
+    def installs_packages(self) -> bool:
+        return bool(self.pip or self.requirements_file)
 
 
 class JobSpec(StrictModel):
@@ -389,9 +452,13 @@ class JobSpec(StrictModel):
     env: dict[str, str] = Field(default_factory=dict)
     secrets: list[SecretRef] = Field(default_factory=list)
     inputs: list[InputRef] = Field(default_factory=list)
-    timeout_seconds: Annotated[Number, Field(gt=0)] | None = None
+    timeout_seconds: Annotated[Number, Field(gt=0, le=MAX_TIMEOUT_SECONDS)] | None = None
+    # A project extension: between SIGTERM and SIGKILL when a cancel, a timeout or the
+    # worker's own stop ends the job, so it can save what it has (its outputs upload after).
+    grace_seconds: Annotated[Number, Field(ge=0, le=MAX_GRACE_SECONDS)] = DEFAULT_GRACE_SECONDS
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     labels: dict[str, str] = Field(default_factory=dict)
+    setup: Setup | None = None
 
     @field_validator("name")
     @classmethod

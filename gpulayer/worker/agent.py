@@ -6,7 +6,11 @@ The same agent serves the embedded local worker (over an in-process link) and re
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
+import re
+import shutil
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -14,9 +18,17 @@ from typing import TYPE_CHECKING, Protocol
 
 from gpulayer.backoff import WORKER_CLAIM, WORKER_OUTPUTS, WORKER_REPORT
 from gpulayer.errors import ForbiddenError, StaleAttemptError, UsageError
-from gpulayer.protocol.messages import Assignment, AttemptReport, HeartbeatReply, Registration
+from gpulayer.protocol.client import Unauthorized
+from gpulayer.protocol.messages import (
+    Assignment,
+    AttemptReport,
+    ClaimReply,
+    HeartbeatReply,
+    Registration,
+)
 from gpulayer.worker.containment import Containment, reap_orphans
 from gpulayer.worker.distributed import NodePlace
+from gpulayer.worker.identities import UidPool, take_back
 from gpulayer.worker.logship import LogShipper
 from gpulayer.worker.outputs import DEFAULT_MAX_FILE_BYTES, gather_outputs
 from gpulayer.worker.process import RunAs
@@ -26,11 +38,25 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gpulayer.worker")
 
+# An attempt's last lines up to this size go with its outcome, in the same request.
+_LOGS_WITH_OUTCOME_BYTES = 256 << 10
+# Source bundles by their SHA-256, under the work root, shared by the worker's attempts.
+_BUNDLE_CACHE = ".bundles"
+_HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def _sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
 
 class ControlLink(Protocol):
     def register(self, registration: Registration) -> str: ...
     def heartbeat(self, worker_id: str, running: list[int]) -> HeartbeatReply: ...
-    def claim(self, worker_id: str, wait: float) -> list[Assignment]: ...
+    def claim(self, worker_id: str, wait: float) -> ClaimReply: ...
     def append_logs(self, attempt_id: int, lines: list[tuple[str, str]]) -> None: ...
     def finish(self, attempt_id: int, report: AttemptReport) -> None: ...
     def fetch_bundle(self, job_id: str, destination: Path) -> None: ...
@@ -49,16 +75,21 @@ class WorkerAgent:
         heartbeat_seconds: float = 5.0,
         claim_wait_seconds: float = 10.0,
         on_contact: Callable[[], None] | None = None,
+        on_revoked: Callable[[], None] | None = None,
         run_as: RunAs | None = None,
+        uid_pool: UidPool | None = None,
         max_output_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
         contain: bool = True,
+        setup_cache: Path | None = None,
     ) -> None:
         self.link = link
         self.registration = registration
         self.work_root = work_root
+        self.setup_cache = setup_cache or work_root / ".setup-envs"
         self.heartbeat_seconds = heartbeat_seconds
         self.claim_wait_seconds = claim_wait_seconds
         self.run_as = run_as
+        self.uid_pool = uid_pool
         self.max_output_file_bytes = max_output_file_bytes
         self.worker_id: str | None = None
         self._on_contact = on_contact or (lambda: None)
@@ -66,22 +97,35 @@ class WorkerAgent:
         self._held: set[int] = set()  # claimed, from the claim's reply until the report lands
         self._runs_lock = threading.Lock()
         self._stop = threading.Event()
+        self._stopping_because = ("worker_lost", "the worker stopped")
         self._abandon = threading.Event()
         self._cancel_requested: set[int] = set()
         self._fenced: set[int] = set()
         self._job_threads: list[threading.Thread] = []
         self._threads: list[threading.Thread] = []
+        self.revoked = threading.Event()
+        """Set once the control plane refused this worker's credential (401, or 403 to a call
+        about the worker itself): its attempts are ended and nothing more is sent."""
+        self.revoked_because: str | None = None
+        self._on_revoked = on_revoked or (lambda: None)
+        self._prepared = False
         self.containment: Containment | None = None
         if contain:
             self.work_root.mkdir(parents=True, exist_ok=True)
             self.containment = Containment.for_worker(self.work_root)
 
     def start(self) -> str:
-        if self.containment is not None:
+        # Once per worker, however often registering is retried: one sweep, one sentinel.
+        if self.containment is not None and not self._prepared:
             left = self.containment.sweep()
             if left:
                 log.warning("ended %d process(es) an earlier run of this worker left", left)
             self.containment.start_sentinel()
+        if self.uid_pool is not None and not self._prepared:
+            left = self.uid_pool.reclaim_all(self.work_root)
+            if left:
+                log.warning("ended %d process(es) of --run-as-range uids an earlier run left", left)
+        self._prepared = True
         self.worker_id = self.link.register(self.registration)
         for target, name in ((self._claim_loop, "claim"), (self._heartbeat_loop, "heartbeat")):
             thread = threading.Thread(target=target, name=f"gpulayer-worker-{name}", daemon=True)
@@ -89,8 +133,17 @@ class WorkerAgent:
             self._threads.append(thread)
         return self.worker_id
 
-    def stop(self, *, cancel_running: bool = True) -> None:
-        """Stop taking work; running attempts are ended and reported as lost (so they retry)."""
+    def stop(
+        self,
+        *,
+        cancel_running: bool = True,
+        reason: str = "worker_lost",
+        message: str = "the worker stopped",
+    ) -> None:
+        """Stop taking work; running attempts get their grace, keep what they wrote and are
+        reported as ended by ``reason`` (worker_lost or preempted: so they retry if their
+        retry_on says so)."""
+        self._stopping_because = (reason, message)
         self._stop.set()
         if cancel_running:
             with self._runs_lock:
@@ -109,6 +162,13 @@ class WorkerAgent:
         if self.containment is not None:
             self.containment.stop_sentinel()
 
+    def longest_grace(self) -> float:
+        """The longest grace_seconds among the running attempts: how long a stop may take to
+        let them end and upload what they wrote."""
+        with self._runs_lock:
+            runs = list(self._runs.values())
+        return max((float(run.ctx.spec.grace_seconds) for run in runs), default=0.0)  # type: ignore[attr-defined]
+
     @property
     def running(self) -> int:
         with self._runs_lock:
@@ -119,18 +179,25 @@ class WorkerAgent:
         while not self._stop.is_set():
             try:
                 for attempt in WORKER_CLAIM.retrying(
-                    stop_event=self._stop, before_sleep=_noted("claiming work failed")
+                    stop_event=self._stop,
+                    retry_if=lambda exc: not _refuses_worker(exc),
+                    before_sleep=_noted("claiming work failed"),
                 ):
                     with attempt:  # a control plane hiccup must not end the worker
                         if not self._stop.is_set():
                             self._claim_once(self.worker_id)
+            except (Unauthorized, ForbiddenError) as exc:
+                self.credential_refused(exc)
+                return
             except Exception:
                 return  # stopped while the control plane was away
 
     def _claim_once(self, worker_id: str) -> None:
-        assignments = self.link.claim(worker_id, self.claim_wait_seconds)
+        reply = self.link.claim(worker_id, self.claim_wait_seconds)
         self._on_contact()
-        for assignment in assignments:
+        # Cancels first: an assignment cancelled in the same reply starts as cancelled.
+        self.apply_cancels(reply.cancel_attempts)
+        for assignment in reply.assignments:
             with self._runs_lock:
                 self._held.add(assignment.attempt_id)
             thread = threading.Thread(
@@ -151,8 +218,11 @@ class WorkerAgent:
             try:
                 self.apply_signals(self.link.heartbeat(self.worker_id, held))
                 self._on_contact()
-            except Exception:
-                log.exception("heartbeat failed")
+            except (Unauthorized, ForbiddenError) as exc:
+                self.credential_refused(exc)
+                return
+            except Exception as exc:
+                log.warning("heartbeat failed (%s)", exc)
             if self.containment is not None and self.containment.mode == "subreaper":
                 reap_orphans(keep=self._leaders())
 
@@ -161,12 +231,37 @@ class WorkerAgent:
             runs = list(self._runs.values())
         return {pid for run in runs if (pid := getattr(run, "leader_pid", None)) is not None}
 
-    def apply_signals(self, reply: HeartbeatReply) -> None:
-        self._cancel_requested.update(reply.cancel_attempts)
-        for attempt_id in reply.cancel_attempts:
+    def credential_refused(self, exc: BaseException) -> None:
+        """The control plane no longer takes this worker's credential: end every attempt at
+        once (their outcomes can no longer be reported, and a retry elsewhere must not race
+        them), send nothing more, and let the worker exit."""
+        if self.revoked.is_set():
+            return
+        self.revoked_because = str(exc)
+        self.revoked.set()
+        self._stop.set()
+        self._abandon.set()
+        with self._runs_lock:
+            attempts = list(self._runs) + list(self._held)
+        for attempt_id in attempts:
+            self._fenced.add(attempt_id)
             self._end_run(attempt_id)
+        self._on_revoked()
+
+    def apply_signals(self, reply: HeartbeatReply) -> None:
+        self.apply_cancels(reply.cancel_attempts)
+        with self._runs_lock:
+            held = set(self._held)
         for attempt_id in reply.fenced_attempts:
-            self._fence(attempt_id, "the control plane gave it up")
+            # One whose report landed while the heartbeat was on its way is simply done.
+            if attempt_id in held:
+                self._fence(attempt_id, "the control plane gave it up")
+
+    def apply_cancels(self, attempt_ids: list[int]) -> None:
+        """End these attempts as cancelled (the claim reply and the heartbeat both carry them)."""
+        self._cancel_requested.update(attempt_ids)
+        for attempt_id in attempt_ids:
+            self._end_run(attempt_id)
 
     def _end_run(self, attempt_id: int) -> None:
         with self._runs_lock:
@@ -186,6 +281,8 @@ class WorkerAgent:
             return  # dropped: the job's log belongs to its current attempt
         try:
             self.link.append_logs(attempt_id, lines)
+        except Unauthorized as exc:
+            self.credential_refused(exc)
         except (StaleAttemptError, ForbiddenError) as exc:
             self._fence(attempt_id, exc)
 
@@ -200,12 +297,16 @@ class WorkerAgent:
         shipper.start()
         group = self.containment.attempt(attempt_id) if self.containment is not None else None
         report: AttemptReport
+        uid: int | None = None
         try:
+            run_as = self.run_as
+            if self.uid_pool is not None:
+                uid = self.uid_pool.take()
+                run_as = RunAs(f"gpulayer-{uid}", uid, uid, str(attempt_dir))
             spec = JobSpec.model_validate(assignment.spec)
             bundle = None
             if assignment.has_bundle:
-                bundle = attempt_dir / "source.tar.gz"
-                self.link.fetch_bundle(assignment.job_id, bundle)
+                bundle = self._bundle(assignment, attempt_dir)
             context = RunContext(
                 job_id=assignment.job_id,
                 attempt=assignment.attempt,
@@ -216,11 +317,15 @@ class WorkerAgent:
                 resolve_artifact=lambda ref: self.link.resolve_artifact(
                     ref, attempt_dir / "fetched"
                 ),
-                extra_env=_device_env(spec.resources.accelerator, assignment.gpu_indices),
+                extra_env={
+                    **_device_env(spec.resources.accelerator, assignment.gpu_indices),
+                    **_array_env(spec.labels),
+                },
                 worker_env=self.link.job_environment(assignment.job_id),
                 group=group,
-                run_as=self.run_as,
+                run_as=run_as,
                 node=_node_place(assignment),
+                setup_cache=self.setup_cache,
             )
             run = JobRun(context, on_log=shipper.add)
             with self._runs_lock:
@@ -230,16 +335,25 @@ class WorkerAgent:
             outcome = run.run()
             if attempt_id not in self._fenced:
                 self._store_outputs(assignment, outcome.output_dir, shipper)
-            shipper.flush()
+            tail = shipper.take(_LOGS_WITH_OUTCOME_BYTES)
+            if tail is None:
+                shipper.flush()
+                tail = shipper.take(_LOGS_WITH_OUTCOME_BYTES) or []
             report = AttemptReport(
                 state=outcome.state,
                 reason=outcome.reason,
                 exit_code=outcome.exit_code,
                 result=outcome.result,
                 message=outcome.message,
+                logs=tail,
             )
             if self._cancelled(assignment) and outcome.state != "cancelled":
-                report = AttemptReport(state="cancelled", reason="cancelled", message="cancelled")
+                report = AttemptReport(
+                    state="cancelled", reason="cancelled", message="cancelled", logs=tail
+                )
+        except Unauthorized as exc:
+            self.credential_refused(exc)
+            report = AttemptReport(state="failed", reason="worker_lost", message=str(exc))
         except (StaleAttemptError, ForbiddenError) as exc:
             self._fence(attempt_id, exc)
             report = AttemptReport(state="failed", reason="worker_lost", message=str(exc))
@@ -251,17 +365,46 @@ class WorkerAgent:
             with self._runs_lock:
                 self._runs.pop(attempt_id, None)
             shipper.close()
-            if group is not None:
-                group.close()
+            all_ended = group.close() if group is not None else False
+            if uid is not None and self.uid_pool is not None:
+                take_back(attempt_dir)  # the uid's next attempt finds nothing of this one's
+                self.uid_pool.release(uid, all_ended=all_ended)
         if self._stop.is_set() and report.state == "cancelled" and not self._cancelled(assignment):
-            # The worker is shutting down: the job did not choose to end, so it may retry.
+            # The worker is shutting down: the job did not choose to end, so it may retry. What
+            # it reported before the end (a Trainer's reports) stays with it.
+            reason, message = self._stopping_because
             report = AttemptReport(
-                state="failed", reason="worker_lost", message="the worker stopped"
+                state="failed",
+                reason=reason,
+                message=message,
+                result=report.result,
+                logs=report.logs,
             )
         if attempt_id not in self._fenced:
             self._report(attempt_id, report)
         with self._runs_lock:
             self._held.discard(attempt_id)
+
+    def _bundle(self, assignment: Assignment, attempt_dir: Path) -> Path:
+        """The job's source bundle: from this worker's cache by digest, else fetched (and,
+        once its digest checks out, kept in the cache for the next job with that source)."""
+        digest = assignment.bundle_digest
+        fetched = attempt_dir / "source.tar.gz"
+        if digest is None or not _HEX_DIGEST.fullmatch(digest):
+            self.link.fetch_bundle(assignment.job_id, fetched)
+            return fetched
+        cache = self.work_root / _BUNDLE_CACHE
+        cached = cache / f"{digest}.tar.gz"
+        if cached.is_file():
+            return cached
+        self.link.fetch_bundle(assignment.job_id, fetched)
+        if _sha256_of(fetched) != digest:
+            return fetched  # not what it claims to be: use it for this job, cache nothing
+        cache.mkdir(mode=0o700, parents=True, exist_ok=True)
+        partial = cache / f".{digest}.{attempt_dir.name}.{threading.get_ident()}"
+        shutil.copyfile(fetched, partial)
+        os.replace(partial, cached)
+        return fetched
 
     def _store_outputs(self, assignment: Assignment, output_dir: Path, shipper: LogShipper) -> None:
         """Upload the attempt's regular files, retried for a while; cancel and fencing win."""
@@ -269,6 +412,8 @@ class WorkerAgent:
         found = gather_outputs(output_dir, max_file_bytes=self.max_output_file_bytes)
         for line in found.skipped:
             shipper.add("system", f"outputs: skipped {line}\n")
+        if not found.files and assignment.attempt == 1:
+            return  # nothing to keep and no earlier attempt's outputs to replace: no request
         try:
             for attempt in WORKER_OUTPUTS.retrying(
                 stop_event=self._abandon,
@@ -279,6 +424,9 @@ class WorkerAgent:
                         return
                     try:
                         self.link.store_outputs(attempt_id, found.files)
+                        return
+                    except Unauthorized as exc:
+                        self.credential_refused(exc)
                         return
                     except (StaleAttemptError, ForbiddenError) as exc:
                         self._fence(attempt_id, exc)
@@ -312,11 +460,19 @@ class WorkerAgent:
                     try:
                         self.link.finish(attempt_id, report)
                         return
+                    except Unauthorized as exc:
+                        self.credential_refused(exc)
+                        return
                     except (StaleAttemptError, ForbiddenError) as exc:
                         log.warning("attempt %s: report refused (%s)", attempt_id, exc)
                         return
         except Exception:
             return  # the worker gave up on its attempts (drain ran out)
+
+
+def _refuses_worker(exc: BaseException) -> bool:
+    """The control plane's word that this worker's credential is no good (not a hiccup)."""
+    return isinstance(exc, (Unauthorized, ForbiddenError))
 
 
 def _noted(what: str) -> Callable[[tenacity.RetryCallState], None]:
@@ -334,6 +490,12 @@ def _node_place(assignment: Assignment) -> NodePlace | None:
     if gang is None:
         return None
     return NodePlace(gang.node_rank, gang.num_nodes, gang.master_addr, gang.node_addr)
+
+
+def _array_env(labels: Mapping[str, str]) -> dict[str, str]:
+    """A job array's task sees its index (submit --array labels each job with it)."""
+    index = labels.get("gpulayer.array.index")
+    return {"GPULAYER_ARRAY_INDEX": index} if index is not None and index.isdigit() else {}
 
 
 def _device_env(accelerator: str, gpu_indices: list[int]) -> dict[str, str]:

@@ -4,7 +4,8 @@ A job can leave its session and process group (``setsid``, double forks, ``nohup
 session alone does not hold it. Two mechanisms, the strongest the machine allows:
 
 * ``cgroup``: a cgroup v2 per attempt (where the worker may create them, usually as root). The
-  job's first process enters it before it execs; every descendant stays in it whatever it
+  worker moves the job's first process into it before that process execs (the child never
+  holds a descriptor to the cgroup); every descendant stays in it whatever it
   does, and writing ``1`` to ``cgroup.kill`` ends them all at once.
 * ``subreaper``: elsewhere the worker becomes a child subreaper, so orphaned descendants
   become its children instead of init's, and every job process carries the attempt's tag in
@@ -24,8 +25,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -98,6 +100,17 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X", "x")
 
 
+def _read_all(fd: int, size: int) -> bytes:
+    """Up to size bytes from a pipe, fewer only at end of file."""
+    data = b""
+    while len(data) < size:
+        chunk = os.read(fd, size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
 def _read_pids(path: Path) -> list[int]:
     try:
         return [int(line) for line in path.read_text().split()]
@@ -125,22 +138,60 @@ class AttemptGroup:
         self.containment = containment
         self.tag = f"{containment.key}:{attempt_id}"
         self.directory: Path | None = None
-        self._procs_fd: int | None = None
         if containment.mode == "cgroup" and containment.root is not None:
             self.directory = containment.root / f"a{attempt_id}"
             self.directory.mkdir(parents=True, exist_ok=True)
-            # Opened here, by the worker: the kernel checks a cgroup move against whoever
-            # opened cgroup.procs, so a job running as another user can still be put in.
-            self._procs_fd = os.open(self.directory / "cgroup.procs", os.O_WRONLY)
 
-    @property
-    def pass_fds(self) -> tuple[int, ...]:
-        return () if self._procs_fd is None else (self._procs_fd,)
+    @contextlib.contextmanager
+    def entering(self) -> Iterator[Callable[[], None] | None]:
+        """A hook for the child between fork and exec that waits until the worker has moved
+        it into the attempt's cgroup (None without one).
 
-    def enter(self) -> None:
-        """Runs in the child between fork and exec: join the attempt's cgroup."""
-        if self._procs_fd is not None:
-            os.write(self._procs_fd, b"0")
+        The worker writes the child's pid into cgroup.procs itself: a descriptor to that file
+        handed to the child would let a job running as another user move any process (the
+        kernel checks a move against whoever opened the file)."""
+        if self.directory is None:
+            yield None
+            return
+        ready_read, ready_write = os.pipe()
+        go_read, go_write = os.pipe()
+        procs = self.directory / "cgroup.procs"
+        errors: list[OSError] = []
+
+        def move_child() -> None:
+            # Whatever happens here, go_write is closed at the end: a child still waiting
+            # then reads end of file and fails, rather than blocking its parent's Popen.
+            try:
+                data = _read_all(ready_read, 4)
+                if len(data) != 4:
+                    return  # the child ended before asking
+                try:
+                    procs.write_text(str(int.from_bytes(data, "little")))
+                except OSError as exc:
+                    errors.append(exc)
+                    return
+                os.write(go_write, b"1")
+            finally:
+                os.close(go_write)
+
+        def enter() -> None:
+            os.close(go_write)  # else a parent that never answers would block it forever
+            os.close(ready_read)
+            os.write(ready_write, os.getpid().to_bytes(4, "little"))
+            if os.read(go_read, 1) != b"1":
+                raise OSError("the worker could not move this process into its attempt's cgroup")
+
+        mover = threading.Thread(target=move_child, name="gpulayer-cgroup-entry", daemon=True)
+        mover.start()
+        try:
+            yield enter
+        finally:
+            os.close(ready_write)  # the mover sees end of file if no child ever asked
+            os.close(go_read)
+            mover.join()
+            os.close(ready_read)
+        if errors:
+            raise errors[0]
 
     def pids(self) -> set[int]:
         if self.directory is not None:
@@ -154,13 +205,16 @@ class AttemptGroup:
         else:
             _kill_tagged(self.tag.encode())
 
-    def close(self) -> None:
-        if self._procs_fd is not None:
-            os.close(self._procs_fd)
-            self._procs_fd = None
-        if self.directory is not None:
-            with contextlib.suppress(OSError):
-                self.directory.rmdir()
+    def close(self) -> bool:
+        """True when every process the attempt ever started is known to be gone: its cgroup
+        (which none of them can leave) is empty and removed."""
+        if self.directory is None:
+            return False
+        try:
+            self.directory.rmdir()
+        except OSError:
+            return False
+        return True
 
 
 class Containment:

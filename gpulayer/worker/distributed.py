@@ -1,7 +1,9 @@
 """Launch line for a distributed workload on each node: torch.distributed.run (torchrun).
 
-A job of one node uses torchrun's standalone rendezvous; a gang's nodes meet at a c10d
-rendezvous on node 0's worker, with the job id as the rendezvous id.
+A job of one node uses torchrun's standalone rendezvous. A gang's nodes meet at a static
+rendezvous on node 0's worker: each node says its own rank, so torch's group rank r (and its
+global ranks) run on gpulayer's node r. c10d's rendezvous would number nodes in the order they
+arrive, putting rank 0, and with it the job's outputs, on whichever node came first.
 
 torchrun is started as ``<python> -m torch.distributed.run`` so its ranks use the same
 interpreter as the rest of the job, whatever ``torchrun`` is first on PATH.
@@ -59,17 +61,17 @@ def launch_argv(
             f"--rdzv-conf=join_timeout={join_timeout}",
         ]
     else:
-        # Node 0 hosts the c10d store, told explicitly: on a shared host (or loopback)
-        # every node would otherwise take the endpoint for its own.
-        is_host = "true" if node.node_rank == 0 else "false"
+        # Node 0's agent serves the rendezvous store; the others wait up to join_timeout for
+        # it (the static rendezvous's timeout is how long every node may take to join).
         argv += [
             f"--nnodes={node.num_nodes}",
             f"--node-rank={node.node_rank}",
             f"--nproc-per-node={workload.procs_per_worker}",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={_host_port(node.master_addr, workload.rendezvous.port)}",
+            "--rdzv-backend=static",
+            f"--master-addr={node.master_addr}",
+            f"--master-port={workload.rendezvous.port}",
             f"--rdzv-id={job_id}",
-            f"--rdzv-conf=join_timeout={join_timeout},is_host={is_host}",
+            f"--rdzv-conf=timeout={join_timeout}",
             f"--local-addr={node.node_addr}",
         ]
     # Distributed jobs are never retried, not even rank by rank.
@@ -96,7 +98,3 @@ def launch_env(workload: DistributedWorkload, node: NodePlace | None = None) -> 
             env["GLOO_SOCKET_IFNAME"] = interface
             env["NCCL_SOCKET_IFNAME"] = interface
     return env
-
-
-def _host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

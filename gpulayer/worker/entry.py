@@ -20,11 +20,15 @@ if TYPE_CHECKING:
 
     from gpulayer.protocol.messages import Registration
     from gpulayer.worker.agent import ControlLink, WorkerAgent
+    from gpulayer.worker.identities import UidPool
     from gpulayer.worker.process import RunAs
 
 log = logging.getLogger("gpulayer.worker")
 
 DEADMAN_FIRED_EXIT_CODE = 3
+REFUSED_EXIT_CODE = 4
+"""The control plane refused the worker's credential (revoked, expired) or its join token."""
+REVOKED_LINE = "error: this worker's credential was revoked; its jobs were ended"
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,10 @@ class WorkerOptions:
     address: str | None = None
     heartbeat_seconds: float = 5.0
     run_as: str | None = None
+    run_as_range: str | None = None
+    """``FIRST-LAST``: each live attempt runs as a uid of its own from this range."""
+    require_isolation: bool = False
+    """Refuse to start unless each attempt gets a uid of its own."""
     max_output_file_bytes: int = 10 * 1024**3
     provider: str | None = None
     region: str | None = None
@@ -52,10 +60,41 @@ class WorkerOptions:
     deadman_seconds: float | None = None
     deadman_action: str = "stop"
     instance_request_id: str | None = None
+    setup_cache: Path | None = None
+    """Where jobs' setup environments are kept for later jobs (default: under work_root)."""
 
     @property
     def work_root(self) -> Path:
-        return self.work_dir or self.home_root / "worker-jobs"
+        if self.work_dir is not None:
+            return self.work_dir
+        if self.run_as or self.run_as_range:
+            # The home is the worker's own (often closed to others, as /root is): the job's
+            # user could not walk into a folder under it.
+            return shared_work_root(self.home_root)
+        return self.home_root / "worker-jobs"
+
+
+SHARED_WORK_PARENT = Path("/var/lib/gpulayer")
+"""Where a worker that runs its jobs as other users keeps their folders by default."""
+
+
+def shared_work_root(home_root: Path) -> Path:
+    """The default work dir of a worker whose jobs run as other users: one per worker home
+    (two workers on a machine never share one), under a folder they can walk through."""
+    import hashlib
+
+    key = hashlib.sha256(str(home_root.resolve()).encode()).hexdigest()[:12]
+    return SHARED_WORK_PARENT / f"worker-jobs-{key}"
+
+
+def prepare_shared_work_root(root: Path) -> None:
+    """Make the default work dir and open its path to the jobs' users: walk through, not
+    list (each attempt's own folder is what the job's user owns)."""
+    import os
+
+    for folder in (root.parent, root):
+        folder.mkdir(mode=0o711, exist_ok=True)
+        os.chmod(folder, 0o711)
 
 
 def run_worker(options: WorkerOptions) -> int:
@@ -71,8 +110,21 @@ def run_worker(options: WorkerOptions) -> int:
     from gpulayer.worker.agent import WorkerAgent
     from gpulayer.worker.deadman import DeadmanSwitch
     from gpulayer.worker.http_link import HttpLink
+    from gpulayer.worker.identity import FILE_NAME as IDENTITY_FILE_NAME
 
     runner = _run_as_user(options.run_as)
+    uid_pool = _uid_pool(options.run_as_range, runner)
+    isolation = "uid_per_attempt" if uid_pool else "shared_uid" if runner else "none"
+    if options.require_isolation and isolation == "none":
+        raise UsageError(
+            f"--require-isolation: {_unisolated_because()}; start it as root with "
+            "--run-as-range FIRST-LAST"
+        )
+    if options.require_isolation and runner is not None:
+        raise UsageError(
+            f"--require-isolation: {_shared_because(runner.name)}; use --run-as-range "
+            "FIRST-LAST for a uid of its own per attempt"
+        )
     if options.max_output_file_bytes < 0:
         raise UsageError("--max-output-file-bytes: must be >= 0")
     if options.kind not in ("remote", "cloud"):
@@ -82,7 +134,12 @@ def run_worker(options: WorkerOptions) -> int:
     action = DeadmanAction.parse(options.deadman_action)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     root = options.work_root
-    registration = _registration(options, root)
+    from gpulayer.worker.hardening import make_non_dumpable
+
+    # No job running as this user may read this process's memory (its token, its credential).
+    if not make_non_dumpable():
+        log.warning("could not make this worker non-dumpable; its jobs may read its memory")
+    registration = _registration(options, root, isolation)
     stopped = threading.Event()
     deadman: DeadmanSwitch | None = None
 
@@ -90,22 +147,35 @@ def run_worker(options: WorkerOptions) -> int:
         if deadman is not None:
             deadman.contact()
 
+    if options.work_dir is None and (runner is not None or uid_pool is not None):
+        try:
+            prepare_shared_work_root(root)
+        except OSError as exc:
+            raise UsageError(
+                f"--work-dir: cannot prepare the default {root} ({exc.strerror}); "
+                "choose a --work-dir the jobs' users can reach"
+            ) from None
     if runner is not None:
-        _check_reachable(root, runner)
-    elif os.geteuid() == 0:
-        print(
-            "warning: this worker runs as root without --run-as: its jobs can read its "
-            "credential and act as this worker",
-            file=sys.stderr,
-        )
+        _check_reachable(root, runner.uid, runner.gid, f"--run-as: {runner.name}")
+        print(f"warning: {_shared_because(runner.name)}", file=sys.stderr)
+    elif uid_pool is not None:
+        _check_reachable(root, -1, -1, "--run-as-range: its uids")
+    else:
+        print(f"warning: {_unisolated_because()}", file=sys.stderr)
     agent = WorkerAgent(
-        HttpLink(ControlClient(options.server_url, options.token, timeout=30)),
+        HttpLink(
+            ControlClient(options.server_url, options.token, timeout=30),
+            identity_file=options.home_root / IDENTITY_FILE_NAME,
+        ),
         registration,
         work_root=root,
         heartbeat_seconds=options.heartbeat_seconds,
         on_contact=contact,
+        on_revoked=stopped.set,
         run_as=runner,
+        uid_pool=uid_pool,
         max_output_file_bytes=options.max_output_file_bytes,
+        setup_cache=options.setup_cache,
     )
     if options.deadman_seconds is not None:
         deadman = DeadmanSwitch(
@@ -118,16 +188,37 @@ def run_worker(options: WorkerOptions) -> int:
         deadman.start()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stopped.set())
-    worker_id = join(agent, stopped)
+    try:
+        worker_id = join(agent, stopped)
+    except JoinRefused as refused:
+        print(
+            f"error: the control plane refused to let this worker join: {refused}", file=sys.stderr
+        )
+        agent.drain(timeout=0)
+        return REFUSED_EXIT_CODE
     if worker_id:
         print(
             f"worker {registration.name} ({worker_id}) joined {options.server_url}",
             file=sys.stderr,
         )
     stopped.wait()
+    if agent.revoked.is_set():
+        print(REVOKED_LINE, file=sys.stderr)
+        agent.stop(cancel_running=True)
+        agent.drain(timeout=10)
+        return REFUSED_EXIT_CODE
     print("stopping: ending running jobs", file=sys.stderr)
-    agent.stop(cancel_running=True)
-    agent.drain(timeout=30)
+    grace = agent.longest_grace()
+    if options.instance_request_id and not (deadman is not None and deadman.fired):
+        # On a rented machine nothing of gpulayer's stops the worker while a job runs: a
+        # SIGTERM then is the machine shutting down under it (a spot reclaim, a stop from the
+        # cloud's console), and the job's attempt ends as preempted once it saved its work.
+        agent.stop(
+            cancel_running=True, reason="preempted", message="the machine is shutting down"
+        )
+    else:
+        agent.stop(cancel_running=True)
+    agent.drain(timeout=30 + grace)
     return DEADMAN_FIRED_EXIT_CODE if deadman is not None and deadman.fired else 0
 
 
@@ -149,26 +240,58 @@ def start_local_worker(link: ControlLink, *, data_dir: Path, work_root: Path) ->
     return agent
 
 
+class JoinRefused(Exception):
+    """The control plane answered a registration with 401 or 403: waiting will not help."""
+
+
 def join(agent: WorkerAgent, stopped: threading.Event) -> str | None:
-    """Register, waiting out a control plane that is not up yet (until stopped)."""
+    """Register, waiting out a control plane that is not up yet (until stopped). Raises
+    JoinRefused when the control plane refuses the token (retrying would never end)."""
     from gpulayer.backoff import WORKER_JOIN
+    from gpulayer.errors import ForbiddenError
+    from gpulayer.protocol.client import Unauthorized
 
     def note(state: object) -> None:
         outcome = getattr(state, "outcome", None)
         log.warning("cannot join yet (%s); retrying", outcome.exception() if outcome else "?")
 
     try:
-        for attempt in WORKER_JOIN.retrying(stop_event=stopped, before_sleep=note):
+        for attempt in WORKER_JOIN.retrying(
+            stop_event=stopped,
+            retry_if=lambda exc: not isinstance(exc, (Unauthorized, ForbiddenError)),
+            before_sleep=note,
+        ):
             with attempt:
                 if stopped.is_set():
                     return None
                 return agent.start()
+    except (Unauthorized, ForbiddenError) as exc:
+        raise JoinRefused(str(exc)) from None
     except Exception:  # stopped while the control plane was still away
         return None
     return None
 
 
-def _registration(options: WorkerOptions, root: Path) -> Registration:
+def _unisolated_because() -> str:
+    if os.geteuid() == 0:
+        return (
+            "this worker runs as root without --run-as or --run-as-range: its jobs run as "
+            "root and can read its credential and act as this worker"
+        )
+    return (
+        "this worker does not run as root: its jobs run as its own user and can read its "
+        "credential and act as this worker"
+    )
+
+
+def _shared_because(user: str) -> str:
+    return (
+        f"every job of this worker runs as the one user {user} (--run-as): its jobs can reach "
+        "each other (read another's /proc/PID/environ and its secrets, write into its folders)"
+    )
+
+
+def _registration(options: WorkerOptions, root: Path, isolation: str) -> Registration:
     import socket
 
     from gpulayer.protocol.messages import Registration
@@ -184,6 +307,7 @@ def _registration(options: WorkerOptions, root: Path) -> Registration:
             "hourly_price": options.hourly_price,
             "currency": options.currency,
             "address": options.address or address_towards(options.server_url),
+            "isolation": isolation,
         }
     )
     return Registration(
@@ -209,7 +333,30 @@ def _run_as_user(name: str | None) -> RunAs | None:
         raise UsageError(str(exc)) from None
 
 
-def _check_reachable(root: Path, runner: RunAs) -> None:
+def _uid_pool(text: str | None, runner: RunAs | None) -> UidPool | None:
+    from gpulayer.errors import UsageError
+    from gpulayer.worker.identities import UidPool, UidRange, users_inside
+
+    if text is None:
+        return None
+    if runner is not None:
+        raise UsageError("--run-as-range: give either --run-as or --run-as-range, not both")
+    try:
+        uids = UidRange.parse(text)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if os.geteuid() != 0:
+        raise UsageError("--run-as-range: only a worker running as root can run jobs as other uids")
+    taken = users_inside(uids)
+    if taken:
+        raise UsageError(
+            f"--run-as-range: {text} holds accounts of this machine ({', '.join(taken[:3])}); "
+            "choose uids no account has"
+        )
+    return UidPool(uids)
+
+
+def _check_reachable(root: Path, uid: int, gid: int, who: str) -> None:
     """The job's user must be able to walk down to the work dir the worker makes for it."""
     import stat
 
@@ -218,10 +365,10 @@ def _check_reachable(root: Path, runner: RunAs) -> None:
     for folder in [*reversed(root.resolve().parents)]:
         mode = folder.stat()
         others = mode.st_mode & stat.S_IXOTH
-        owned = mode.st_uid == runner.uid and mode.st_mode & stat.S_IXUSR
-        grouped = mode.st_gid == runner.gid and mode.st_mode & stat.S_IXGRP
+        owned = mode.st_uid == uid and mode.st_mode & stat.S_IXUSR
+        grouped = mode.st_gid == gid and mode.st_mode & stat.S_IXGRP
         if not (others or owned or grouped):
             raise UsageError(
-                f"--run-as: {runner.name} cannot reach --work-dir {root} ({folder} is closed "
-                "to it); choose a --work-dir it can reach"
+                f"{who} cannot reach --work-dir {root} ({folder} is closed to it); "
+                "choose a --work-dir it can reach"
             )

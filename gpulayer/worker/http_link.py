@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import tarfile
 import tempfile
 from collections.abc import Mapping
@@ -10,24 +11,53 @@ from urllib.parse import quote
 
 from gpulayer.errors import NotFoundError
 from gpulayer.protocol.client import ControlClient
+from gpulayer.protocol.job_files import JobFileError, open_job_file, root_of
 from gpulayer.protocol.messages import (
     Assignment,
     AttemptReport,
+    ClaimReply,
     HeartbeatReply,
     Registration,
     split_job_reference,
 )
+from gpulayer.worker.identity import WorkerIdentity, load_identity, save_identity
+
+log = logging.getLogger("gpulayer.worker")
+
+
+def _add_job_file(tar: tarfile.TarFile, relative: str, path: Path) -> None:
+    """One output into the archive, opened as a file the job wrote (no link followed, no
+    special file read): it may have been swapped since the folder was walked."""
+    try:
+        with open_job_file(root_of(relative, path), relative) as (stream, info):
+            entry = tarfile.TarInfo(relative)
+            entry.size = info.st_size
+            entry.mtime = int(info.st_mtime)
+            entry.mode = 0o644
+            tar.addfile(entry, stream)
+    except JobFileError as exc:
+        log.warning("outputs: skipped %s", exc)
 
 
 class HttpLink:
-    def __init__(self, client: ControlClient) -> None:
+    def __init__(self, client: ControlClient, *, identity_file: Path | None = None) -> None:
         self.client = client
+        self.identity_file = identity_file
 
     def register(self, registration: Registration) -> str:
-        """Register; every later call goes with the credential bound to this worker alone."""
+        """Register; every later call goes with the credential bound to this worker alone.
+        With an identity saved from an earlier life, come back as that worker."""
+        server = self.client.base_url.rstrip("/")
+        saved = None if self.identity_file is None else load_identity(self.identity_file, server)
+        if saved is not None:
+            self.client.use_token(saved.token)
+            registration = registration.model_copy(update={"worker_id": saved.worker_id})
         reply = self.client.request("POST", "/v1/workers", registration.model_dump(mode="json"))
         if reply.get("token"):
             self.client.use_token(str(reply["token"]))
+            if self.identity_file is not None:
+                identity = WorkerIdentity(server, str(reply["worker_id"]), str(reply["token"]))
+                save_identity(self.identity_file, identity)
         return str(reply["worker_id"])
 
     def heartbeat(self, worker_id: str, running: list[int]) -> HeartbeatReply:
@@ -36,11 +66,17 @@ class HttpLink:
         )
         return HeartbeatReply.model_validate(reply)
 
-    def claim(self, worker_id: str, wait: float) -> list[Assignment]:
+    def claim(self, worker_id: str, wait: float) -> ClaimReply:
         found = self.client.request(
-            "POST", f"/v1/workers/{worker_id}/claim", params={"wait": wait}, timeout=wait + 30
+            "POST",
+            f"/v1/workers/{worker_id}/claim",
+            params={"wait": wait, "signals": 1},
+            timeout=wait + 30,
         )
-        return [Assignment.model_validate(item) for item in found]
+        if isinstance(found, list):
+            # A control plane from before signals=1 answers with the assignments alone.
+            return ClaimReply(assignments=[Assignment.model_validate(item) for item in found])
+        return ClaimReply.model_validate(found)
 
     def append_logs(self, attempt_id: int, lines: list[tuple[str, str]]) -> None:
         self.client.request("POST", f"/v1/attempts/{attempt_id}/logs", {"lines": lines})
@@ -58,7 +94,7 @@ class HttpLink:
             archive = Path(scratch) / "outputs.tar.gz"
             with tarfile.open(archive, "w:gz") as tar:
                 for relative, path in files:
-                    tar.add(path, arcname=relative, recursive=False)
+                    _add_job_file(tar, relative, path)
             with archive.open("rb") as body:
                 self.client.request(
                     "PUT", f"/v1/attempts/{attempt_id}/outputs", raw=body, timeout=600

@@ -28,7 +28,7 @@ class LogShipper:
         self,
         send: Sender,
         *,
-        interval: float = 0.05,
+        interval: float = 0.2,
         max_batch: int = 500,
         max_pending_bytes: int = MAX_PENDING_BYTES,
         close_timeout: float = 60.0,
@@ -100,6 +100,18 @@ class LogShipper:
                         self._pending.popleft()
                     self._pending_bytes -= sum(len(text) for _, text in batch)
                     self._room.notify_all()
+
+    def take(self, max_bytes: int) -> list[tuple[str, str]] | None:
+        """Everything queued, taken out to travel with another request; None (and nothing
+        taken) when more than one batch of ``max_bytes`` is queued."""
+        with self._send_lock, self._room:
+            if self._pending_bytes > max_bytes or len(self._pending) > self._max_batch:
+                return None
+            lines = list(self._pending)
+            self._pending.clear()
+            self._pending_bytes = 0
+            self._room.notify_all()
+            return lines
 
     def close(self) -> None:
         """Stop the loop and ship what is left, for up to close_timeout seconds while the

@@ -12,6 +12,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpulayer.protocol.job_files import file_kind
+
 DEFAULT_MAX_FILE_BYTES = 10 * 1024**3
 
 
@@ -24,15 +26,10 @@ class OutputFiles:
 
 
 def _kind(mode: int) -> str | None:
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    if stat.S_ISFIFO(mode):
-        return "a fifo"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return None
+    """None for what is uploaded or walked (files, folders), else what it is, in words."""
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return file_kind(mode)
 
 
 def gather_outputs(root: Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> OutputFiles:

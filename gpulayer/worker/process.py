@@ -120,21 +120,27 @@ class ProcessTree:
         group: AttemptGroup | None = None,
         run_as: RunAs | None = None,
     ) -> ProcessTree:
-        popen = subprocess.Popen(
-            list(argv),
-            cwd=cwd,
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            close_fds=True,
-            pass_fds=group.pass_fds if group is not None else (),
-            preexec_fn=group.enter if group is not None and group.pass_fds else None,
-            user=run_as.uid if run_as is not None else None,
-            group=run_as.gid if run_as is not None else None,
-            extra_groups=[] if run_as is not None else None,
-        )
+        entering = group.entering() if group is not None else contextlib.nullcontext(None)
+        # close_fds: nothing the worker opened (its logs, sockets, other jobs' pipes) reaches
+        # the job; only 0-2, the job's own pipes.
+        with entering as enter:
+            try:
+                popen = subprocess.Popen(
+                    list(argv),
+                    cwd=cwd,
+                    env=dict(env),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                    close_fds=True,
+                    preexec_fn=enter,
+                    user=run_as.uid if run_as is not None else None,
+                    group=run_as.gid if run_as is not None else None,
+                    extra_groups=[] if run_as is not None else None,
+                )
+            except subprocess.SubprocessError as exc:  # the hook failed in the child
+                raise OSError(f"the job's process could not join its attempt: {exc}") from None
         return cls(popen, group)
 
     def exited(self) -> int | None:

@@ -10,6 +10,7 @@ A per-attempt ``job_dir`` holds::
     work/       the unpacked bundle, the job's working directory
     input/      staged inputs (GPULAYER_INPUT_DIR)
     output/     what the job leaves for upload (GPULAYER_OUTPUT_DIR)
+    tmp/        the job's TMPDIR, where it runs as a user of its own
     .gpulayer/  the function call and its result, between the runner and the shim
 """
 
@@ -31,18 +32,32 @@ from pydantic import JsonValue
 
 from gpulayer.errors import GpulayerError
 from gpulayer.protocol.bundle import BundleError, extract_bundle
+from gpulayer.protocol.job_files import JobFileError, read_job_file
 from gpulayer.spec.models import (
     CommandWorkload,
     DistributedWorkload,
     FunctionWorkload,
     JobSpec,
     SecretRef,
+    Setup,
     is_reserved_env_name,
 )
 from gpulayer.worker.containment import TAG_VARIABLE, AttemptGroup
 from gpulayer.worker.distributed import NodePlace, launch_argv, launch_env
 from gpulayer.worker.process import LogSink, OutputPump, ProcessTree, Redactor, RunAs
+from gpulayer.worker.setup_env import (
+    WORKER_SITE_VARIABLE,
+    SetupCancelled,
+    SetupError,
+    SetupRequest,
+    SetupRunner,
+    base_interpreter,
+    find_link_folders,
+    read_requirements,
+    worker_site_dirs,
+)
 from gpulayer.worker.staging import StagingError, stage_inputs
+from gpulayer.worker.train_reports import REPORTS_FILE, REPORTS_VARIABLE, read_reports
 
 FUNCTION_SHIM = Path(__file__).with_name("function_shim.py")
 RESULT_LIMIT_BYTES = 16 * 1024 * 1024
@@ -87,13 +102,17 @@ class RunContext:
     A local job gets the environment its `submit` ran in, as if run from that shell."""
     python: str = sys.executable
     kill_grace_seconds: float = 5.0
-    """Between SIGTERM and SIGKILL when the job's processes are ended."""
+    """Between SIGTERM and SIGKILL for what a job left running once it exited, or when the
+    worker itself fails; a cancel or a timeout gives the job its spec's grace_seconds."""
     group: AttemptGroup | None = None
     """Where the attempt's processes are kept together (a cgroup, or a tag they carry)."""
     run_as: RunAs | None = None
     """The unprivileged user the job runs as, when the worker runs as root."""
     node: NodePlace | None = None
     """This node's place in its gang, for a distributed job of several nodes."""
+    setup_cache: Path | None = None
+    """Where the environments of jobs' ``setup`` are kept and reused; the attempt's own
+    folder when None."""
 
 
 @dataclass
@@ -173,19 +192,25 @@ def _describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
-def _read_result(path: Path) -> dict[str, JsonValue] | None:
-    if not path.exists():
-        return None
-    size = path.stat().st_size
-    if size > RESULT_LIMIT_BYTES:
-        return {
-            "ok": False,
-            "error": f"the return value is {size} bytes, more than the "
-            f"{RESULT_LIMIT_BYTES} byte limit; write big results to GPULAYER_OUTPUT_DIR",
-        }
+def _read_result(root: Path, name: str) -> dict[str, JsonValue] | None:
+    """The shim's result file below the attempt's folder, read without following links or
+    blocking, within RESULT_LIMIT_BYTES (the job may have put anything there)."""
+    relative = f".gpulayer/{name}"
     try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        raw = read_job_file(root, relative, limit=RESULT_LIMIT_BYTES)
+    except JobFileError as exc:
+        if exc.refusal == "missing":
+            return None
+        if exc.refusal == "too_big":
+            return {
+                "ok": False,
+                "error": f"the return value is more than the {RESULT_LIMIT_BYTES} byte "
+                "limit; write big results to GPULAYER_OUTPUT_DIR",
+            }
+        return {"ok": False, "error": f"the result file is refused: {exc}"}
+    try:
+        payload = json.loads(raw.decode("utf-8"))
+    except ValueError as exc:
         return {"ok": False, "error": f"the result file cannot be read: {exc}"}
     if not isinstance(payload, dict) or "ok" not in payload:
         return {"ok": False, "error": "the result file is not one the function shim writes"}
@@ -205,6 +230,7 @@ class JobRun:
         self._cancelled = threading.Event()
         self._started = False
         self._redactor = Redactor(())
+        self._python = ctx.python
         self.leader_pid: int | None = None
 
     @property
@@ -220,12 +246,20 @@ class JobRun:
         return self.ctx.job_dir / "output"
 
     @property
+    def tmp_dir(self) -> Path:
+        return self.ctx.job_dir / "tmp"
+
+    @property
     def control_dir(self) -> Path:
         return self.ctx.job_dir / ".gpulayer"
 
     @property
     def result_file(self) -> Path:
         return self.control_dir / "result.json"
+
+    @property
+    def reports_file(self) -> Path:
+        return self.control_dir / REPORTS_FILE
 
     def cancel(self) -> None:
         """End the job's whole process tree; run() returns cancelled. Safe from any thread,
@@ -296,12 +330,13 @@ class JobRun:
     def _launch(self) -> tuple[list[str], dict[str, str]]:
         """The argv to run and the workload's own environment additions."""
         workload = self.ctx.spec.workload
-        python = self.ctx.python
+        python = self._python
         if isinstance(workload, CommandWorkload):
             return command_argv(workload.command, python), {}
         env = {
             "GPULAYER_FUNCTION_CALL": str(self.control_dir / "call.json"),
             "GPULAYER_FUNCTION_RESULT": str(self.result_file),
+            REPORTS_VARIABLE: str(self.reports_file),
         }
         if isinstance(workload, FunctionWorkload):
             self._write_call(workload.entrypoint, workload.args, workload.kwargs)
@@ -345,6 +380,11 @@ class JobRun:
             cwd = self._prepare_workspace()
             if self._cancelled.is_set():
                 raise _SetupFailed("cancelled", "cancelled before start")
+            env = self._environment(secrets, workload_env)
+            if self.ctx.spec.setup is not None:
+                self._run_setup(self.ctx.spec.setup, cwd, env)
+                argv, workload_env = self._launch()  # now with the setup's interpreter
+                env = self._environment(secrets, workload_env)
         except (OSError, GpulayerError) as exc:
             failed = _SetupFailed("setup_failed", f"preparing the job failed: {exc}")
             self._system(failed.message)
@@ -354,15 +394,66 @@ class JobRun:
             if failed.reason == "cancelled":
                 return self._outcome("cancelled", "cancelled", message=failed.message)
             return self._outcome("failed", failed.reason, message=failed.message)
+        return self._with_reports(self._supervise(argv, cwd, env))
+
+    def _environment(self, secrets: dict[str, str], workload_env: dict[str, str]) -> dict[str, str]:
         base = os.environ if self.ctx.worker_env is None else self.ctx.worker_env
         env = job_env(self.ctx, secrets, workload_env, environ=base)
+        if self._python != self.ctx.python:
+            # The setup's environment comes first, its console scripts included.
+            bin_dir = str(Path(self._python).parent)
+            env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", os.defpath)])
+            env["VIRTUAL_ENV"] = str(Path(bin_dir).parent)
+            env[WORKER_SITE_VARIABLE] = worker_site_dirs()
         run_as = self.ctx.run_as
         if run_as is not None:
             env.update(HOME=run_as.home, USER=run_as.name, LOGNAME=run_as.name)
+            if "TMPDIR" not in self.ctx.spec.env:
+                # Its temp files stay in its own folder, out of the shared /tmp.
+                self.tmp_dir.mkdir(mode=0o700, exist_ok=True)
+                env["TMPDIR"] = str(self.tmp_dir)
             run_as.own(self.ctx.job_dir)
+            self.ctx.job_dir.chmod(0o700)  # no other job's user may look in
         if self.ctx.group is not None:
             env[TAG_VARIABLE] = self.ctx.group.tag
-        return self._supervise(argv, cwd, env)
+        return env
+
+    def _run_setup(self, setup: Setup, cwd: Path, env: dict[str, str]) -> None:
+        """The job's commands and packages, before it runs; raises _SetupFailed."""
+        try:
+            request = SetupRequest(
+                setup,
+                base_interpreter(),
+                read_requirements(setup, cwd),
+                find_link_folders(setup, cwd),
+            )
+            runner = SetupRunner(
+                cwd=cwd,
+                env=env,
+                log=self._system,
+                cancelled=self._cancelled,
+                redactor=self._redactor,
+                group=self.ctx.group,
+                run_as=self.ctx.run_as,
+            )
+            cache = self.ctx.setup_cache or self.ctx.job_dir / "setup-envs"
+            self._python = runner.run(request, cache)
+        except SetupCancelled:
+            raise _SetupFailed("cancelled", "cancelled during setup") from None
+        except SetupError as exc:
+            raise _SetupFailed("setup_failed", str(exc)) from None
+
+    def _with_reports(self, outcome: RunOutcome) -> RunOutcome:
+        """A Trainer run that ended without returning keeps the reports rank 0 made; a
+        successful one carries them in its result already."""
+        if outcome.state == "succeeded" or outcome.result is not None:
+            return outcome
+        reports = read_reports(self.ctx.job_dir, f"{self.control_dir.name}/{REPORTS_FILE}")
+        if not reports:
+            return outcome
+        node = self.ctx.node.node_rank if self.ctx.node is not None else 0
+        outcome.result = {"value": None, "metrics": reports, "node_rank": node}
+        return outcome
 
     def _supervise(self, argv: list[str], cwd: Path, env: dict[str, str]) -> RunOutcome:
         self._system(f"running {shlex.join(argv)} in {cwd}")
@@ -391,14 +482,18 @@ class JobRun:
             pump.finish(timeout=grace)
             tree.close()
             raise
-        if ending == "timeout":
-            self._system(f"timed out after {self.ctx.spec.timeout_seconds:g} s; stopping the job")
-        elif ending == "cancelled":
-            self._system("cancelled; stopping the job")
+        if ending != "exited":
+            # The job gets its grace: SIGTERM now, SIGKILL once grace_seconds have passed.
+            grace = self.ctx.spec.grace_seconds
+            stopping = f"stopping the job (SIGTERM, then SIGKILL after {grace:g} s)"
+            if ending == "timeout":
+                self._system(f"timed out after {self.ctx.spec.timeout_seconds:g} s; {stopping}")
+            else:
+                self._system(f"cancelled; {stopping}")
         left = tree.terminate(grace)
         if ending == "exited" and left:
             self._system(f"ended {left} process(es) the job left running")
-        if not pump.finish(timeout=grace):
+        if not pump.finish(timeout=self.ctx.kill_grace_seconds):
             self._system("a process outside the job still holds its output open; stopped reading")
         code = tree.close()
         self._system(_describe_exit(code))
@@ -440,7 +535,7 @@ class JobRun:
             )
         if isinstance(workload, DistributedWorkload):
             return self._function_outcome(code, self._ranked_result(workload.procs_per_worker))
-        return self._function_outcome(code, _read_result(self.result_file))
+        return self._function_outcome(code, _read_result(self.ctx.job_dir, self.result_file.name))
 
     def _ranked_result(self, local_ranks: int) -> dict[str, JsonValue] | None:
         """This node's ranks' outcome: a failure naming its rank if one failed, else rank 0's
@@ -451,7 +546,7 @@ class JobRun:
         for path in self.control_dir.glob(prefix + "*"):
             suffix = path.name[len(prefix) :]
             if suffix.isdigit():
-                results[int(suffix)] = _read_result(path)
+                results[int(suffix)] = _read_result(self.ctx.job_dir, path.name)
         for rank in sorted(results):
             payload = results[rank]
             if payload is not None and not payload.get("ok"):

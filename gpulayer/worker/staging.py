@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpulayer.errors import GpulayerError, NotFoundError, UsageError
+from gpulayer.protocol.bundle import shipped_input
 from gpulayer.spec.models import InputRef
 
 Fetcher = Callable[[str, Path], None]
@@ -127,9 +128,13 @@ def stage_input(
     source_dir: Path | None,
     resolve_artifact: ArtifactResolver | None,
     field: str = "inputs",
+    index: int | None = None,
 ) -> StagedInput:
     artifact = ref.artifact
     target = destination(input_dir, ref.path, field)
+    shipped = shipped_input(source_dir, index) if source_dir and index is not None else None
+    if shipped is not None:  # a local input, taken at submit on the machine that has it
+        return StagedInput(artifact, target, _copy(shipped, target, field))
     if artifact.startswith("job:"):
         if resolve_artifact is None:
             raise StagingError(f"{field}.artifact: {artifact!r} needs a control plane to resolve")
@@ -196,6 +201,7 @@ def stage_inputs(
             source_dir=source_dir,
             resolve_artifact=resolve_artifact,
             field=f"inputs[{index}]",
+            index=index,
         )
         for index, ref in enumerate(inputs)
     ]

@@ -62,6 +62,12 @@ def test_yaml_file_is_accepted(tmp_path: Path) -> None:
             "error: resources.gpus: unknown field",
         ),
         ('{"workload": {"kind": "command", "command": []}, "name": "a b"}', "error: name:"),
+        (
+            '{"workload": {"kind": "command", "command": ["a"]}, "retry": {"max_attempts": '
+            + str(10**30)
+            + "}}",
+            "error: retry.max_attempts: Input should be less than or equal to 100",
+        ),
         ("{not json", "is not valid JSON"),
         ("[1, 2]", "must hold an object"),
     ],

@@ -107,12 +107,15 @@ def test_a_config_error_is_retried_once_not_per_offer(shared_home: Path, tmp_pat
     path.write_text(f"flaky:\n  record: {record}\n")
     env = {"PYTHONPATH": f"{plugin}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     submit = ["submit", "--target", "cloud", "--provider", "flaky", "--", "true"]
+    # A cloud job takes its submit folder along: one of its own, apart from the test's files.
+    project = tmp_path / "project"
+    project.mkdir()
     try:
         # No image release covers this provider: the same error for each of five offers.
-        no_release = run_cli(submit, env=env, cwd=tmp_path)
+        no_release = run_cli(submit, env=env, cwd=project)
         launched_without_release = record.exists()
         images = _images_with_flaky(tmp_path / "images")
-        ran = run_cli(submit, env={**env, "GPULAYER_IMAGES_DIR": str(images)}, cwd=tmp_path)
+        ran = run_cli(submit, env={**env, "GPULAYER_IMAGES_DIR": str(images)}, cwd=project)
     finally:
         path.unlink(missing_ok=True)
     assert no_release.returncode == 1, no_release.stderr

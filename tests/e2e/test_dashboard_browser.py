@@ -233,3 +233,37 @@ def test_a_login_link_works_once(browser: Any, base_url: str) -> None:
     error = wait_until(browser, lambda d: d.find_elements(By.ID, "login-error"))[0].text
     assert "used already" in error
     assert session_cookie(browser) is None
+
+
+def test_offers_page_plans_a_pasted_spec_without_creating_a_job(
+    browser: Any, base_url: str, dashboard_home: Path, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver = browser
+    log_in(driver, base_url, admin_token(dashboard_home))
+    wait_until(driver, lambda d: d.current_url.endswith("/ui/jobs"), message="login failed")
+    jobs_before = json.loads(run_cli(["ls", "--json", "-n", "1000"]).stdout)
+    driver.get(base_url + "/ui/offers")
+    spec = (
+        "workload: {kind: command, command: [python, train.py]}\n"
+        "resources: {accelerator: cuda, gpu_count: 1}\n"
+        "placement: {target: local, fallback_targets: [cloud]}\n"
+    )
+    driver.find_element(By.ID, "plan-spec").send_keys(spec)
+    driver.find_element(By.CSS_SELECTOR, "#plan-form button[type=submit]").click()
+    wait_until(driver, lambda d: d.find_elements(By.ID, "plan-headline"), message="no plan shown")
+    headline = driver.find_element(By.ID, "plan-headline").text
+    # This machine has no CUDA GPU and no cloud provider is enabled: submit would refuse it.
+    assert headline.startswith("plan: the job would be refused"), headline
+    steps = driver.find_elements(By.CSS_SELECTOR, "#plan .plan-step")
+    assert [(s.get_attribute("data-target"), s.get_attribute("data-outcome")) for s in steps] == [
+        ("local", "skipped"),
+        ("cloud", "unschedulable"),
+    ]
+    assert "needs a cuda accelerator, has cpu" in steps[0].text
+    # The pasted spec stays in the box to be edited and planned again.
+    assert "gpu_count: 1" in driver.find_element(By.ID, "plan-spec").get_attribute("value")
+    screenshot(driver, tmp_path / "screenshots", "offers-plan")
+    assert json.loads(run_cli(["ls", "--json", "-n", "1000"]).stdout) == jobs_before
+    assert console_errors(driver) == []

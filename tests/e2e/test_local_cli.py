@@ -212,15 +212,82 @@ def test_timeout_fails_with_reason_timeout(tmp_path: Path) -> None:
     assert listed[0]["state"] == "failed" and listed[0]["reason"] == "timeout"
 
 
-def test_unrunnable_local_job_fails_at_once_with_reasons(tmp_path: Path) -> None:
+def _newest_job_id() -> str | None:
+    listed = json.loads(run_cli(["ls", "--json", "-n", "1"]).stdout)
+    return listed[0]["id"] if listed else None
+
+
+def test_unrunnable_local_job_is_refused_at_submit_with_reasons(tmp_path: Path) -> None:
+    before = _newest_job_id()
     started = time.monotonic()
     result = run_cli(["submit", "--accelerator", "cuda", "--gpus", "2", "--", "true"], cwd=tmp_path)
     assert time.monotonic() - started < 15
-    assert result.returncode == 1
-    assert "unschedulable" in result.stderr
-    assert "cuda" in result.stderr
-    job = json.loads(run_cli(["ls", "--json", "-n", "1"]).stdout)[0]
-    assert job["state"] == "failed" and job["reason"] == "unschedulable"
+    assert result.returncode == 2, result.stderr
+    assert "placement: unschedulable" in result.stderr and "cuda" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert _newest_job_id() == before  # no job was created
+
+
+def test_on_unschedulable_fail_is_refused_at_submit(tmp_path: Path) -> None:
+    spec: dict[str, Any] = {"workload": {"kind": "command", "command": ["true"]}}
+    spec["placement"] = {"target": "remote", "on_unschedulable": "fail"}
+    (tmp_path / "job.json").write_text(json.dumps(spec))
+    before = _newest_job_id()
+    result = run_cli(["submit", "-d", "-f", "job.json"], cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "placement: unschedulable" in result.stderr and "Traceback" not in result.stderr
+    assert "no remote worker is registered" in result.stderr
+    assert "hint: start one with `gpulayer worker start" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert _newest_job_id() == before
+
+
+def test_a_missing_local_input_is_refused_at_submit(tmp_path: Path) -> None:
+    before = _newest_job_id()
+    result = run_cli(
+        ["submit", "-d", "--input", "data/absent.csv:train.csv", "--", "true"], cwd=tmp_path
+    )
+    assert result.returncode == 2, result.stderr
+    assert "inputs[0].artifact" in result.stderr and "absent.csv" in result.stderr
+    assert "does not exist" in result.stderr
+    assert _newest_job_id() == before
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "absent.csv").write_text("a,b\n")
+    present = run_cli(
+        ["submit", "--input", "data/absent.csv:train.csv", "--", "true"], cwd=tmp_path
+    )
+    assert present.returncode == 0, present.stderr
+
+
+def test_remote_on_the_local_control_plane_waits_with_a_hint(tmp_path: Path) -> None:
+    result = run_cli(["submit", "-d", "--target", "remote", "--", "true"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "no remote worker is registered" in result.stderr
+    assert "gpulayer worker start" in result.stderr
+    job_id = result.stdout.strip()
+    assert job_json(job_id)["state"] == "queued"
+    logs = run_cli(["logs", job_id])
+    assert (
+        logs.stdout.count("hint: no remote worker") + logs.stderr.count("hint: no remote worker")
+        == 1
+    )
+    run_cli(["cancel", job_id])
+
+
+def test_a_skipped_target_is_named_in_status_and_log(tmp_path: Path) -> None:
+    result = run_cli(
+        ["submit", "--target", "remote", "--fallback", "local", "--", "true"], cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    job_id = _newest_job_id()
+    assert job_id is not None
+    job = job_json(job_id)
+    assert job["target"] == "local" and job["state"] == "succeeded"
+    assert "target remote skipped: no remote worker is registered" in job["message"]
+    shown = run_cli(["status", job_id])
+    assert "target remote skipped" in shown.stdout
+    logs = run_cli(["logs", job_id])
+    assert "target remote skipped" in logs.stdout + logs.stderr
 
 
 def test_unrunnable_local_job_goes_to_the_fallback_target(tmp_path: Path) -> None:
@@ -337,13 +404,6 @@ def test_inputs_outputs_and_job_references(tmp_path: Path) -> None:
     )
     assert second.returncode == 0, second.stderr
     assert "A,B" in second.stdout
-
-
-def test_missing_input_fails_before_running(tmp_path: Path) -> None:
-    result = run_cli(["submit", "--input", "nothere.csv:x.csv", "--", "true"], cwd=tmp_path)
-    assert result.returncode == 1
-    job = json.loads(run_cli(["ls", "--json", "-n", "1"]).stdout)[0]
-    assert job["state"] == "failed" and job["reason"] == "input_missing"
 
 
 def test_function_job_from_a_file_returns_its_result(tmp_path: Path) -> None:
@@ -491,3 +551,88 @@ def test_local_job_starts_from_the_submitting_shells_environment(tmp_path: Path)
     )
     assert result.returncode == 0
     assert result.stdout.strip() == "yes"
+
+
+def test_logs_of_a_node_the_job_does_not_have_is_a_usage_error(tmp_path: Path) -> None:
+    # Two nodes, target remote: nothing here serves it, so it waits queued with its two nodes.
+    spec = tmp_path / "gang.yaml"
+    spec.write_text(
+        "workload: {kind: distributed, entrypoint: train.py, num_workers: 2}\n"
+        "placement: {target: remote}\n"
+    )
+    (tmp_path / "train.py").write_text("print('rank')\n")
+    submitted = run_cli(["submit", "-d", "-f", str(spec)], cwd=tmp_path)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+    try:
+        past = run_cli(["logs", job_id, "--node", "5"])
+        assert past.returncode == 2, (past.stdout, past.stderr)
+        assert past.stderr.count("\n") == 1 and "Traceback" not in past.stderr
+        assert "--node" in past.stderr and "2 nodes" in past.stderr and job_id in past.stderr
+        last = run_cli(["logs", job_id, "--node", "1"])
+        assert last.returncode == 0, last.stderr
+    finally:
+        run_cli(["cancel", job_id])
+    single = run_cli(["submit", "--", "python", "-c", "print('only node')"], cwd=tmp_path)
+    assert single.returncode == 0, single.stderr
+    only = json.loads(run_cli(["ls", "--json", "-n", "1"]).stdout)[0]["id"]
+    assert "only node" in run_cli(["logs", only, "--node", "0"]).stdout
+    refused = run_cli(["logs", only, "--node", "1"])
+    assert refused.returncode == 2 and "--node" in refused.stderr and "1 node" in refused.stderr
+
+
+def _listed(*args: str) -> list[dict[str, Any]]:
+    result = run_cli(["ls", "--json", "-n", "1000", *args])
+    assert result.returncode == 0, result.stderr
+    jobs: list[dict[str, Any]] = json.loads(result.stdout)
+    return jobs
+
+
+def test_ls_filters_by_label_schedule_and_state(tmp_path: Path) -> None:
+    def submit(*args: str) -> str:
+        done = run_cli(["submit", *args], cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    submit("--label", "suite=ls", "--label", "team=a", "--", "true")
+    submit("--label", "suite=ls", "--label", "team=b", "--", "true")
+    queued = submit(
+        "-d", "--target", "remote", "--label", "suite=ls", "--label", "team=a", "--", "true"
+    )
+    schedule = tmp_path / "sched.yaml"
+    schedule.write_text(
+        "name: ls-filter\ncron: '0 4 1 1 *'\nsuspend: true\n"
+        "job: {workload: {kind: command, command: ['true']}, labels: {suite: ls}}\n"
+    )
+    assert run_cli(["schedule", "apply", "-f", str(schedule)]).returncode == 0
+    triggered = run_cli(["schedule", "trigger", "ls-filter"])
+    assert triggered.returncode == 0, triggered.stderr
+    run_of_schedule = triggered.stdout.strip()
+    try:
+        everything = {j["id"] for j in _listed("--label", "suite=ls")}
+        assert queued in everything and run_of_schedule in everything and len(everything) == 4
+        team_a = _listed("--label", "suite=ls", "--label", "team=a")
+        assert len(team_a) == 2 and all(j["labels"]["team"] == "a" for j in team_a)
+        waiting = _listed("--label", "suite=ls", "--state", "queued", "--state", "provisioning")
+        assert [j["id"] for j in waiting] == [queued]
+        assert [j["id"] for j in _listed("--schedule", "ls-filter")] == [run_of_schedule]
+        assert _listed("--schedule", "no-such-schedule") == []
+        table = run_cli(["ls", "--label", "team=b"])
+        assert table.returncode == 0 and queued not in table.stdout
+    finally:
+        run_cli(["cancel", queued])
+        run_cli(["schedule", "delete", "ls-filter"])
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--label", "team"], "--label: expected KEY=VALUE"),
+        (["--state", "runing"], "--state: 'runing' is not a job state; did you mean running?"),
+        (["--schedule", ""], "--schedule: give a schedule's name"),
+    ],
+)
+def test_ls_bad_filters_are_one_line_exit_2(args: list[str], expected: str) -> None:
+    result = run_cli(["ls", *args])
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert expected in result.stderr and result.stderr.count("\n") == 1

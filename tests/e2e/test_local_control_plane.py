@@ -21,8 +21,9 @@ pytestmark = pytest.mark.slow  # each test starts and stops daemons
 
 def _status(env: dict[str, str] | None = None) -> dict[str, Any]:
     result = run_cli(["server", "status", "--json"], env=env)
-    assert result.returncode == 0, result.stderr
     data: dict[str, Any] = json.loads(result.stdout)
+    # As `systemctl status` does for a stopped unit: 3 when nothing runs.
+    assert result.returncode == (0 if data["running"] else 3), result.stderr
     return data
 
 
@@ -77,10 +78,21 @@ def _with_path(extra: Path) -> dict[str, str]:
     return {"PYTHONPATH": f"{extra}{os.pathsep}{current}" if current else str(extra)}
 
 
+def test_status_of_a_home_where_nothing_runs_exits_3_in_one_line(tmp_path: Path) -> None:
+    home = tmp_path / "empty-home"
+    result = run_cli(["server", "status"], env={"GPULAYER_HOME": str(home)})
+    assert result.returncode == 3, (result.stdout, result.stderr)
+    assert result.stdout.splitlines() == [f"local control plane: not running (home {home})"]
+    as_json = run_cli(["server", "status", "--json"], env={"GPULAYER_HOME": str(home)})
+    assert as_json.returncode == 3 and json.loads(as_json.stdout)["running"] is False
+    assert not (home / "server.json").exists()  # asking started nothing
+
+
 def test_status_stop_and_restart() -> None:
     run_cli(["server", "stop"])
     assert _status()["running"] is False
-    assert "not running" in run_cli(["server", "status"]).stdout
+    stopped = run_cli(["server", "status"])
+    assert stopped.returncode == 3 and "not running" in stopped.stdout
     ran = run_cli(["submit", "--", "python", "-c", "print('up')"])
     assert ran.returncode == 0, ran.stderr
     first = _status()
@@ -122,6 +134,8 @@ def test_stop_waits_for_live_jobs(tmp_path: Path) -> None:
             stopper.kill()
     assert stopper.returncode == 0, err
     assert "stopped" in out
+    # Not a terminal: the wait is said in one plain line, not left silent.
+    assert err.count(f"waiting for 1 live job to end ({job_id}") == 1, err
     assert not pid_alive(pid)
     job = _job(job_id)
     assert job["state"] == "succeeded", job

@@ -76,8 +76,38 @@ def test_offers_route_refuses_bad_input_with_the_field_named(shared_home: Path) 
 @pytest.mark.slow
 def test_submit_gpu_flag_asks_for_a_cuda_gpu(shared_home: Path) -> None:
     sent = run_cli(["submit", "--gpu", "H100", "--gpu", "A100-80GB", "--detach", "--", "true"])
-    # This machine has no CUDA GPU: the job is refused at once, naming what it lacks.
-    assert sent.returncode == 1, sent.stderr
+    # This machine has no CUDA GPU: the job is refused at submit, naming what it lacks.
+    assert sent.returncode == 2, sent.stderr
     assert "needs a cuda accelerator, has cpu" in sent.stderr
     bad = run_cli(["submit", "--gpu", "80GB", "--", "true"])
     assert bad.returncode == 2 and "resources.gpu_models" in bad.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--gpu", "FOO"], "error: --gpu: 'FOO' is not a GPU model gpulayer knows"),
+        (["--gpu", "A101"], "error: --gpu: 'A101' is not a GPU model gpulayer knows; closest: A10"),
+        (["--region", "mars-1"], "error: --region: 'mars-1' is not a region of"),
+        (["--region", "eu-wst-1"], "closest: eu-west-1"),
+        (["--provider", "nope"], "error: --provider: 'nope' is not an installed provider"),
+    ],
+)
+def test_names_no_offer_could_have_are_usage_errors(
+    shared_home: Path, args: list[str], expected: str
+) -> None:
+    result = run_cli(["offers", *args])
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert expected in result.stderr and result.stderr.count("\n") == 1
+    assert "no offers" not in result.stdout
+
+
+@pytest.mark.slow
+def test_limit_zero_lists_every_offer(shared_home: Path) -> None:
+    default = json.loads(run_cli(["offers", "--provider", "aws", "--json"]).stdout)
+    everything = run_cli(["offers", "--provider", "aws", "--json", "-n", "0"])
+    assert everything.returncode == 0, everything.stderr
+    rows = json.loads(everything.stdout)
+    assert len(default) == 30 and len(rows) > 30
+    assert rows[:30] == default

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from tests.support.daemon import stop_local_control_plane
+from tests.support.package_index import torch_index
 from tests.support.sshd_hosts import ssh_host, ssh_hosts, sshd_lab
 
-__all__ = ["cloud_home", "ssh_host", "ssh_hosts", "sshd_lab"]
+__all__ = ["cloud_home", "ssh_host", "ssh_hosts", "sshd_lab", "torch_index"]
 
 
 @pytest.fixture(scope="module")

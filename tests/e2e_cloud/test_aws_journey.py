@@ -1,15 +1,16 @@
 """`gpulayer submit --target cloud --provider aws` end to end against moto's EC2 server.
 
 moto launches an instance whose private address lies on the sshd lab's network; the lab's
-cloud-init emulator boots it as a network-namespace sshd host with the launch's key; the
+cloud-init emulator boots it as an sshd host of the lab with the launch's key; the
 orchestrator reaches it, bootstraps a worker over SSH, runs the job there and terminates it.
 Afterwards moto holds no instance, key pair or security group of ours.
 
 The image comes from a test image catalog (GPULAYER_IMAGES_DIR): the orchestrator hands every
 launch the catalog's selector, which wins over the aws settings' ``image``. Its AMI is one moto
-has; its login user is root, the user namespace hosts admit. The instances share this machine,
-so the settings name this interpreter as their python and an install root in the test's
-folder, and the dead-man switch only records what it would do.
+has; its login user is root, the user lab hosts admit. An instance is a machine of its own
+(its own disk, processes and python3): the settings name its python3 and an install root there,
+what the job left on its disk is looked at as the instance ends, and, since it still shares
+this kernel, the dead-man switch only records what it would do.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import socket
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +37,7 @@ from tests.support.moto_lab import (
     subnet_cidrs,
     write_image_catalog,
 )
+from tests.support.package_index import PackageIndex
 from tests.support.sshd_hosts import SshdLab
 
 ZONES = ("us-east-1a", "us-east-1b")
@@ -60,7 +61,7 @@ class AwsLab:
 
 @pytest.fixture(scope="module")
 def moto(sshd_lab: SshdLab) -> Iterator[Moto]:
-    if sshd_lab.mode != "netns":
+    if not sshd_lab.namespaced:
         pytest.skip("instances boot as network namespaces, which need root and iproute2")
     with moto_server() as handle:
         yield handle
@@ -141,8 +142,7 @@ def write_providers(home: Path, aws: AwsLab, work: Path, **orchestrator: Any) ->
 
 def aws_settings(aws: AwsLab, work: Path) -> dict[str, Any]:
     """The aws provider on moto, launching into the lab's subnets."""
-    install_root = work / "installs"
-    install_root.mkdir(parents=True, exist_ok=True)
+    install_root = work / "installs"  # on the instance: the bootstrap makes it there
     return {
         "regions": ["us-east-1"],
         "endpoint_url": aws.moto.url,
@@ -150,7 +150,7 @@ def aws_settings(aws: AwsLab, work: Path) -> dict[str, Any]:
         "subnet_ids": aws.subnets,
         "price_source": "catalog",
         "cache_dir": str(aws.cache_dir),
-        "python": sys.executable,  # the instances share this machine's interpreter
+        "python": "python3",  # an instance runs its own python3
         "install_root": str(install_root),
         "poll_seconds": 0.1,
         "terminate_timeout_seconds": 30,
@@ -201,6 +201,7 @@ def test_aws_job_runs_on_a_moto_instance_booted_as_a_lab_host(
     aws_lab: AwsLab, cloud_init: CloudInit, cloud_home: Path, tmp_path: Path
 ) -> None:
     record = write_providers(cloud_home, aws_lab, tmp_path)
+    cloud_init.last_look.watch(tmp_path, tmp_path / "installs")
     cheapest = aws_offers()[0]
     assert cheapest["zone"] == ZONES[0]
 
@@ -234,19 +235,27 @@ def test_aws_job_runs_on_a_moto_instance_booted_as_a_lab_host(
     assert instance["cost"] is not None and instance["cost"] >= 0
 
     assert held_in_moto(aws_lab.ec2()) == {"instances": [], "key_pairs": [], "security_groups": []}
-    assert not (tmp_path / "installs" / job["id"]).exists()
-    assert not record.exists()  # the worker never lost its control plane
+    # The instance's disk as it was when the instance ended: the bootstrap installed below the
+    # install root, the job's dir was gone, and the worker never lost its control plane.
+    disk = cloud_init.last_look.of(boot.host_name)
+    installs, work = disk[str(tmp_path / "installs")], disk[str(tmp_path)]
+    assert installs is not None and job["id"] not in installs, disk
+    assert work is not None and record.name not in work, disk
     assert not list((cloud_home / "keys").glob(f"{request_id}*"))
 
 
 @pytest.mark.slow
 def test_a_gang_runs_on_two_moto_instances_launched_and_ended_together(
-    aws_lab: AwsLab, cloud_init: CloudInit, cloud_home: Path, tmp_path: Path
+    aws_lab: AwsLab,
+    cloud_init: CloudInit,
+    cloud_home: Path,
+    tmp_path: Path,
+    torch_index: PackageIndex,
 ) -> None:
     from tests.e2e_cloud.test_cloud_ssh_gang import gang_job, rank_reports
 
-    write_providers(cloud_home, aws_lab, tmp_path, system_site_packages=True)
-    job_file = gang_job(tmp_path / "src", provider="aws")
+    write_providers(cloud_home, aws_lab, tmp_path)  # the job brings torch: the hosts have none
+    job_file = gang_job(tmp_path / "src", provider="aws", torch=torch_index)
     result = run_cli(["submit", "-f", str(job_file)], cwd=job_file.parent, timeout=400)
     job = last_job()
     assert result.returncode == 0, (result.stderr[-3000:], job)
@@ -360,13 +369,14 @@ def test_rejected_credentials_fall_back_to_the_next_target(
     assert {i["state"] for i in ledger(job["id"])["instances"]} == {"never_launched"}
 
 
-def test_a_cap_below_every_aws_offer_fails_at_once_naming_the_cheapest(
+def test_a_cap_below_every_aws_offer_is_refused_at_submit_naming_the_cheapest(
     aws_lab: AwsLab, cloud_home: Path, tmp_path: Path
 ) -> None:
     write_providers(cloud_home, aws_lab, tmp_path)
     cheapest = aws_offers()[0]
     cap = 0.01
     assert cheapest["hourly_price"] > cap
+    jobs_before = json.loads(run_cli(["ls", "--json", "-n", "1000"]).stdout)
     result = run_cli(
         [
             "submit", "--target", "cloud", "--provider", "aws", "--max-hourly-cost", str(cap),
@@ -374,11 +384,60 @@ def test_a_cap_below_every_aws_offer_fails_at_once_naming_the_cheapest(
         ],
         timeout=120,
     )  # fmt: skip
-    assert result.returncode == 1
+    # Known from the shipped catalog alone: refused before a job is made or AWS is asked.
+    assert result.returncode == 2, result.stderr
     assert f"max_hourly_cost {cap} USD is below every offer" in result.stderr
     assert cheapest["instance_type"] in result.stderr
     assert f"{cheapest['hourly_price']} USD/h" in result.stderr
-    job = last_job()
-    assert job["state"] == "failed" and job["reason"] == "unschedulable"
-    assert ledger(job["id"])["instances"] == []
+    assert json.loads(run_cli(["ls", "--json", "-n", "1000"]).stdout) == jobs_before
     assert aws_lab.moto.calls("ImportKeyPair") == aws_lab.moto.calls("RunInstances") == []
+
+
+@pytest.mark.slow
+def test_credentials_come_from_the_submit_or_the_files_when_the_job_needs_them(
+    aws_lab: AwsLab,
+    cloud_init: CloudInit,
+    cloud_home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import secrets
+
+    from tests.support.daemon import stop_local_control_plane
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("GPULAYER_HOME", str(home))
+    write_providers(home, aws_lab, tmp_path)
+    credentials_file = tmp_path / "aws-credentials"
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials_file))
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    try:
+        # The local control plane starts in an environment without AWS credentials.
+        assert run_cli(["ls"]).returncode == 0
+        secret = "gl-" + secrets.token_hex(16)
+        keys = {"AWS_ACCESS_KEY_ID": "AKIAGPULAYERTEST", "AWS_SECRET_ACCESS_KEY": secret}
+        submit = ["submit", "--target", "cloud", "--provider", "aws", "--", "python", "-c"]
+        # Keys exported afterwards, in the shell that submits, provision the job.
+        result = run_cli([*submit, PRINT_HOST], env=keys, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        first = last_job()
+        assert first["state"] == "succeeded", first
+        wait_for_teardown(first["id"], cloud_init)
+        # The same control plane reads a credentials file written after it started.
+        credentials_file.write_text(
+            f"[default]\naws_access_key_id = AKIAGPULAYERFILE\naws_secret_access_key = {secret}\n"
+        )
+        result = run_cli([*submit, PRINT_HOST], timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        second = last_job()
+        assert second["state"] == "succeeded", second
+        wait_for_teardown(second["id"], cloud_init)
+        assert held_in_moto(aws_lab.ec2())["instances"] == []
+        # Neither the store nor any log holds the secret.
+        for path in home.rglob("*"):
+            if path.is_file():
+                assert secret.encode() not in path.read_bytes(), path
+    finally:
+        stop_local_control_plane(home)

@@ -1,6 +1,7 @@
 """The cloud lifecycle on moto: an instance ended from outside is a preemption (the attempt
 ends as `preempted`, retried elsewhere when the job says so), and a controller killed with -9
-mid-job resumes it. Instances boot as namespace sshd hosts (see test_aws_journey)."""
+mid-job resumes it. Instances boot as sshd hosts of the lab, machines of their own (see
+test_aws_journey): a job's gate is made on the instances up at the time."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from tests.e2e_cloud.test_cloud_ssh_lifecycle import (
     instances,
     kill_controller,
     logs,
+    open_gate,
     status,
 )
 from tests.support.cli import run_cli
@@ -68,13 +70,111 @@ def test_an_instance_ended_from_outside_ends_the_attempt_as_preempted(
     wait_until(lambda: status(job_id)["state"] == "failed", timeout=120, what="the job to end")
     job = status(job_id)
     assert job["reason"] == "preempted"
-    assert "reclaimed by the provider" in (job["message"] or "")
+    # The machine's shutdown reached its worker first: the worker said why the job ended.
+    assert job["message"] == "the machine is shutting down"
     (attempt,) = job["attempts"]
     assert (attempt["state"], attempt["reason"]) == ("failed", "preempted")
     (instance,) = wait_for_teardown(job_id, cloud_init)
     assert instance["state"] == "terminated"
     assert held_in_moto(aws_lab.ec2()) == {"instances": [], "key_pairs": [], "security_groups": []}
     assert not list((cloud_home / "keys").glob("r-*"))
+    (ended,) = instances("--job", job_id)
+    assert ended["outcome"] == "reclaimed" and ended["offer_held_until"] is not None, json.dumps(
+        ended
+    )
+
+    # The hold is in the store: a controller killed with -9 and started again keeps it, and
+    # the next job is not sent to the offer just reclaimed.
+    kill_controller(cloud_home)
+    second = submit_job_file(tmp_path, tmp_path / "gate2", "after-restart")
+    held = f"reclaimed from job {job_id}"
+
+    def placed_or_held() -> bool:
+        return bool(instances("--job", second)) or held in (status(second)["message"] or "")
+
+    wait_until(placed_or_held, timeout=120, what="the second job to be placed or to wait")
+    for other in instances("--job", second):
+        assert (other["zone"], other["instance_type"], other["spot"]) != (
+            ended["zone"],
+            ended["instance_type"],
+            ended["spot"],
+        ), other
+    if instances("--job", second):
+        # Another offer took it: let its machine finish booting before the cancel ends it.
+        wait_until(lambda: status(second)["state"] == "running", timeout=240, what="the second job")
+    assert run_cli(["cancel", second]).returncode == 0
+    wait_until(
+        lambda: all(
+            i["state"] in ("terminated", "never_launched") for i in instances("--job", second)
+        ),
+        timeout=120,
+        what="the second job's instances to go",
+    )
+
+
+SAVES_ON_SIGTERM = """
+import os, pathlib, signal, sys, time
+from gpulayer.sdk import train
+
+os.environ["RANK"] = "0"  # a one-process run, as a Trainer's rank 0
+
+out = pathlib.Path(os.environ["GPULAYER_OUTPUT_DIR"]) / "checkpoint"
+step = 0
+
+
+def save(*_):
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "state.txt").write_text(f"step {step}")
+    print(f"saved at step {step}", flush=True)
+    sys.exit(0)
+
+
+signal.signal(signal.SIGTERM, save)
+while True:
+    step += 1
+    train.report({"step": step})
+    time.sleep(0.2)
+"""
+
+
+def test_a_reclaimed_machine_gives_its_job_the_grace_to_save_and_keeps_what_it_wrote(
+    aws_lab: AwsLab, cloud_init: CloudInit, cloud_home: Path, tmp_path: Path
+) -> None:
+    """A spot reclaim shuts the machine down under a running job: the job gets SIGTERM and its
+    grace, what it then wrote comes back as the job's outputs, the reports it made show in
+    status, and the attempt ends as preempted."""
+    write_providers(cloud_home, aws_lab, tmp_path)
+    data = {
+        "workload": {"kind": "command", "command": ["python", "-c", SAVES_ON_SIGTERM]},
+        "placement": {"target": "cloud", "providers": ["aws"]},
+        "grace_seconds": 20,
+    }
+    path = tmp_path / "saves.yaml"
+    path.write_text(yaml.safe_dump(data))
+    submitted = run_cli(["submit", "-d", "-f", str(path)])
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+    live = running_instance(job_id)
+    wait_until(
+        lambda: logs(job_id).count("gpulayer.train.report") >= 3, timeout=60, what="3 reports"
+    )
+    aws_lab.ec2().terminate_instances(InstanceIds=[live["instance_id"]])  # as a spot reclaim
+
+    wait_until(lambda: status(job_id)["state"] == "failed", timeout=150, what="the job to end")
+    job = status(job_id)
+    assert (job["reason"], job["message"]) == ("preempted", "the machine is shutting down")
+    (attempt,) = job["attempts"]
+    assert (attempt["state"], attempt["reason"]) == ("failed", "preempted")
+    steps = [report["step"] for report in job["result"]["metrics"]]
+    assert len(steps) >= 3 and steps == list(range(1, len(steps) + 1)), steps
+    out = tmp_path / "out"
+    assert run_cli(["artifacts", job_id, "--download", str(out)]).returncode == 0
+    saved = (out / "checkpoint" / "state.txt").read_text()
+    assert saved.startswith("step ") and int(saved.split()[1]) >= steps[-1]
+    assert f"saved at {saved}" in logs(job_id)
+    (instance,) = wait_for_teardown(job_id, cloud_init)
+    assert instance["state"] == "terminated"
+    assert held_in_moto(aws_lab.ec2()) == {"instances": [], "key_pairs": [], "security_groups": []}
 
 
 def test_a_preempted_job_that_retries_runs_again_on_the_next_offer(
@@ -93,7 +193,7 @@ def test_a_preempted_job_that_retries_runs_again_on_the_next_offer(
         timeout=240,
         what="the second attempt",
     )
-    gate.touch()
+    open_gate(gate, *cloud_init.hosts().values())
     wait_until(lambda: status(job_id)["state"] == "succeeded", timeout=120, what="the job")
     job = status(job_id)
     assert (job["attempts"][0]["state"], job["attempts"][0]["reason"]) == ("failed", "preempted")
@@ -117,7 +217,8 @@ def test_controller_killed_mid_job_on_moto_resumes_it(
     kill_controller(cloud_home)
 
     wait_until(lambda: "SSH tunnel reopened" in logs(job_id), timeout=90, what="the tunnel")
-    gate.touch()
+    (host,) = cloud_init.hosts().values()
+    open_gate(gate, host)
     wait_until(lambda: status(job_id)["state"] == "succeeded", timeout=120, what="the job")
     (instance,) = wait_for_teardown(job_id, cloud_init)
     assert instance["instance_id"] == before["instance_id"]  # nothing rented twice

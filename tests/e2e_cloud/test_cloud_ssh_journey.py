@@ -1,7 +1,9 @@
-"""`gpulayer submit --target cloud` end to end, on ssh-provider hosts that are real sshd hosts in
-network namespaces: rent, bootstrap over SSH, run, tear down; and the faults around it.
+"""`gpulayer submit --target cloud` end to end, on ssh-provider hosts that are real sshd hosts,
+machines of their own: rent, bootstrap over SSH, run, tear down; and the faults around it.
 
-The hosts share this machine, so the dead-man switch only records what it would do.
+A host shares no disk and no process table with this machine: install dirs, processes and the
+dead-man switch's record are looked for on the host. The hosts still share this kernel, so the
+dead-man switch only records what it would do.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from tests.support.cli import run_cli
 from tests.support.daemon import pid_alive
 from tests.support.sshd_hosts import SshdHost
 
-PYTHON = sys.executable  # the hosts share this machine's filesystem: they run this interpreter
+PYTHON = "python3"  # a test host is a machine of its own: its own python3
 
 
 def write_providers(home: Path, hosts: list[dict[str, Any]], **orchestrator: Any) -> None:
@@ -39,7 +41,7 @@ def write_providers(home: Path, hosts: list[dict[str, Any]], **orchestrator: Any
 def host_entry(
     host: SshdHost, name: str, price: float | None, install_root: Path, **extra: Any
 ) -> dict[str, Any]:
-    install_root.mkdir(parents=True, exist_ok=True)
+    """``install_root`` is a path on the host: the bootstrap makes it there."""
     entry = {
         "name": name,
         "address": host.address,
@@ -56,18 +58,9 @@ def host_entry(
     return entry
 
 
-def job_processes(install_root: Path) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if str(install_root) in cmdline:
-            found.append(int(entry.name))
-    return found
+def job_processes(install_root: Path, *hosts: SshdHost) -> list[int]:
+    """Processes on ``hosts`` (by their own pids) whose command line names ``install_root``."""
+    return [pid for host in hosts for pid in host.processes_mentioning(str(install_root))]
 
 
 def test_cloud_job_runs_on_a_rented_host_and_is_torn_down(
@@ -104,8 +97,9 @@ def test_cloud_job_runs_on_a_rented_host_and_is_torn_down(
     assert costs["total"]["USD"] == instance["cost"]
     assert "cost" in run_cli(["status", job["id"]]).stdout
 
-    assert not (root / job["id"]).exists()  # the host's install dir is gone
-    assert job_processes(root) == []
+    assert host.exists(root)  # the bootstrap installed there ...
+    assert not host.exists(root / job["id"])  # ... and the job's install dir is gone
+    assert job_processes(root, host) == []
     assert not list((cloud_home / "keys").glob("r-*"))  # the per-instance key pair is removed
     again = [o for o in json.loads(run_cli(["offers", "--json"]).stdout) if o["enabled"]]
     assert [o["instance_type"] for o in again] == ["box1"]  # the host is free again
@@ -170,7 +164,8 @@ def test_a_host_whose_bootstrap_fails_gives_way_to_the_next_offer(
         ("broken", "terminated"),
         ("good", "terminated"),
     ]
-    assert job_processes(tmp_path) == []
+    assert job_processes(tmp_path, broken, good) == []
+    assert not good.exists(tmp_path / "good" / job["id"])
 
 
 def test_ssh_refused_at_first_is_waited_out(
@@ -228,8 +223,9 @@ def test_ctrl_c_mid_job_cancels_and_tears_down(
     job = last_job()
     assert job["state"] == "cancelled"
     wait_until(lambda: ledger(job["id"])["instances"][0]["state"] == "terminated", what="teardown")
-    wait_until(lambda: not job_processes(root), what="the job's processes to end")
-    assert not (root / job["id"]).exists()
+    wait_until(lambda: not job_processes(root, host), what="the job's processes to end")
+    assert host.exists(root)
+    assert not host.exists(root / job["id"])
 
 
 def test_controller_killed_mid_job_reaper_and_dead_man_switch(
@@ -237,7 +233,7 @@ def test_controller_killed_mid_job_reaper_and_dead_man_switch(
 ) -> None:
     (host,) = ssh_hosts(1)
     root = tmp_path / "installs"
-    record = tmp_path / "deadman.jsonl"
+    record = root / "deadman.jsonl"  # on the host, beside the install dir
     write_providers(
         cloud_home,
         [host_entry(host, "box", 0.5, root)],
@@ -255,7 +251,8 @@ def test_controller_killed_mid_job_reaper_and_dead_man_switch(
     # The worker loses its tunnel: the dead-man switch ends the job and (here) records the action.
     entry = json.loads(
         wait_until(
-            lambda: record.exists() and record.read_text().strip(), what="the dead-man switch"
+            lambda: host.exists(record) and host.read_text(record).strip(),
+            what="the dead-man switch",
         )
     )
     assert entry["action"] == "poweroff-or-stop"
@@ -269,5 +266,5 @@ def test_controller_killed_mid_job_reaper_and_dead_man_switch(
     )
     job = json.loads(run_cli(["status", job_id, "--json"]).stdout)
     assert job["state"] == "failed" and job["reason"] == "worker_lost"
-    wait_until(lambda: not job_processes(root), what="the worker to be gone")
-    assert not (root / job_id).exists()
+    wait_until(lambda: not job_processes(root, host), what="the worker to be gone")
+    assert not host.exists(root / job_id)

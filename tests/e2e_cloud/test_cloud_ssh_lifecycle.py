@@ -1,9 +1,10 @@
-"""The cloud lifecycle on ssh-provider hosts (real sshd hosts in network namespaces): the
+"""The cloud lifecycle on ssh-provider hosts (real sshd hosts, machines of their own): the
 controller killed with -9 in each phase resumes where it was, jobs wait for busy hosts, and
 nothing is left behind (keys, SSH sessions, workers, claims).
 
-Each job waits on a gate file (the hosts share this machine's filesystem), so a test decides
-when it ends. The dead-man switch only records what it would do.
+Each job waits on a gate file on its host, which the test makes there (the host shares no disk
+with this machine), so a test decides when it ends. The dead-man switch only records what it
+would do.
 """
 
 from __future__ import annotations
@@ -54,6 +55,13 @@ def submit_gated(gate: Path, marker: str, *extra: str) -> str:
     return result.stdout.strip()
 
 
+def open_gate(gate: Path, *hosts: SshdHost) -> None:
+    """Make ``gate`` on each of ``hosts``: a job waiting for it there goes on."""
+    make = 'mkdir -p "$(dirname "$1")" && touch "$1"'
+    for host in hosts:
+        host.run(["sh", "-c", make, "sh", str(gate)], check=True)
+
+
 def status(job_id: str) -> dict[str, Any]:
     return dict(json.loads(run_cli(["status", job_id, "--json"]).stdout))
 
@@ -90,14 +98,13 @@ def assert_nothing_left(
             lambda j=job_id: {i["state"] for i in ledger(j)["instances"]} <= gone,
             what="teardown",
         )
-        assert not (root / job_id).exists()
-    wait_until(lambda: not job_processes(root), what="the job's processes to end")
+        for host in hosts:
+            assert not host.exists(root / job_id), f"{root / job_id} left on {host.name}"
+    wait_until(lambda: not job_processes(root, *hosts), what="the job's processes to end")
     assert not list((home / "keys").glob("r-*"))  # key pairs and pinned host keys
     for host in hosts:
         # Only the listening sshd is left on the host: every session of ours was closed.
-        wait_until(
-            lambda h=host: len(lab.pids_of(h)) == 1, what=f"sessions on {host.name} to close"
-        )
+        wait_until(lambda h=host: not h.session_pids(), what=f"sessions on {host.name} to close")
 
 
 def running_on_one_host(
@@ -118,7 +125,7 @@ def test_controller_killed_while_the_job_runs_resumes_it(
 ) -> None:
     (host,) = ssh_hosts(1)
     root = tmp_path / "installs"
-    record = tmp_path / "deadman.jsonl"
+    record = root / "deadman.jsonl"  # where the dead-man switch would write, on the host
     write_providers(
         cloud_home, [host_entry(host, "box", 0.5, root)], deadman_action=f"record:{record}"
     )
@@ -131,7 +138,7 @@ def test_controller_killed_while_the_job_runs_resumes_it(
 
     # The next command starts a new control plane, which reopens the tunnel to the instance.
     wait_until(lambda: "SSH tunnel reopened" in logs(job_id), timeout=60, what="the tunnel")
-    gate.touch()
+    open_gate(gate, host)
     wait_until(lambda: status(job_id)["state"] == "succeeded", timeout=120, what="the job")
     job = status(job_id)
     (attempt,) = job["attempts"]
@@ -140,7 +147,8 @@ def test_controller_killed_while_the_job_runs_resumes_it(
     assert_nothing_left(cloud_home, job_id, root, sshd_lab, host)
     (after,) = ledger(job_id)["instances"]  # one instance, rented once
     assert after["request_id"] == before["request_id"]
-    assert not record.exists()  # the worker never gave its control plane up
+    assert host.exists(root)
+    assert not host.exists(record)  # the worker never gave its control plane up
     phases = [p["phase"] for p in status(job_id)["instances"][0]["phases"]]
     assert phases[:3] == ["provision", "ssh", "bootstrap"] and "run" in phases
     assert phases[-1] == "teardown"
@@ -155,7 +163,7 @@ def test_controller_killed_mid_bootstrap_starts_the_bootstrap_over(
     root = tmp_path / "installs"
     write_providers(cloud_home, [host_entry(host, "box", 0.5, root)])
     gate = tmp_path / "gate"
-    gate.touch()
+    open_gate(gate, host)
     job_id = submit_gated(gate, "bootstrapped")
     wait_until(lambda: state_of(job_id) == "bootstrapping", timeout=120, what="the bootstrap")
     kill_controller(cloud_home)
@@ -178,11 +186,11 @@ def test_controller_killed_mid_launch_launches_the_same_request_again(
     write_providers(cloud_home, [host_entry(host, "late", 0.5, root, hardware=hardware)])
     host.stop()  # the launch waits for SSH to answer
     gate = tmp_path / "gate"
-    gate.touch()
     job_id = submit_gated(gate, "launched")
     wait_until(lambda: state_of(job_id) == "launching", timeout=60, what="the launch")
     kill_controller(cloud_home)
     host.start()
+    open_gate(gate, host)  # after the restart, which empties the host's /tmp
 
     wait_until(lambda: status(job_id)["state"] == "succeeded", timeout=240, what="the job")
     assert_nothing_left(cloud_home, job_id, root, sshd_lab, host)
@@ -197,7 +205,7 @@ def test_controller_killed_during_teardown_finishes_it(
         ssh_hosts, cloud_home, tmp_path, "box", "torn-down"
     )
     host.stop_listening()  # the job goes on; the provider's terminate cannot connect
-    gate.touch()
+    open_gate(gate, host)
     wait_until(lambda: status(job_id)["state"] == "succeeded", timeout=120, what="the job")
     wait_until(lambda: state_of(job_id) == "terminating", timeout=60, what="the teardown")
     kill_controller(cloud_home)
@@ -233,19 +241,19 @@ def test_three_jobs_on_two_hosts_all_succeed(
     assert view["message"].startswith("waiting for capacity: 2 offer(s) busy")
     assert "in use by job" in view["message"]
     assert "waiting for capacity" in run_cli(["status", waiting]).stdout
+    # A gate on both hosts: which host runs which job is the scheduler's choice.
     for i, job_id in enumerate(jobs):
         if job_id != waiting:
-            gates[i].touch()
-    gates[jobs.index(waiting)].touch()
+            open_gate(gates[i], first, second)
+    open_gate(gates[jobs.index(waiting)], first, second)
     for job_id in jobs:
         wait_until(lambda j=job_id: status(j)["state"] == "succeeded", timeout=240, what=job_id)
     assert_nothing_left(cloud_home, jobs, root, sshd_lab, first, second)
     for job_id in jobs:
-        # One machine each. Two jobs planned at once may both reach for the same free host:
-        # the loser's launch is refused (a never_launched row, nothing created) and it moves on.
+        # One machine each, and no job reached for a host another held: jobs planned at the
+        # same instant get two hosts or one waits (no refused launch was needed).
         rows = ledger(job_id)["instances"]
-        assert [i["state"] for i in rows].count("terminated") == 1
-        assert all(i["instance_id"] is None for i in rows if i["state"] == "never_launched")
+        assert [i["state"] for i in rows] == ["terminated"], rows
 
     # Their workers are gone with their machines: hidden unless asked for.
     shown = json.loads(run_cli(["workers", "--json"]).stdout)
@@ -269,7 +277,7 @@ def test_a_busy_pool_fails_at_once_when_the_job_says_so(
     assert result.returncode == 1
     assert "no capacity: 1 offer(s) busy" in result.stderr
     assert f"in use by job {holder}" in result.stderr
-    gate.touch()
+    open_gate(gate, host)
     wait_until(lambda: status(holder)["state"] == "succeeded", timeout=120, what="the first job")
     assert_nothing_left(cloud_home, holder, root, sshd_lab, host)
 

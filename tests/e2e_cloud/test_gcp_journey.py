@@ -1,16 +1,17 @@
 """`gpulayer submit --target cloud --provider gcp` end to end against a Compute REST server.
 
 The test server (tests/support/gce_server.py) gives each inserted instance the next internal
-address of the sshd lab's network and boots it as a network-namespace sshd host with the key
+address of the sshd lab's network and boots it as an sshd host of the lab with the key
 from its ``ssh-keys`` metadata; the orchestrator reaches it, bootstraps a worker over SSH, runs
 the job there and deletes it. Afterwards the server holds no instance or firewall rule.
 
 Credentials come through google-auth's default chain: GOOGLE_APPLICATION_CREDENTIALS names a
 service-account key whose token endpoint is the test server's. The image comes from a test
 image catalog (GPULAYER_IMAGES_DIR) naming an image family the server has; its login user is
-root, the user namespace hosts admit. The instances share this machine, so the settings name
-this interpreter as their python and an install root in the test's folder, and the dead-man
-switch only records what it would do.
+root, the user lab hosts admit. An instance is a machine of its own (its own disk, processes
+and python3): the settings name its python3 and an install root there, what the job left on
+its disk is looked at as the instance ends, and, since it still shares this kernel, the
+dead-man switch only records what it would do.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import socket
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from tests.support.gce_server import (
     service_account_file,
 )
 from tests.support.moto_lab import CloudInit, write_release
+from tests.support.package_index import PackageIndex
 from tests.support.sshd_hosts import SshdLab
 
 __all__ = ["aws_lab", "cloud_init", "moto", "offer_cache"]
@@ -70,7 +71,7 @@ PRINT_HOST = (
 
 @pytest.fixture(scope="module")
 def gce(sshd_lab: SshdLab) -> Iterator[ComputeServer]:
-    if sshd_lab.mode != "netns":
+    if not sshd_lab.namespaced:
         pytest.skip("instances boot as network namespaces, which need root and iproute2")
     with compute_server(
         ZONES, lab=sshd_lab, images={(IMAGE_PROJECT, FAMILY): "lab-worker-20300101"}
@@ -124,15 +125,14 @@ def gcp_lab(
 
 
 def gcp_settings(gce: ComputeServer, work: Path) -> dict[str, Any]:
-    install_root = work / "installs"
-    install_root.mkdir(parents=True, exist_ok=True)
+    install_root = work / "installs"  # on the instance: the bootstrap makes it there
     return {
         "project": PROJECT,
         "regions": ["us-central1", "us-east4"],
         "endpoint_url": gce.url,
         "use_private_ip": True,
         "cache_dir": str(work / "gcp-cache"),
-        "python": sys.executable,  # the instances share this machine's interpreter
+        "python": "python3",  # an instance runs its own python3
         "install_root": str(install_root),
         "operation_timeout_seconds": 60,
     }
@@ -190,6 +190,7 @@ def test_gcp_job_runs_on_an_instance_booted_as_a_lab_host(
     gcp_lab: ComputeServer, cloud_home: Path, tmp_path: Path
 ) -> None:
     record = write_providers(cloud_home, gcp_lab, tmp_path)
+    gcp_lab.last_look.watch(tmp_path, tmp_path / "installs")
     cheapest = gcp_offers()[0]
     assert (cheapest["zone"], cheapest["instance_type"]) == ("us-central1-a", "n1-standard-1")
     assert cheapest["enabled"] is True
@@ -228,9 +229,68 @@ def test_gcp_job_runs_on_an_instance_booted_as_a_lab_host(
 
     assert held(gcp_lab) == {"instances": [], "firewalls": []}
     assert [c["name"] for c in gcp_lab.calls("firewalls.delete")] == [boot.name]
-    assert not (tmp_path / "installs" / job["id"]).exists()
-    assert not record.exists()  # the worker never lost its control plane
+    # The instance's disk as it was when the instance ended: the bootstrap installed below the
+    # install root, the job's dir was gone, and the worker never lost its control plane.
+    disk = gcp_lab.last_look.of(boot.host_name)
+    installs, work = disk[str(tmp_path / "installs")], disk[str(tmp_path)]
+    assert installs is not None and job["id"] not in installs, disk
+    assert work is not None and record.name not in work, disk
     assert not list((cloud_home / "keys").glob(f"{request_id}*"))
+
+
+@pytest.mark.slow
+def test_a_gang_runs_on_two_gce_instances_in_one_zone_and_ends_together(
+    gcp_lab: ComputeServer, cloud_home: Path, tmp_path: Path, torch_index: PackageIndex
+) -> None:
+    from tests.e2e_cloud.test_cloud_ssh_gang import gang_job, rank_reports
+
+    write_providers(cloud_home, gcp_lab, tmp_path)  # the job brings torch: the hosts have none
+    job_file = gang_job(tmp_path / "src", provider="gcp", torch=torch_index)
+    result = run_cli(["submit", "-f", str(job_file)], cwd=job_file.parent, timeout=400)
+    job = last_job()
+    assert result.returncode == 0, (result.stderr[-3000:], job)
+
+    # Two nodes, each inserted with a request id of its own, in one zone, under one tag.
+    inserts = gcp_lab.calls("instances.insert")
+    assert len(inserts) == 2 and len({c["requestId"] for c in inserts}) == 2
+    boots = gcp_lab.booted
+    assert len(boots) == 2 and len({b.zone for b in boots}) == 1
+    assert len({b.address for b in boots}) == 2
+    (tag,) = {tuple(c["body"]["tags"]["items"]) for c in inserts}
+    (rule,) = [c["body"] for c in gcp_lab.calls("firewalls.insert")]
+    assert rule["targetTags"] == list(tag) and rule["sourceTags"] == list(tag)
+    assert rule["sourceRanges"] == [f"{gcp_lab.lab.gateway}/32"] if gcp_lab.lab else True
+    reports = rank_reports(result.stdout + result.stderr)
+    assert sorted(r["rank"] for r in reports) == [0, 1]
+    assert {r["env"]["GPULAYER_NODE_RANK"] for r in reports} == {"0", "1"}
+    assert {r["env"]["MASTER_ADDR"] for r in reports} <= {b.address for b in boots}
+
+    instances = wait_for_teardown(job["id"], gcp_lab)
+    assert {i["state"] for i in instances} == {"terminated"} and len(instances) == 2
+    assert held(gcp_lab) == {"instances": [], "firewalls": []}
+    assert not list((cloud_home / "keys").glob("r-*"))
+
+
+def test_a_gang_that_cannot_be_had_whole_leaves_nothing(
+    gcp_lab: ComputeServer, cloud_home: Path, tmp_path: Path
+) -> None:
+    """Node 1's insert is refused for capacity: node 0 is deleted with the rule, and the
+    job, with no other zone to go to, fails saying why."""
+    from tests.e2e_cloud.test_cloud_ssh_gang import gang_job
+
+    write_providers(cloud_home, gcp_lab, tmp_path)
+    job_file = gang_job(tmp_path / "src", provider="gcp", max_hourly_cost=0.06)
+    gcp_lab.fault(
+        "instances.insert",
+        "ZONE_RESOURCE_POOL_EXHAUSTED",
+        message="The zone does not have enough resources",
+        match={"body_name_suffix": "-n1"},
+    )
+    result = run_cli(["submit", "-f", str(job_file)], cwd=job_file.parent, timeout=300)
+    job = last_job()
+    assert result.returncode != 0 and job["state"] == "failed", (result.stderr[-2000:], job)
+    assert any(c["body"]["name"].endswith("-n1") for c in gcp_lab.calls("instances.insert"))
+    wait_until(lambda: held(gcp_lab) == {"instances": [], "firewalls": []}, what="nothing held")
 
 
 def test_an_exhausted_first_zone_moves_to_the_next(
@@ -336,19 +396,19 @@ def test_rejected_credentials_fall_back_to_aws_then_to_local(
     aws_lab.moto.reset()
 
 
-def test_a_cap_below_every_gcp_offer_fails_at_once_naming_the_cheapest(
+def test_a_cap_below_every_gcp_offer_is_refused_at_submit_naming_the_cheapest(
     gcp_lab: ComputeServer, cloud_home: Path, tmp_path: Path
 ) -> None:
     write_providers(cloud_home, gcp_lab, tmp_path)
     cheapest = gcp_offers()[0]
     cap = 0.01
     assert cheapest["hourly_price"] > cap
+    jobs_before = json.loads(run_cli(["ls", "--json", "-n", "1000"]).stdout)
     result = submit_gcp("--max-hourly-cost", str(cap), command=("true",))
-    assert result.returncode == 1
+    # Known from the shipped catalog alone: refused before a job is made or GCP is asked.
+    assert result.returncode == 2, result.stderr
     assert f"max_hourly_cost {cap} USD is below every offer" in result.stderr
     assert cheapest["instance_type"] in result.stderr
     assert f"{cheapest['hourly_price']} USD/h" in result.stderr
-    job = last_job()
-    assert job["state"] == "failed" and job["reason"] == "unschedulable"
-    assert ledger(job["id"])["instances"] == []
+    assert json.loads(run_cli(["ls", "--json", "-n", "1000"]).stdout) == jobs_before
     assert gcp_lab.calls("instances.insert") == gcp_lab.calls("firewalls.insert") == []

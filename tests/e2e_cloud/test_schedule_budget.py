@@ -1,5 +1,5 @@
-"""A schedule with a budget, renting the ssh provider's priced hosts (real sshd hosts in network
-namespaces): it runs while the period's spend plus the next run's worst case fits, then skips
+"""A schedule with a budget, renting the ssh provider's priced hosts (real sshd hosts, machines
+of their own): it runs while the period's spend plus the next run's worst case fits, then skips
 ticks with budget_exhausted, and never spends more than its budget."""
 
 from __future__ import annotations

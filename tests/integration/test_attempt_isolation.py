@@ -6,8 +6,10 @@ timeout cannot overwrite what the job's next attempt did, and one job cannot act
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -17,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from gpulayer.errors import ForbiddenError, StaleAttemptError
@@ -24,14 +27,22 @@ from gpulayer.protocol.client import ControlClient, Unauthorized
 from tests.support.cluster import Cluster, command_job, submit
 from tests.support.fault_proxy import LossyProxy
 from tests.support.procs import DAEMON_PREAMBLE, processes_with, wait_until
-from tests.support.servers import WorkerProcess, wait_for_job, wait_for_workers
+from tests.support.servers import (
+    ADMIN_TOKEN,
+    WorkerProcess,
+    wait_for_job,
+    wait_for_workers,
+    without_cgroup_v2,
+)
 
 pytestmark = pytest.mark.slow
 
 # Forks a daemon that leaves the session (setsid, then a second fork) and sleeps; then the body:
 # attempt 1 holds for HOLD seconds, a later attempt ends at once. Each finished body appends its
 # attempt number to the ledger.
-_BODY = DAEMON_PREAMBLE + """
+_BODY = (
+    DAEMON_PREAMBLE
+    + """
 hold = float(sys.argv[2]) if os.environ["GPULAYER_ATTEMPT"] == "1" else 0.2
 time.sleep(hold)
 out = os.environ["GPULAYER_OUTPUT_DIR"]
@@ -40,6 +51,7 @@ with open(os.path.join(out, "who.txt"), "w") as f:
 with open(sys.argv[3], "a") as f:
     f.write(os.environ["GPULAYER_ATTEMPT"] + "\\n")
 """
+)
 
 
 def body_job(marker: str, hold: float, ledger: Path) -> dict[str, Any]:
@@ -181,6 +193,12 @@ def cli(*args: str) -> Any:
     from tests.support.cli import run_cli
 
     return run_cli(list(args))
+
+
+def cli_with(env: dict[str, str], *args: str) -> Any:
+    from tests.support.cli import run_cli
+
+    return run_cli(list(args), env=env)
 
 
 def register_body(name: str, **extra: Any) -> dict[str, Any]:
@@ -370,6 +388,135 @@ def test_a_root_worker_without_run_as_says_its_jobs_can_read_its_credential(
     log = cluster.workers[0].home / "worker.log"
     wait_until(lambda: "without --run-as" in log.read_text(), 10, "no warning at start")
     assert log.read_text().count("without --run-as") == 1
+    assert log.read_text().count("can read its credential") == 1
+    (worker,) = cluster.client.workers()
+    assert worker["capabilities"]["isolation"] == "none"
+    table, page = _workers_as_shown(cluster.server.url)
+    assert "runs its jobs as its own user: they can read its credential" in table
+    assert "none: its jobs can read its credential" in page
+
+
+def _workers_as_shown(server_url: str) -> tuple[str, str]:
+    """`gpulayer workers` (its words unfolded) and the dashboard's workers page."""
+    env = {"GPULAYER_SERVER": server_url, "GPULAYER_TOKEN": ADMIN_TOKEN}
+    table = cli_with(env, "workers")
+    assert table.returncode == 0, table.stderr
+    with httpx.Client(base_url=server_url, timeout=30) as http:
+        form = http.get("/ui/login")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert csrf
+        http.post("/ui/login", data={"csrf": csrf.group(1), "token": ADMIN_TOKEN})
+        page = http.get("/ui/workers")
+        assert page.status_code == 200
+    return " ".join(table.stdout.split()), page.text
+
+
+def test_require_isolation_refuses_to_start_a_worker_whose_jobs_could_read_its_credential(
+    tmp_path: Path,
+) -> None:
+    token_file = tmp_path / "join.token"
+    token_file.write_text("gl_x\n")
+    result = cli(
+        "worker", "start", "--server", "http://127.0.0.1:9", "--token-file", str(token_file),
+        "--require-isolation",
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().startswith("error: --require-isolation: this worker")
+    assert "can read its credential" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="--run-as needs root")
+def test_require_isolation_refuses_jobs_that_share_one_run_as_user(tmp_path: Path) -> None:
+    token_file = tmp_path / "join.token"
+    token_file.write_text("gl_x\n")
+    result = cli(
+        "worker", "start", "--server", "http://127.0.0.1:9", "--token-file", str(token_file),
+        "--run-as", "nobody", "--require-isolation",
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: --require-isolation: "), line
+    assert "--run-as-range" in line and "Traceback" not in result.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="--run-as needs root")
+def test_a_worker_whose_jobs_share_one_user_says_they_can_reach_each_other(
+    cluster_factory: Any, open_work_dir: Path
+) -> None:
+    cluster = cluster_factory(0)
+    worker = cluster.add_worker(
+        "shared", None, "--run-as", "nobody", "--work-dir", str(open_work_dir)
+    )
+    (row,) = wait_for_workers(cluster.client, 1)
+    log = worker.home / "worker.log"
+    assert log.read_text().count("can reach each other") == 1, log.read_text()[-2000:]
+    assert row["capabilities"]["isolation"] == "shared_uid"  # type: ignore[index]
+    table, page = _workers_as_shown(cluster.server.url)
+    assert "worker shared runs all its jobs as one user: they can reach each other" in table
+    assert "shared_uid: its jobs can reach each other" in page
+
+
+_READ_PROC = """
+import sys
+for name in ("environ", "mem"):
+    try:
+        open(f"/proc/{sys.argv[1]}/{name}", "rb").read(64)
+        print(name, "read")
+    except OSError as exc:
+        print(name, exc.strerror)
+"""
+_NON_DUMPABLE = r"""
+import importlib.util, sys, time
+spec = importlib.util.spec_from_file_location("hardening", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+if sys.argv[2] == "harden":
+    assert module.make_non_dumpable()
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run processes as another user")
+@pytest.mark.parametrize("hardened", [True, False])
+def test_a_non_dumpable_worker_hides_its_memory_from_jobs_of_its_own_user(
+    hardened: bool,
+) -> None:
+    import subprocess
+
+    python = "/usr/bin/python3"
+    hardening = Path(__file__).resolve().parents[2] / "gpulayer" / "worker" / "hardening.py"
+    runuser = shutil.which("runuser")
+    assert runuser, "util-linux runuser is needed"
+    as_nobody = [runuser, "-u", "nobody", "--"]
+    holder = subprocess.Popen(
+        [*as_nobody, python, "-c", _NON_DUMPABLE, str(hardening),
+         "harden" if hardened else "plain"],
+        stdout=subprocess.PIPE,
+        env={"SECRET_OF_THE_WORKER": "s3cr3t-value", "PATH": "/usr/bin:/bin"},
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == b"ready"
+        (pid,) = [
+            p
+            for p in processes_with(str(hardening))
+            if Path(f"/proc/{p}/stat").read_text().rpartition(")")[2].split()[1] == str(holder.pid)
+        ]
+        spy = subprocess.run(
+            [*as_nobody, python, "-c", _READ_PROC, str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        lines = dict(line.split(" ", 1) for line in spy.stdout.splitlines())
+        if hardened:
+            assert lines == {"environ": "Permission denied", "mem": "Permission denied"}, spy
+        else:
+            assert lines["environ"] == "read", spy  # the same user reads it otherwise
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)  # runuser and the python it started
+        holder.wait(10)
 
 
 def test_worker_start_refuses_a_token_on_the_command_line(tmp_path: Path) -> None:
@@ -382,3 +529,333 @@ def test_worker_start_refuses_a_token_on_the_command_line(tmp_path: Path) -> Non
     assert missing.returncode == 2
     assert missing.stderr.strip().startswith("error: --token-file: cannot read")
     assert sys.executable  # the CLI ran under this interpreter
+
+
+# Job X looks for job Y by its argv marker, tries to read Y's environment, and plants a file in
+# Y's output folder (whose path it can work out from its own).
+_SPY = r"""
+import json, os, sys
+marker, victim_job = sys.argv[1], sys.argv[2]
+report = {"seen": False, "environ": None, "planted": False}
+for pid in os.listdir("/proc"):
+    if not pid.isdigit():
+        continue
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if marker.encode() not in f.read() or int(pid) == os.getpid():
+                continue
+    except OSError:
+        continue
+    report["seen"] = True
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            report["environ"] = f.read().decode(errors="replace")
+    except OSError as exc:
+        report["environ_error"] = exc.strerror
+mine = os.environ["GPULAYER_OUTPUT_DIR"]
+attempt_dir = os.path.dirname(mine)
+theirs = os.path.join(os.path.dirname(os.path.dirname(attempt_dir)), victim_job,
+                      os.path.basename(attempt_dir), "output")
+try:
+    with open(os.path.join(theirs, "planted.txt"), "w") as f:
+        f.write("from another job")
+    report["planted"] = True
+except OSError as exc:
+    report["plant_error"] = exc.strerror
+print("SPY " + json.dumps(report), flush=True)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running jobs as other users needs root")
+def test_each_attempt_runs_as_its_own_uid_and_no_job_reaches_another(
+    cluster_factory: Any, tmp_path: Path, open_work_dir: Path
+) -> None:
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    assert python
+    cluster = cluster_factory(0)
+    client = cluster.client
+    cluster.add_worker(
+        "ranged", None, "--run-as-range", "61000-61009", "--work-dir", str(open_work_dir)
+    )
+    wait_for_workers(client, 1)
+    marker = f"gl-victim-{secrets.token_hex(4)}"
+    token_value = f"hf_{secrets.token_hex(12)}"
+    gate = open_work_dir / "gate"
+    wait_code = f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.1)\n"
+    victim_spec = command_job([python, "-c", wait_code, marker])
+    victim_spec["env"] = {"HF_TOKEN": token_value}
+    victim = submit(client, victim_spec)
+    wait_for_job(client, victim, {"running"})
+    wait_until(lambda: processes_with(marker), 30, "the victim's process is up")
+    spy = submit(client, command_job([python, "-c", _SPY, marker, victim]))
+    done = wait_for_job(client, spy, {"succeeded", "failed"}, timeout=60)
+    assert done["state"] == "succeeded", done
+    (line,) = [x["text"] for x in client.logs(spy)["lines"] if x["text"].startswith("SPY ")]
+    report = json.loads(line.removeprefix("SPY "))
+    # It found the victim's process, and was refused both its environment and its folder.
+    assert report["seen"] is True, report
+    assert report["environ"] is None, report
+    assert report.get("environ_error") == "Permission denied", report
+    assert report["planted"] is False, report
+    assert report.get("plant_error") == "Permission denied", report
+    assert token_value not in line
+    (victim_pid,) = processes_with(marker)
+    attempt_dir = open_work_dir / victim / "attempt-1"
+    owner = attempt_dir.stat()
+    assert owner.st_uid == Path(f"/proc/{victim_pid}").stat().st_uid
+    assert 61000 <= owner.st_uid <= 61009 and owner.st_mode & 0o777 == 0o700
+    gate.touch()
+    finished = wait_for_job(client, victim, {"succeeded", "failed"}, timeout=60)
+    assert finished["state"] == "succeeded", finished
+    assert [a["path"] for a in client.artifacts(victim)] == []
+
+
+# A job that leaves behind, for whoever gets its uid next: a daemon out of its session whose
+# environment holds nothing but its secret (no attempt tag), and 0600 files in the shared temp
+# folders. With "hold" it then waits for a gate that never opens.
+_LEAVE_BEHIND = r"""
+import os, subprocess, sys, time
+marker, hold = sys.argv[1], sys.argv[2] == "hold"
+secret = os.environ["HF_TOKEN"]
+subprocess.run(["setsid", "-f", "env", "-i", "HF_TOKEN=" + secret, sys.executable, "-c",
+                "import time; time.sleep(600)", marker + "-daemon"], check=True)
+for folder in ("/tmp", "/dev/shm"):
+    fd = os.open(os.path.join(folder, marker + "-left"), os.O_WRONLY | os.O_CREAT, 0o600)
+    os.write(fd, secret.encode())
+    os.close(fd)
+with open(os.path.join(os.environ["GPULAYER_OUTPUT_DIR"], "secret.txt"), "w") as f:
+    f.write(secret)
+print("UID", os.getuid(), flush=True)
+while hold:
+    time.sleep(1)
+"""
+# The next job looks for all of that: the daemon (and its environment), the temp files, the
+# earlier attempt's folder.
+_LOOK_FOR_LEFTOVERS = r"""
+import json, os, sys
+marker, earlier = sys.argv[1], sys.argv[2]
+report = {"uid": os.getuid(), "tmpdir": os.environ.get("TMPDIR"), "seen": False, "read": {}}
+for pid in os.listdir("/proc"):
+    if not pid.isdigit() or int(pid) == os.getpid():
+        continue
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if (marker + "-daemon").encode() not in f.read():
+                continue
+    except OSError:
+        continue
+    report["seen"] = True
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            report["read"]["environ"] = f.read().decode(errors="replace")
+    except OSError as exc:
+        report["environ_error"] = exc.strerror
+for path in (f"/tmp/{marker}-left", f"/dev/shm/{marker}-left", earlier):
+    try:
+        with open(path) as f:
+            report["read"][path] = f.read()
+    except OSError as exc:
+        report[path] = exc.strerror
+print("SPY " + json.dumps(report), flush=True)
+"""
+
+
+def printed(client: ControlClient, job_id: str, prefix: str) -> str:
+    (line,) = [x["text"] for x in client.logs(job_id)["lines"] if x["text"].startswith(prefix)]
+    return str(line).removeprefix(prefix).strip()
+
+
+def end_leftovers(marker: str) -> None:
+    """What a test's jobs left, should the worker not have ended or removed it."""
+    for pid in processes_with(marker):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    for folder in ("/tmp", "/dev/shm"):
+        Path(folder, f"{marker}-left").unlink(missing_ok=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running jobs as other uids needs root")
+def test_a_uid_comes_back_to_the_pool_without_what_its_last_attempt_left(
+    cluster_factory: Any, tmp_path: Path, open_work_dir: Path
+) -> None:
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    assert python
+    cluster = cluster_factory(0)
+    client = cluster.client
+    # Without a cgroup the worker only finds the processes that carry the attempt's tag.
+    worker = WorkerProcess(
+        cluster.server.url, cluster.worker_token, tmp_path / "ranged", "ranged",
+        wrapper=without_cgroup_v2(),
+    ).start(0.5, "--run-as-range", "61020-61029", "--work-dir", str(open_work_dir))  # fmt: skip
+    cluster.workers.append(worker)
+    wait_for_workers(client, 1)
+    marker = f"gl-left-{secrets.token_hex(4)}"
+    token_value = f"hf_{secrets.token_hex(12)}"
+    try:
+        first_spec = command_job([python, "-c", _LEAVE_BEHIND, marker, "go"])
+        first_spec["env"] = {"HF_TOKEN": token_value}
+        first = submit(client, first_spec)
+        assert wait_for_job(client, first, {"succeeded", "failed"})["state"] == "succeeded"
+        uid = int(printed(client, first, "UID "))
+        earlier = open_work_dir / first / "attempt-1" / "output" / "secret.txt"
+        second = submit(
+            client, command_job([python, "-c", _LOOK_FOR_LEFTOVERS, marker, str(earlier)])
+        )
+        done = wait_for_job(client, second, {"succeeded", "failed"})
+        assert done["state"] == "succeeded", (
+            str(done["attempts"]),
+            client.logs(second)["lines"][-5:],
+        )
+        report = json.loads(printed(client, second, "SPY "))
+        assert report["uid"] == uid and 61020 <= uid <= 61029, report  # the same uid again
+        assert report["read"] == {} and token_value not in json.dumps(report), report
+        assert report["seen"] is False, report  # the daemon was ended with its attempt
+        for leftover in (f"/tmp/{marker}-left", f"/dev/shm/{marker}-left"):
+            assert report[leftover] == "No such file or directory", report
+            assert not Path(leftover).exists()
+        assert report[str(earlier)] == "Permission denied", report
+        assert processes_with(marker + "-daemon") == []
+        # Its own temp folder lies in its own attempt's folder.
+        assert report["tmpdir"] == str(open_work_dir / second / "attempt-1" / "tmp"), report
+    finally:
+        end_leftovers(marker)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running jobs as other uids needs root")
+def test_a_worker_restarted_after_kill_9_takes_back_what_its_uids_held(
+    cluster_factory: Any, tmp_path: Path, open_work_dir: Path
+) -> None:
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    assert python
+    cluster = cluster_factory(0)
+    client = cluster.client
+    flags = ("--run-as-range", "61040-61049", "--work-dir", str(open_work_dir))
+    worker = WorkerProcess(
+        cluster.server.url, cluster.worker_token, tmp_path / "phoenix", "phoenix",
+        wrapper=without_cgroup_v2(),
+    ).start(0.5, *flags)  # fmt: skip
+    cluster.workers.append(worker)
+    (first_life,) = wait_for_workers(client, 1)
+    marker = f"gl-life-{secrets.token_hex(4)}"
+    token_value = f"hf_{secrets.token_hex(12)}"
+    try:
+        first_spec = command_job([python, "-c", _LEAVE_BEHIND, marker, "hold"])
+        first_spec["env"] = {"HF_TOKEN": token_value}
+        first = submit(client, first_spec)
+        wait_until(lambda: processes_with(marker + "-daemon"), 30, "the daemon is up")
+        (main,) = [p for p in processes_with(marker) if p not in processes_with(marker + "-daemon")]
+        uid = Path(f"/proc/{main}").stat().st_uid
+        attempt_dir = open_work_dir / first / "attempt-1"
+        wait_until(lambda: (attempt_dir / "output" / "secret.txt").exists(), 30, "its secret file")
+        assert worker.process is not None
+        worker.signal(signal.SIGKILL)
+        worker.process.wait(15)
+        # The sentinel ends the tagged job; the daemon with a wiped environment is out of reach.
+        wait_until(lambda: main not in processes_with(marker), 15, "the job outlived its worker")
+        worker.start(0.5, *flags)
+        log = worker.home / "worker.log"
+        wait_until(lambda: log.read_text().count(" joined ") == 2, 30, "it did not join again")
+        assert [w["id"] for w in client.workers()] == [first_life["id"]]  # as itself
+        earlier = attempt_dir / "output" / "secret.txt"
+        second_spec = command_job([python, "-c", _LOOK_FOR_LEFTOVERS, marker, str(earlier)])
+        second = submit(client, second_spec)
+        done = wait_for_job(client, second, {"succeeded", "failed"})
+        assert done["state"] == "succeeded", (
+            str(done["attempts"]),
+            client.logs(second)["lines"][-5:],
+        )
+        # The killed life's last claim, still open on the server, took nothing of the new life's.
+        assert len(done["attempts"]) == 1, done["attempts"]
+        report = json.loads(printed(client, second, "SPY "))
+        assert report["uid"] == uid, report  # the lowest uid of the range, as in the first life
+        assert report["read"] == {} and token_value not in json.dumps(report), report
+        assert report["seen"] is False and report[str(earlier)] == "Permission denied", report
+        assert processes_with(marker + "-daemon") == []
+        owner = attempt_dir.stat()
+        assert (owner.st_uid, owner.st_mode & 0o777) == (os.geteuid(), 0o700)
+        assert "Traceback" not in log.read_text(), log.read_text()[-2000:]
+    finally:
+        end_leftovers(marker)
+
+
+def test_run_as_range_is_checked_before_the_worker_starts(tmp_path: Path) -> None:
+    token_file = tmp_path / "join.token"
+    token_file.write_text("gl_x\n")
+    base = ["worker", "start", "--server", "http://127.0.0.1:9", "--token-file", str(token_file)]
+    for bad, why in [
+        ("10", "--run-as-range: FIRST-LAST"),
+        ("20-10", "--run-as-range: FIRST-LAST"),
+        ("0-10", "--run-as-range: uid 0"),
+    ]:
+        result = cli(*base, "--run-as-range", bad)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.strip().startswith(f"error: {why}"), result.stderr
+        assert "Traceback" not in result.stderr
+    both = cli(*base, "--run-as", "nobody", "--run-as-range", "61000-61001")
+    assert both.returncode == 2 and "--run-as-range" in both.stderr
+
+
+def test_a_revoked_worker_ends_its_attempt_at_once_and_exits_with_one_line(
+    cluster_factory: Any, tmp_path: Path
+) -> None:
+    cluster = cluster_factory(2)
+    client = cluster.client
+    marker = f"gl-revoked-{secrets.token_hex(4)}"
+    ledger = tmp_path / "ledger"
+    job_id = submit(client, body_job(marker, 120, ledger))
+    victim = worker_named(cluster, running_on(client, job_id))
+    wait_until(lambda: processes_with(marker, attempt=1), 30, "attempt 1 running")
+    (worker,) = [w for w in client.workers() if w["name"] == victim.name]
+    tokens = client.request("GET", "/v1/tokens", params={"all_kinds": True})
+    (credential,) = [t for t in tokens if t["worker_id"] == worker["id"]]
+    client.request("POST", f"/v1/tokens/{credential['id']}/revoke")
+    wait_until(lambda: not processes_with(marker, attempt=1), 15, "attempt 1 outlived revocation")
+    assert victim.process is not None
+    assert victim.process.wait(timeout=30) == 4
+    log = (victim.home / "worker.log").read_text()
+    assert log.count("this worker's credential was revoked") == 1, log[-2000:]
+    assert "Traceback" not in log, log[-3000:]
+    job = wait_for_job(client, job_id, {"succeeded", "failed"}, timeout=90)
+    assert job["state"] == "succeeded", job
+    assert ledger.read_text().split() == ["2"]  # the body ran to its end once, on the retry
+
+
+def test_a_restarted_worker_rejoins_as_itself_and_max_workers_counts_machines(
+    cluster_factory: Any, tmp_path: Path
+) -> None:
+    from gpulayer.worker.containment import worker_key
+
+    cluster = cluster_factory(0)
+    admin = cluster.client
+    token = admin.request("POST", "/v1/tokens", {"kind": "worker", "max_workers": 1})["token"]
+    home = tmp_path / "solo"
+    worker = WorkerProcess(cluster.server.url, token, home, "solo").start()
+    cluster.workers.append(worker)
+    (first,) = wait_for_workers(admin, 1)
+    identity = home / "worker-identity.json"
+    wait_until(identity.exists, 10, "no identity file")
+    assert identity.stat().st_mode & 0o777 == 0o600
+    assert token not in identity.read_text()
+    key = worker_key(home / "worker-jobs")
+    for _ in range(2):  # killed with -9, then restarted on the same home, twice
+        assert worker.process is not None
+        worker.signal(signal.SIGKILL)
+        worker.process.wait(15)
+        worker.start()
+        wait_until(
+            lambda: [(w["id"], w["state"]) for w in admin.workers()] == [(first["id"], "ready")],
+            30,
+            "the restarted worker did not come back as itself",
+        )
+    wait_until(lambda: len(processes_with(key)) == 1, 15, "sentinels piled up")
+    (row,) = [t for t in admin.request("GET", "/v1/tokens") if t["max_workers"] == 1]
+    assert row["registered"] == 1
+    log = (home / "worker.log").read_text()
+    assert "Traceback" not in log, log[-2000:]
+    # Another machine with the same join token is one too many: one line, no retrying.
+    other = WorkerProcess(cluster.server.url, token, tmp_path / "other", "other").start()
+    cluster.workers.append(other)
+    assert other.process is not None and other.process.wait(timeout=30) == 4
+    other_log = (tmp_path / "other" / "worker.log").read_text()
+    assert "refused to let this worker join" in other_log and "Traceback" not in other_log
+    assert processes_with(worker_key(tmp_path / "other" / "worker-jobs")) == []

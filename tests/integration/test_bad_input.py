@@ -173,6 +173,31 @@ def test_log_cursor_out_of_range_is_4xx(http: httpx.Client) -> None:
     assert "after" in reply.text
 
 
+@pytest.mark.parametrize("node", ["1", "-1", str(HUGE)])
+def test_log_node_the_job_does_not_have_is_400_naming_it(http: httpx.Client, node: str) -> None:
+    job_id = a_job(http)
+    reply = http.get(f"/v1/jobs/{job_id}/logs", params={"node": node})
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["error"].startswith(f"node: job {job_id} has 1 node (ranks 0 to 0)")
+    assert http.get(f"/v1/jobs/{job_id}/logs", params={"node": "0"}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("params", "named"),
+    [
+        ({"state": "runing"}, "state: 'runing' is not a job state; did you mean running?"),
+        ({"label": "team"}, "label: expected KEY=VALUE"),
+        ({"schedule": " "}, "schedule: give a schedule's name"),
+    ],
+)
+def test_job_listing_filters_are_400_naming_the_parameter(
+    http: httpx.Client, params: dict[str, str], named: str
+) -> None:
+    reply = http.get("/v1/jobs", params=params)
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["error"].startswith(named)
+
+
 # --- heartbeats of the wrong shape --------------------------------------------------------------
 
 
@@ -238,7 +263,8 @@ def test_unsafe_output_archives_are_400(
     attempt_id = an_attempt(http)
     reply = http.put(f"/v1/attempts/{attempt_id}/outputs", content=UNSAFE_ARCHIVES[kind])
     assert reply.status_code == 400, reply.text
-    assert "bundle" in reply.json()["error"] or "archive" in reply.json()["error"]
+    error = reply.json()["error"]  # names the upload and the member that is refused
+    assert error.startswith("outputs: ") or "bundle" in error or "archive" in error, error
     assert not (server.home / "escaped.txt").exists()
     assert not Path("/tmp/gpulayer-absolute.txt").exists()
     still_answers(http)

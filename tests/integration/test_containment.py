@@ -4,10 +4,13 @@ its previous life left."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -208,3 +211,66 @@ run.run()
         if worker.poll() is None:
             worker.kill()
         containment_module.end_all(containment_module.worker_key(tmp_path / "work"), None)
+
+
+# A job run as another user looks for any descriptor it was handed and tries to move a root
+# process into whatever cgroup it leads to.
+_MOVE_ROOT_PROCESS = """
+import json, os, sys
+victim = sys.argv[1]
+held, moved = [], []
+for fd in range(3, 1024):
+    try:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        continue
+    held.append(target)
+    try:
+        os.write(fd, victim.encode())
+        moved.append(target)
+    except OSError:
+        pass
+print("FDS " + json.dumps({"held": held, "moved": moved}), flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not cgroup_usable(), reason="needs a writable cgroup v2 and root")
+def test_a_job_run_as_another_user_holds_no_descriptor_and_moves_no_root_process() -> None:
+    from gpulayer.worker.process import RunAs
+
+    python = "/usr/bin/python3"
+    base = Path(tempfile.mkdtemp(prefix="gpulayer-fds-"))
+    base.chmod(0o755)
+    containment = Containment.for_worker(base / "work")
+    assert containment.mode == "cgroup"
+    victim = subprocess.Popen(["sleep", "300"])  # a root process outside every attempt
+    before = Path(f"/proc/{victim.pid}/cgroup").read_text()
+    lines: list[str] = []
+    try:
+        job = JobSpec.model_validate(
+            {
+                "workload": {
+                    "kind": "command",
+                    "command": [python, "-c", _MOVE_ROOT_PROCESS, str(victim.pid)],
+                }
+            }
+        )
+        group = containment.attempt(3)
+        context = RunContext(
+            "job-fds", 1, job, base / "attempt", group=group, run_as=RunAs.lookup("nobody")
+        )
+        outcome = JobRun(context, on_log=lambda stream, text: lines.append(text)).run()
+        group.close()
+        assert outcome.state == "succeeded", (outcome, lines)
+        (report,) = [json.loads(t[4:]) for t in lines if t.startswith("FDS ")]
+        assert report["moved"] == []
+        assert [t for t in report["held"] if not t.startswith("/proc/")] == []
+        assert Path(f"/proc/{victim.pid}/cgroup").read_text() == before
+    finally:
+        victim.kill()
+        victim.wait(10)
+        containment.sweep()
+        if containment.root is not None:
+            containment.root.rmdir()
+        shutil.rmtree(base, ignore_errors=True)

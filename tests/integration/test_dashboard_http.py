@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpulayer.control.auth import TokenAuthority, issue_token
+from gpulayer.control.auth import TokenAuthority, issue_token, keep_chosen_token
 from gpulayer.control.paths import HomeLayout
 from gpulayer.control.service import ControlService
 from gpulayer.control.store import Store
@@ -138,6 +138,40 @@ def test_worker_and_join_tokens_cannot_log_in_or_make_links(plane: Any) -> None:
     assert log_in(client, "wrong").status_code == 401
 
 
+@pytest.mark.parametrize("way_in", ["login form", "bearer"])
+def test_a_flood_of_wrong_logins_from_one_client_leaves_another_clients_login(
+    tmp_path: Path, way_in: str
+) -> None:
+    """A chosen admin password is checked by scrypt a few times a minute per client: one client
+    guessing spends its own allowance, not the dashboard's."""
+    from fastapi.testclient import TestClient
+
+    from gpulayer.control.api import create_app
+
+    chosen = "a password someone chose for the dashboard"
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    keep_chosen_token(store, chosen, "admin", "dashboard")
+    service = ControlService(store, HomeLayout(tmp_path / "home").ensure())
+    authority = TokenAuthority(store, slow_checks_per_minute=3)
+    app = create_app(service, authority, embedded=False)
+
+    def from_address(host: str) -> Any:
+        return TestClient(app, base_url="http://127.0.0.1", client=(host, 50000))
+
+    with from_address("10.0.0.1") as guesser, from_address("10.0.0.2") as owner:
+        for i in range(10):
+            assert log_in(guesser, f"guess {i}").status_code == 401
+            wrong = {"Authorization": f"Bearer bearer guess {i}"}
+            assert guesser.post("/v1/ui/login-links", headers=wrong).status_code == 401
+        assert authority.slow_checks == 3  # the guesser's allowance, spent
+        if way_in == "login form":
+            assert log_in(owner, chosen).status_code == 303
+        else:
+            right = {"Authorization": f"Bearer {chosen}"}
+            assert owner.post("/v1/ui/login-links", headers=right).status_code == 200
+    store.close()
+
+
 def test_a_login_link_is_spent_once_even_when_raced(plane: Any) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
@@ -244,3 +278,54 @@ def test_artifacts_download_from_the_job_page_and_nothing_outside_them(plane: An
     assert escape.status_code == 404
     client.cookies.clear()
     assert client.get(href.group(1), follow_redirects=False).status_code == 303
+
+
+def test_offers_page_lists_region_and_zone_apart_and_on_demand_prices(plane: Any) -> None:
+    client, _ = plane
+    log_in(client)
+    html = client.get("/ui/offers?gpu=A100&provider=aws").text
+    header = re.search(r"<thead>(.*?)</thead>", html, flags=re.S)
+    assert header and "<th>Region</th><th>Zone</th>" in header.group(1)
+    # aws with its default settings rents on-demand only: no spot rows, no Spot column.
+    assert "<th>Spot</th>" not in header.group(1)
+    assert "p4d.24xlarge" in html
+
+
+def test_offers_page_plans_a_pasted_spec_and_creates_nothing(plane: Any) -> None:
+    client, service = plane
+    log_in(client)
+    service.store.upsert_worker(
+        worker_id="w-small", name="small", kind="remote", labels={}, capabilities={"cpu_cores": 2}
+    )
+    service.store.upsert_worker(
+        worker_id="w-big", name="big", kind="remote", labels={}, capabilities={"cpu_cores": 64}
+    )
+    page = client.get("/ui/offers")
+    assert 'id="plan-form"' in page.text
+    spec = (
+        "workload: {kind: command, command: [python, train.py]}\n"
+        "resources: {cpu_cores: 8}\nplacement: {target: remote}\n"
+    )
+    refused = client.post("/ui/offers/plan", data={"spec": spec}, follow_redirects=False)
+    assert refused.status_code == 403
+    planned = client.post("/ui/offers/plan", data={"csrf": csrf_of(page.text), "spec": spec})
+    assert planned.status_code == 200, planned.text
+    html = planned.text
+    # w-big fits; w-small is turned down, and counted under its reason.
+    assert "plan: the job would run on remote worker w-big (big)" in html
+    assert 'data-outcome="chosen"' in html and 'data-worker="w-big"' in html
+    assert 'data-worker="w-small"' not in html
+    assert "1 worker turned down: needs 8 CPU cores, has 2" in html
+    assert service.store.list_jobs(limit=10) == []
+
+    broken = client.post(
+        "/ui/offers/plan", data={"csrf": csrf_of(page.text), "spec": "workload: [unclosed"}
+    )
+    assert broken.status_code == 400 and 'id="plan-error"' in broken.text
+    assert "spec: " in broken.text and "--file" not in broken.text
+    invalid = client.post(
+        "/ui/offers/plan",
+        data={"csrf": csrf_of(page.text), "spec": "workload: {kind: command, command: []}"},
+    )
+    assert invalid.status_code == 400 and "workload.command" in invalid.text
+    assert service.store.list_jobs(limit=10) == []

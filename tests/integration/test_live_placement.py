@@ -146,7 +146,7 @@ def test_a_worker_lost_behind_its_back_takes_no_job(tmp_path: Path) -> None:
     store = service.store
     worker = register(service, "soon-lost", caps(cpu_cores=4))
     assert worker in service.placement.pools()["remote"]
-    store.set_worker_state(worker, "lost")  # not told
+    store.move_worker(worker, "lost")  # not told
     job = submit(service, cpu_cores=1)
     assert store.get_job(job).state == "queued"
     assert service.placement.rejected == 1
@@ -168,7 +168,7 @@ def test_a_periodic_rebuild_picks_up_what_no_one_noted(tmp_path: Path) -> None:
         capabilities=caps(cpu_cores=4).model_dump(mode="json"),
     )
     assert worker.id in live.pools()["remote"] and live.rebuilds == 1
-    store.set_worker_state(worker.id, "gone")
+    store.move_worker(worker.id, "gone")
     now[0] += 5
     assert worker.id in live.pools()["remote"] and live.rebuilds == 1
     now[0] += 6
@@ -183,7 +183,7 @@ def test_a_gang_whose_node_no_longer_fits_is_dropped_whole(tmp_path: Path) -> No
     first = register(service, "g0", caps(cpu_cores=4))
     second = register(service, "g1", caps(cpu_cores=4))
     assert {first, second} <= set(w.id for w in service.placement.pools()["remote"])
-    store.set_worker_state(second, "lost")  # not told
+    store.move_worker(second, "lost")  # not told
     spec = {
         "workload": {"kind": "distributed", "entrypoint": "train.py", "num_workers": 2},
         "resources": {"cpu_cores": 2},

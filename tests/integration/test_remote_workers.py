@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpulayer.errors import ForbiddenError
+from gpulayer.errors import ForbiddenError, UsageError
 from gpulayer.protocol.client import ControlClient, Unauthorized
 from tests.support.cluster import command_job, submit
 from tests.support.servers import (
@@ -61,15 +61,13 @@ def test_tokens_are_required_and_worker_tokens_only_work(cluster_factory: Any) -
 def test_unschedulable_fail_rejects_and_queue_says_why(cluster_factory: Any) -> None:
     cluster = cluster_factory(2, [{"pool": "a"}, {"pool": "b"}])
     client = cluster.client
-    rejected = client.submit(
-        command_job(["true"], worker_labels={"pool": "gpu"}, on_unschedulable="fail")
-    )
-    assert rejected["state"] == "failed" and rejected["reason"] == "unschedulable"
-    assert (
-        "w0" in rejected["message"]
-        and "w1" in rejected["message"]
-        and "pool=gpu" in rejected["message"]
-    )
+    before = len(client.jobs())
+    with pytest.raises(UsageError) as rejected:
+        client.submit(command_job(["true"], worker_labels={"pool": "gpu"}, on_unschedulable="fail"))
+    said = str(rejected.value)
+    assert "placement: unschedulable" in said
+    assert "w0" in said and "w1" in said and "pool=gpu" in said
+    assert len(client.jobs()) == before  # refused, not kept
     waiting = submit(client, command_job(["true"], worker_labels={"pool": "gpu"}))
     job = client.job(waiting)
     assert job["state"] == "queued"
@@ -81,11 +79,12 @@ def test_unschedulable_fail_rejects_and_queue_says_why(cluster_factory: Any) -> 
 
 def test_remote_falls_back_to_the_next_target(cluster_factory: Any) -> None:
     client = cluster_factory(1, [{"pool": "a"}]).client
-    job = client.submit(
-        command_job(["true"], worker_labels={"pool": "zzz"}, fallback_targets=["cloud"])
-    )
-    assert job["state"] == "failed" and job["reason"] == "unschedulable"
-    assert "cloud" in job["message"]
+    with pytest.raises(UsageError) as refused:
+        client.submit(
+            command_job(["true"], worker_labels={"pool": "zzz"}, fallback_targets=["cloud"])
+        )
+    assert "tried remote, cloud" in str(refused.value)
+    assert "no cloud provider" in str(refused.value)
 
 
 def test_killed_worker_mid_job_the_job_finishes_elsewhere(
@@ -128,6 +127,36 @@ def test_lost_worker_without_retry_fails_with_worker_lost(cluster_factory: Any) 
     cluster.workers[0].kill_everything()
     job = wait_for_job(client, job_id, {"failed", "succeeded"}, timeout=30)
     assert job["state"] == "failed" and job["reason"] == "worker_lost"
+
+
+def test_a_job_lost_with_its_worker_keeps_the_reports_its_log_carried(
+    cluster_factory: Any,
+) -> None:
+    """The worker died without a word: what the job reported before is read back from its log."""
+    cluster = cluster_factory(1)
+    client = cluster.client
+    script = (
+        "import os, time\n"
+        "os.environ['RANK'] = '0'\n"
+        "from gpulayer.sdk import train\n"
+        "for step in range(1, 4): train.report({'step': step, 'loss': 1 / step})\n"
+        "print('not a report: gpulayer.train.report {}', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    job_id = submit(client, command_job(["python", "-c", script]))
+
+    def reported() -> bool:
+        lines = [line["text"] for line in client.logs(job_id)["lines"]]
+        return sum(text.startswith("gpulayer.train.report") for text in lines) >= 3
+
+    deadline = time.monotonic() + 30
+    while not reported():
+        assert time.monotonic() < deadline, "the job's three reports never reached the log"
+        time.sleep(0.1)
+    cluster.workers[0].kill_everything()
+    job = wait_for_job(client, job_id, {"failed", "succeeded"}, timeout=30)
+    assert (job["state"], job["reason"]) == ("failed", "worker_lost")
+    assert [r["step"] for r in job["result"]["metrics"]] == [1, 2, 3]
 
 
 def test_a_lost_worker_that_returns_is_fenced(cluster_factory: Any, tmp_path: Path) -> None:
@@ -192,6 +221,7 @@ def test_server_restart_loses_nothing(
     assert wait_for_job(client, queued, {"succeeded", "failed"}, timeout=60)["state"] == "succeeded"
 
 
+@pytest.mark.slow
 def test_many_jobs_on_many_workers_run_exactly_once(
     cluster_factory: Any, database_url: str | None, tmp_path: Path
 ) -> None:
@@ -232,6 +262,7 @@ def test_many_jobs_on_many_workers_run_exactly_once(
     assert all(job["attempts"] == 1 for job in jobs)
 
 
+@pytest.mark.slow
 def test_two_servers_on_one_postgresql_assign_each_job_once(tmp_path: Path) -> None:
     if postgres_bin() is None:
         pytest.fail("PostgreSQL is not installed: .ci/run installs it (apt-get install postgresql)")

@@ -449,13 +449,63 @@ def test_cancel_from_another_thread_ends_the_tree(tmp_path: Path) -> None:
 def test_processes_that_ignore_sigterm_are_killed(tmp_path: Path) -> None:
     logs = Logs()
     # An ignored signal stays ignored across fork and exec, so the sleeps ignore it too.
-    spec = command_spec("sh", "-c", "trap '' TERM; " + _FORKS, timeout_seconds=1)
-    outcome = run(spec, tmp_path, logs, kill_grace_seconds=0.2)
+    spec = command_spec("sh", "-c", "trap '' TERM; " + _FORKS, timeout_seconds=1, grace_seconds=0.2)
+    outcome = run(spec, tmp_path, logs)
     assert (outcome.state, outcome.reason) == ("failed", "timeout")
     assert outcome.exit_code == -9
     pids = printed_pids(logs)
     assert len(pids) == 3
     assert all(gone(pid) for pid in pids)
+    assert "SIGTERM, then SIGKILL after 0.2 s" in logs.text("system")
+
+
+# On SIGTERM the job saves its state and then ends, as a training loop saves a checkpoint.
+_SAVES_ON_SIGTERM = (
+    "import os, signal, sys, time\n"
+    "def save(*_):\n"
+    "    time.sleep(0.5)\n"
+    "    out = os.environ['GPULAYER_OUTPUT_DIR']\n"
+    "    open(os.path.join(out, 'saved.txt'), 'w').write('last state')\n"
+    "    sys.exit(0)\n"
+    "signal.signal(signal.SIGTERM, save)\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(600)\n"
+)
+
+
+def test_a_cancelled_job_gets_its_grace_to_save_its_state(tmp_path: Path) -> None:
+    logs = Logs()
+    context = RunContext("job-1", 1, py(_SAVES_ON_SIGTERM), tmp_path / "attempt")
+    job = JobRun(context, logs)
+    logs.on("ready", lambda: threading.Thread(target=job.cancel).start())
+    outcome = job.run()
+    assert (outcome.state, outcome.reason) == ("cancelled", "cancelled")
+    assert (outcome.output_dir / "saved.txt").read_text() == "last state"
+    assert "cancelled; stopping the job (SIGTERM, then SIGKILL after 30 s)" in logs.text("system")
+
+
+def test_a_timed_out_job_gets_its_grace_to_save_its_state(tmp_path: Path) -> None:
+    outcome = run(py(_SAVES_ON_SIGTERM, timeout_seconds=1, grace_seconds=20), tmp_path)
+    assert (outcome.state, outcome.reason) == ("failed", "timeout")
+    assert (outcome.output_dir / "saved.txt").read_text() == "last state"
+
+
+def test_a_job_still_running_after_its_grace_is_killed(tmp_path: Path) -> None:
+    logs = Logs()
+    # It ignores SIGTERM: once its 0.5 s of grace are over, SIGKILL ends it.
+    code = (
+        "import os, signal, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print(f'pid {os.getpid()}', flush=True)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    context = RunContext("job-1", 1, py(code, grace_seconds=0.5), tmp_path / "attempt")
+    job = JobRun(context, logs)
+    logs.on("ready", lambda: threading.Thread(target=job.cancel).start())
+    outcome = job.run()
+    assert (outcome.state, outcome.exit_code) == ("cancelled", -9)
+    assert all(gone(pid) for pid in printed_pids(logs))
 
 
 def test_background_processes_left_after_a_normal_exit_are_ended(tmp_path: Path) -> None:

@@ -176,3 +176,51 @@ def test_cancel_ends_ranks_in_sessions_of_their_own(source: Path) -> None:
         except FileNotFoundError:
             continue
         assert state in ("Z", "X")
+
+
+TRAIN_FN = r"""
+import time
+import gpulayer as gl
+
+def train_fn(config):
+    folder = gl.train.checkpoint_dir()
+    for step in range(1000):
+        with open(folder / "model.bin", "w") as f:
+            f.write(f"step {step} begins\n")
+            f.flush()
+            if step == 1:
+                print("saving", flush=True)
+                time.sleep(config["slow_save"])  # a save that takes a while
+            f.write(f"step {step} ends\n")
+        gl.train.report({"step": step})
+"""
+
+
+@needs_torch
+@pytest.mark.slow
+def test_a_trainer_cancelled_mid_save_finishes_the_save_and_stops_at_its_report(
+    source: Path,
+) -> None:
+    (source / "ckpt.py").write_text(TRAIN_FN)
+    jobs: list[JobRun] = []
+
+    class CancelWhileSaving(Logs):
+        def __call__(self, stream: str, text: str) -> None:
+            super().__call__(stream, text)
+            if "saving" in text:
+                jobs[0].cancel()
+
+    logs = CancelWhileSaving()
+    job_spec = spec(
+        function="gpulayer.sdk.train:run",
+        function_args=["ckpt:train_fn", {"slow_save": 3}],
+        procs_per_worker=1,
+    )
+    job = start(job_spec, source, logs)
+    jobs.append(job)
+    outcome = job.run()
+    assert outcome.state == "cancelled", logs.text()
+    saved = (outcome.output_dir / "checkpoint" / "model.bin").read_text()
+    assert saved == "step 1 begins\nstep 1 ends\n", logs.text()
+    assert 'gpulayer.train.report {"step": 1}' in logs.text("stdout")
+    assert '"step": 2' not in logs.text("stdout")

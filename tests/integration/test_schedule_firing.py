@@ -155,3 +155,52 @@ def test_a_catch_up_later_than_its_starting_deadline_is_skipped(tmp_path: Path) 
     firing.run_pass(time.time())
     found = [o for _, o in outcomes(schedules, "d")]
     assert found[-1] == "deadline" and set(found[:-1]) == {"catch_up"}
+
+
+def _kept_bundle(schedules: ScheduleService, folder: Path) -> str:
+    from gpulayer.protocol.bundle import create_bundle
+
+    folder.mkdir()
+    (folder / "eval.py").write_text("print('eval')\n")
+    upload = schedules.layout.root / "incoming" / "up.tar.gz"
+    create_bundle(folder, upload)
+    digest: str = schedules.service.bundles.keep(upload)
+    return digest
+
+
+def test_a_kept_bundle_outlives_the_apply_and_every_run_links_it(tmp_path: Path) -> None:
+    schedules = plane(tmp_path / "state.db")
+    service, bundles = schedules.service, schedules.service.bundles
+    digest = _kept_bundle(schedules, tmp_path / "project")
+    kept = bundles.path(digest)
+    schedules.apply({"name": "k", "cron": "0 0 1 1 *", "job": JOB}, bundle_digest=digest)
+    assert kept.is_file()  # others may still link it: the schedule copies, never takes
+    first = schedules.trigger("k")
+    assert service.layout.bundle_file(first).stat().st_ino == kept.stat().st_ino
+    assert bundles.digest_of(service.layout.job_dir(first)) == digest
+    service.delete_jobs([first])  # no worker: unschedulable, so already finished
+    assert not kept.exists()  # its last job went, and the kept file with it
+    second = schedules.trigger("k")  # the schedule's own copy is kept again
+    assert kept.is_file() and bundles.digest_of(service.layout.job_dir(second)) == digest
+    assert service.layout.bundle_file(second).stat().st_ino == kept.stat().st_ino
+
+
+def test_a_one_shot_upload_is_used_up_and_a_missing_digest_refused(tmp_path: Path) -> None:
+    from gpulayer.errors import UsageError
+    from gpulayer.protocol.bundle import create_bundle
+
+    schedules = plane(tmp_path / "state.db")
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "eval.py").write_text("print('eval')\n")
+    upload = schedules.layout.root / "incoming" / "one-shot.tar.gz"
+    upload.parent.mkdir(parents=True, exist_ok=True)
+    create_bundle(folder, upload)
+    schedules.apply({"name": "u", "cron": "0 0 1 1 *", "job": JOB}, bundle=upload)
+    assert not upload.exists()
+    job_id = schedules.trigger("u")
+    assert schedules.service.bundles.digest_of(schedules.layout.job_dir(job_id)) is not None
+    missing = "f" * 64
+    with pytest.raises(UsageError, match=f"bundle_id: sha256:{missing}"):
+        schedules.apply({"name": "m", "cron": "0 0 1 1 *", "job": JOB}, bundle_digest=missing)
+    assert [loaded.record.name for loaded in schedules.all()] == ["u"]

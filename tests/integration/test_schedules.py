@@ -6,6 +6,7 @@ Six-field crons (seconds first) keep these fast: a tick every 2 s.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from collections import Counter
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from gpulayer.errors import UsageError
 from gpulayer.sdk.schedule_client import ScheduleClient
 from tests.e2e_cloud.journey import wait_until
 from tests.support.cli import run_cli
@@ -118,6 +120,7 @@ def test_kill_9_of_the_control_plane_for_7_s(tmp_path: Path, catch_up: str) -> N
         server.kill()
         killed_at = time.time()
         time.sleep(7)  # the outage itself
+        starting_at = time.time()
         server.start()
         restarted_at = time.time()
         schedules = ScheduleClient(server.client())
@@ -143,12 +146,16 @@ def test_kill_9_of_the_control_plane_for_7_s(tmp_path: Path, catch_up: str) -> N
         if datetime.fromisoformat(r["decided_at"]).timestamp() > killed_at
     )
     assert first_pass < restarted_at + 5
-    missed = [r for r in runs if killed_at < tick_time(r) <= first_pass]
+    # Ticks before the new process even started were missed for sure; one that fell due while
+    # it started may be the newest missed tick or an ordinary one (the pass's own clock decides).
+    missed = [r for r in runs if killed_at < tick_time(r) < starting_at]
     assert len(missed) >= 3, missed  # a tick every 2 s for 7 s
     made = created(missed)
+    caught_up = created([r for r in runs if killed_at < tick_time(r) <= first_pass])
     if catch_up == "latest":
-        assert len(made) == 1, missed  # one catch-up run, the newest missed tick
-        assert tick_time(made[0]) == max(tick_time(r) for r in missed)
+        assert len(made) <= 1 and len(caught_up) >= 1, runs  # one catch-up run, the newest
+        if made:
+            assert tick_time(made[0]) == max(tick_time(r) for r in missed)
     else:
         assert made == [], made
     assert {r["outcome"] for r in missed if r not in made} == {"catch_up"}
@@ -291,6 +298,7 @@ def test_allow_runs_overlapping_jobs(
         client.cancel(job["id"])
 
 
+@pytest.mark.slow
 def test_a_schedule_applied_to_a_server_ships_its_source_once_for_every_run(
     server: ServerProcess, worker: WorkerProcess, tmp_path: Path
 ) -> None:
@@ -331,3 +339,132 @@ def test_a_schedule_applied_to_a_server_ships_its_source_once_for_every_run(
         assert any("report from the bundle" in text for text in lines), lines
     listing = run_cli(["schedule", "ls"], env=env)
     assert "shipped" in listing.stdout and "stays up" not in listing.stderr
+    (kept,) = (server.home / "bundles").iterdir()  # one upload, kept by its digest
+    digest = kept.name.removesuffix(".tar.gz")
+    for run in created(runs)[:2]:
+        job_dir = server.home / "jobs" / run["job_id"]
+        assert (job_dir / "bundle.sha256").read_text() == digest
+        assert (job_dir / "source.tar.gz").stat().st_ino == kept.stat().st_ino
+    cached = [p.name for p in (tmp_path / "worker").rglob(".bundles/*.tar.gz")]
+    assert cached == [kept.name]  # the worker fetched it once for every run
+
+
+@pytest.mark.slow
+def test_a_schedule_refuses_a_bundle_digest_the_server_lacks_naming_bundle_id(
+    server: ServerProcess,
+) -> None:
+    schedules = ScheduleClient(server.client())
+    missing = "sha256:" + "0" * 64
+    with pytest.raises(UsageError, match="bundle_id") as refused:  # a 400, not a 5xx
+        schedules.apply(document("lacking", ["true"]), bundle_id=missing)
+    assert missing in str(refused.value)
+    with pytest.raises(UsageError, match="bundle_id"):
+        schedules.apply(document("lacking", ["true"]), bundle_id="sha256:not-hex")
+    assert schedules.all() == []  # nothing was kept of either
+
+
+@pytest.mark.slow
+def test_the_bundle_a_schedule_applies_with_stays_kept_for_a_later_submit(
+    server: ServerProcess, worker: WorkerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gpulayer as gl
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "report.py").write_text("print('kept for later')\n")
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("GPULAYER_SERVER", server.url)
+    monkeypatch.setenv("GPULAYER_TOKEN", ADMIN_TOKEN)
+    job = gl.command(["python", "report.py"]).placement(target="remote")
+    gl.schedule(job, name="yearly", cron="0 0 1 1 *")
+    (kept,) = (server.home / "bundles").iterdir()
+    inode = kept.stat().st_ino
+
+    later = gl.launch(job)  # the same folder: asked for by digest, not uploaded again
+    end = later.wait(60)
+    assert end["state"] == "succeeded", end
+    assert "kept for later" in later.logs()
+    linked = server.home / "jobs" / later.id / "source.tar.gz"
+    assert linked.stat().st_ino == inode == kept.stat().st_ino
+    assert [p.name for p in (server.home / "bundles").iterdir()] == [kept.name]
+
+
+def _budget_for_one_run(name: str) -> dict[str, Any]:
+    """A schedule whose budget fits one run: its job may rent (worst case 36 x 90 / 3600 = 0.9
+    of 1.0) and, with no provider here, waits as a remote job, live and counted at worst case."""
+    job = {
+        "workload": {"kind": "command", "command": ["true"]},
+        "placement": {
+            "target": "cloud",
+            "fallback_targets": ["remote"],
+            "on_unschedulable": "queue",
+            "max_hourly_cost": 36.0,
+            "provisioning": {"provisioning_timeout_seconds": 60},
+        },
+        "timeout_seconds": 30,
+    }
+    return {
+        "name": name,
+        "cron": "0 0 1 1 *",
+        "job": job,
+        "budget": {"max_cost": 1.0, "period": "day"},
+        "concurrency": "allow",
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("database", "servers"), [("sqlite", 1), ("sqlite", 2), ("postgresql", 2)])
+def test_concurrent_triggers_of_a_budget_that_fits_one_run_start_one(
+    tmp_path: Path, database: str, servers: int
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with contextlib.ExitStack() as stack:
+        if database == "postgresql":
+            if postgres_bin() is None:
+                pytest.fail("PostgreSQL is not installed: .ci/run installs it")
+            url: str | None = stack.enter_context(postgres_cluster())
+        else:
+            url = f"sqlite:///{tmp_path / 'shared.db'}"
+        planes = []
+        for i in range(servers):
+            plane = ServerProcess(tmp_path / f"s{i}", database_url=url).start()
+            stack.callback(plane.stop)
+            planes.append(plane)
+        clients = [plane.client() for plane in planes]
+        clients[0].request("POST", "/v1/schedules", {"schedule": _budget_for_one_run("b")})
+
+        def trigger(i: int) -> dict[str, Any]:
+            reply: dict[str, Any] = clients[i % servers].request("POST", "/v1/schedules/b/trigger")
+            return reply
+
+        with ThreadPoolExecutor(12) as pool:
+            replies = list(pool.map(trigger, range(12)))
+        started = [r["job_id"] for r in replies if r["job_id"]]
+        assert len(started) == 1, replies
+        assert {r["skipped"] for r in replies if not r["job_id"]} == {"budget_exhausted"}
+        assert [j["id"] for j in scheduled_jobs(planes[-1], "b")] == started
+
+
+def test_schedule_routes_refuse_fields_of_the_wrong_type_with_422(server: ServerProcess) -> None:
+    import httpx
+
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    good = document("typed", ["true"])
+    with httpx.Client(base_url=server.url, headers=headers, timeout=30) as http:
+        for field, value in [
+            ("working_dir", ["a", "b"]),
+            ("working_dir", {"a": 1}),
+            ("working_dir", 7),
+            ("bundle_id", ["x"]),
+            ("source_dir", {"x": 1}),
+            ("schedule", "a string"),
+            ("schedule", None),
+        ]:
+            reply = http.post("/v1/schedules", json={"schedule": good, field: value})
+            assert reply.status_code == 422, (field, value, reply.text)
+            assert reply.json()["error"].startswith(field), reply.json()
+        assert http.get("/v1/schedules").json() == []
+        for query in ["limit=abc", "limit=1e400", "limit=nan"]:
+            reply = http.get(f"/v1/schedules/typed/runs?{query}")
+            assert reply.status_code in (404, 422), (query, reply.text)

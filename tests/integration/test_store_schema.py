@@ -64,7 +64,7 @@ def test_upgrade_keeps_existing_rows_and_adds_new_tables_and_columns(tmp_path: P
     database = tmp_path / "state.db"
     make_schema_2_database(database)
     store = Store(f"sqlite:///{database}")
-    assert store.schema_version() == tables.SCHEMA_VERSION == 8
+    assert store.schema_version() == tables.SCHEMA_VERSION == 9
     assert store.get_job("j-old").name == "old"
     # Schema 6: a gang's nodes share one attempt number, so the old unique index is gone.
     store.upsert_worker(worker_id="w-a", name="a", kind="remote", labels={}, capabilities={})
@@ -141,7 +141,7 @@ def test_upgrade_from_3_adds_the_lifecycle_columns_and_tables(tmp_path: Path) ->
     database = tmp_path / "state.db"
     make_schema_3_database(database)
     store = Store(f"sqlite:///{database}")
-    assert store.schema_version() == 8
+    assert store.schema_version() == 9
     (old,) = store.list_instances()
     assert (old.request_id, old.state, old.offer, old.tunnel_port) == (
         "r-old",
@@ -174,4 +174,56 @@ def test_upgrade_from_3_adds_the_lifecycle_columns_and_tables(tmp_path: Path) ->
     assert not store.bind_reservation("r-new", "w-other")  # no one else takes the instance
     store.release_reservation("r-new")
     assert store.live_reservations(job_id="j-old") == []
+    store.close()
+
+
+def make_schema_8_database(path: Path) -> None:
+    """A database as schema 8 left it: a try's outcome only in its note."""
+    make_schema_3_database(path)
+    Store(f"sqlite:///{path}").close()  # up to the current schema, then back to 8's columns
+    with sqlite3.connect(path) as conn:
+        for column in (
+            "outcome",
+            "outcome_scope",
+            "outcome_message",
+            "hold_until",
+            "last_error",
+            "step_failures",
+            "next_step_at",
+            "unreachable_since",
+        ):
+            if column == "hold_until":
+                conn.execute("DROP INDEX ix_instances_hold")
+            conn.execute(f"ALTER TABLE instances DROP COLUMN {column}")
+        conn.execute("UPDATE meta SET value = '8' WHERE key = 'schema'")
+        for request_id, note in (
+            ("r-cap", "capacity/zone: no room in z1"),
+            ("r-gang", "partial/zone: node 1 no SSH"),
+            ("r-bad", "failed: bootstrap timed out"),
+            ("r-reclaimed", "reclaimed by the provider"),
+            ("r-ran", "instance torn down"),
+        ):
+            conn.execute(
+                "INSERT INTO instances (request_id, job_id, owner, provider, state, currency,"
+                " spot, tags, created_at, ended_at, note) VALUES (?, 'j-old', 'o-1', 'aws',"
+                " 'terminated', 'USD', 0, '{}', 1.0, 2.0, ?)",
+                (request_id, note),
+            )
+
+
+def test_upgrade_from_8_reads_each_tries_note_into_its_outcome_columns(tmp_path: Path) -> None:
+    database = tmp_path / "state.db"
+    make_schema_8_database(database)
+    store = Store(f"sqlite:///{database}")
+    assert store.schema_version() == 9
+    found = {
+        r.request_id: (r.outcome, r.outcome_scope, r.outcome_message)
+        for r in store.list_instances()
+    }
+    assert found["r-cap"] == ("capacity", "zone", "no room in z1")
+    assert found["r-gang"] == ("partial", "zone", "node 1 no SSH")
+    assert found["r-bad"] == ("failed", None, "bootstrap timed out")
+    assert found["r-reclaimed"] == ("reclaimed", None, "reclaimed by the provider")
+    assert found["r-ran"] == (None, None, None) and found["r-old"] == (None, None, None)
+    assert all(r.step_failures == 0 for r in store.list_instances())
     store.close()

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from tests.support.sshd_hosts import SshdHost, SshdLab
+from tests.support.sshd_hosts import LastLook, SshdHost, SshdLab
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,8 @@ class ComputeServer:
         self.operations: dict[str, dict[str, Any]] = {}
         self._by_request: dict[str, str] = {}
         self._hosts: dict[tuple[str, str], SshdHost] = {}
+        self.last_look = LastLook()
+        """What watched folders held on each host when its instance ended."""
         self._booted: list[Boot] = []
         self._faults: list[Fault] = []
         self._calls: list[dict[str, Any]] = []
@@ -220,7 +222,7 @@ class ComputeServer:
         for fault in self._faults:
             if fault.call not in (call, "*"):
                 continue
-            if any(params.get(k) != v for k, v in fault.match.items()):
+            if any(not _matches(params, k, v) for k, v in fault.match.items()):
                 continue
             if fault.times is not None:
                 fault.times -= 1
@@ -262,7 +264,7 @@ class ComputeServer:
             return
         host_name = name  # GCE's guest hostname is the instance name
         host = self.lab.add_host(host_name, start=False, address=address)
-        host.authorized_keys.write_text(key.strip() + "\n")
+        host.set_authorized_keys(key.strip() + "\n")
         self._hosts[(zone, name)] = host
         host.start()
         self._booted.append(Boot(name, zone, address, host_name, user, self._ssh_sources(raw)))
@@ -276,7 +278,9 @@ class ComputeServer:
             if not tags & set(rule.get("targetTags", [])):
                 continue
             for allowed in rule.get("allowed", []):
-                if allowed.get("IPProtocol") == "tcp" and "22" in allowed.get("ports", []):
+                ports = allowed.get("ports", [])
+                # No ports: every port of the protocol, SSH's among them.
+                if allowed.get("IPProtocol") == "tcp" and (not ports or "22" in ports):
                     sources += rule.get("sourceRanges", [])
         return tuple(sorted(sources))
 
@@ -286,6 +290,7 @@ class ComputeServer:
         if host is None or self.lab is None:
             return
         try:
+            self.last_look.take(host)
             self.lab.remove_host(host)
         except Exception as exc:
             self.errors.append(f"{key}: removing its host failed: {exc}")
@@ -324,7 +329,9 @@ class ComputeServer:
             self._calls.append({"call": call, "project": project, **params, "body": body})
             if self._rejecting:
                 return _error(401, "authError", "Request had invalid authentication credentials.")
-            fault = self._take_fault(call, params)
+            # A fault may also match on the name of what is inserted (one node of a gang).
+            named = {"body_name": str(body.get("name", ""))} if isinstance(body, dict) else {}
+            fault = self._take_fault(call, {**params, **named})
             if fault is not None and fault.kind == "http":
                 return _error(fault.status, fault.code, fault.message)
             return self._dispatch(call, project, params, body, fault)
@@ -482,6 +489,13 @@ class ComputeServer:
             ]
 
         return items
+
+
+def _matches(params: Mapping[str, str], key: str, wanted: str) -> bool:
+    """A fault's match: the param equal to the value, or with ``KEY_suffix`` ending in it."""
+    if key.endswith("_suffix"):
+        return str(params.get(key[: -len("_suffix")], "")).endswith(wanted)
+    return params.get(key) == wanted
 
 
 def _error(status: int, reason: str, message: str) -> tuple[int, Any]:

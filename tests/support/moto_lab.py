@@ -2,8 +2,8 @@
 
 moto keeps the books of a cloud (instances, key pairs, security groups, addresses) but runs no
 machine. :class:`CloudInit` adds the machines: it watches moto for instances gpulayer launched
-and, as cloud-init does when a real instance boots, brings each one up as a network-namespace
-sshd host at the instance's private address, with the public key of the instance's key pair
+and, as cloud-init does when a real instance boots, brings each one up as an sshd host of the lab
+(a machine of its own, as root) at the instance's private address, with the public key of the instance's key pair
 authorized. A terminated instance's host is removed, with everything running on it.
 
 The instances live on the lab's own network: :func:`lab_vpc` makes a VPC whose CIDR is the
@@ -22,15 +22,18 @@ import ipaddress
 import json
 import logging
 import math
+import os
+import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tests.integration.aws.conftest import Moto, _start_server
-from tests.support.sshd_hosts import SshdHost, SshdLab
+from tests.support.sshd_hosts import LastLook, SshdHost, SshdLab
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +146,7 @@ class CloudInit:
         region: str = "us-east-1",
         poll_seconds: float = 0.1,
     ) -> None:
-        if lab.mode != "netns" or lab.subnet is None:
+        if not lab.namespaced or lab.subnet is None:
             raise ValueError("instances boot as network namespaces: the lab must be a netns lab")
         self.url = url
         self.lab = lab
@@ -155,6 +158,8 @@ class CloudInit:
         self._thread: threading.Thread | None = None
         self._seen: set[str] = set()
         self._hosts: dict[str, SshdHost] = {}
+        self.last_look = LastLook()
+        """What watched folders held on each host when its instance ended."""
         self._booted: list[Boot] = []
         self._errors: list[str] = []
 
@@ -222,7 +227,11 @@ class CloudInit:
                             self._error(f"{instance_id}: boot failed: {type(exc).__name__}: {exc}")
         for instance_id in list(self.hosts()):
             if states.get(instance_id) not in BOOTING:
-                self._shut_down(instance_id)
+                # A shutdown takes a while (the worker's jobs get their grace): boots and
+                # other shutdowns go on meanwhile.
+                threading.Thread(
+                    target=self._shut_down, args=(instance_id,), name=f"shutdown-{instance_id}"
+                ).start()
 
     def _boot(self, raw: Mapping[str, Any]) -> None:
         instance_id = raw["InstanceId"]
@@ -247,7 +256,7 @@ class CloudInit:
         name = "ip-" + address.replace(".", "-")  # as EC2 names its instances' hosts
         host = self.lab.add_host(name, start=False, address=address)
         # As cloud-init writes the launch's key: the only key that logs in.
-        host.authorized_keys.write_text(public_key + "\n")
+        host.set_authorized_keys(public_key + "\n")
         with self._lock:
             self._hosts[instance_id] = host
         host.start()
@@ -284,6 +293,11 @@ class CloudInit:
         if host is None:
             return
         try:
+            stop_services(self.lab.pids_of(host))
+        except Exception as exc:
+            self._error(f"{instance_id}: stopping its services failed: {exc}")
+        try:
+            self.last_look.take(host)
             self.lab.remove_host(host)
         except Exception as exc:
             self._error(f"{instance_id}: removing its host failed: {exc}")
@@ -291,3 +305,38 @@ class CloudInit:
         left = self.lab.host_leftovers(host)
         if left:
             self._error(f"{instance_id}: its host left behind {left}")
+
+
+SHUTDOWN_SECONDS = 90.0
+"""How long a machine's shutdown waits for its services to stop (systemd's default)."""
+WORKER_ARGV = ["-m", "gpulayer", "worker", "start"]
+
+
+def stop_services(pids: Sequence[int]) -> None:
+    """What a machine's shutdown does first: SIGTERM to its services (here, the gpulayer
+    worker the bootstrap started), then wait for them to end before the machine goes. The
+    network and the SSH sessions stay up meanwhile, as they do until late in a shutdown."""
+    workers = [pid for pid in pids if _runs(pid, WORKER_ARGV)]
+    for pid in workers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + SHUTDOWN_SECONDS
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)  # polling /proc: a process of another PID namespace cannot be waited on
+
+
+def _runs(pid: int, argv: Sequence[str]) -> bool:
+    try:
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    wanted = [word.encode() for word in argv]
+    return any(words[i : i + len(wanted)] == wanted for i in range(len(words)))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"

@@ -113,12 +113,15 @@ class WorkerProcess:
         home: Path,
         name: str,
         labels: dict[str, str] | None = None,
+        wrapper: tuple[str, ...] = (),
     ) -> None:
         self.server_url = server_url
         self.token = token
         self.home = home
         self.name = name
         self.labels = labels or {}
+        self.wrapper = wrapper
+        """A command line the worker's own is appended to (it must exec it, keeping the pid)."""
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, heartbeat_seconds: float = 0.5, *extra: str) -> WorkerProcess:
@@ -146,7 +149,11 @@ class WorkerProcess:
         }
         env["GPULAYER_HOME"] = str(self.home)
         self.process = subprocess.Popen(
-            _gpulayer(*args), stdout=log, stderr=log, env=env, start_new_session=True
+            [*self.wrapper, *_gpulayer(*args)],
+            stdout=log,
+            stderr=log,
+            env=env,
+            start_new_session=True,
         )
         log.close()
         return self
@@ -175,6 +182,20 @@ class WorkerProcess:
         else:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)  # any job process left behind
+
+
+def without_cgroup_v2() -> tuple[str, ...]:
+    """A wrapper for WorkerProcess that gives the worker a mount namespace of its own without
+    the cgroup v2 hierarchy, as on a machine where it has none: the worker falls back to being
+    a subreaper. Needs root."""
+    from gpulayer.worker.containment import cgroup2_mount
+
+    mount = cgroup2_mount()
+    if mount is None:
+        return ()
+    unmount_then_run = 'umount -l "$0" && exec "$@"'
+    return ("unshare", "--mount", "--propagation", "private", "sh", "-c", unmount_then_run,
+            str(mount))  # fmt: skip
 
 
 def wait_for_workers(

@@ -1,9 +1,13 @@
 """Real OpenSSH sshd hosts for tests, each standing in for a machine gpulayer logs into.
 
-Two flavours behind one interface (:class:`SshdLab` makes :class:`SshdHost` objects):
+Three flavours behind one interface (:class:`SshdLab` makes :class:`SshdHost` objects):
 
-* ``netns`` (root): a bridge on a private /24 and, per host, a network namespace joined to it
-  by a veth pair, with its own address, hostname and hosts file, and sshd on port 22.
+* ``rootfs`` (root, the default there): a machine of its own. A bridge on a private /24 and, per
+  host, a network namespace joined to it by a veth pair, with its own address; inside it, its own
+  mount, PID and UTS namespaces over a minimal Debian root filesystem (``tests/support/rootfs``,
+  an overlay per host): none of the controller's paths, packages or Python, its own ``python3``.
+* ``netns`` (root, asked for by name): the same network, but over the controller's filesystem,
+  for registered workers that run this very interpreter.
 * ``loopback`` (no root, or no namespaces): sshd on 127.0.0.x and a free port.
 
 Every process a host starts (sshd, its sessions, ``host.run`` commands) carries the marker
@@ -38,16 +42,17 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath, PurePosixPath
 from typing import Literal
 
 import pytest
 
 from gpulayer.ssh.target import SshTarget
+from tests.support import rootfs
 
 log = logging.getLogger(__name__)
 
-Mode = Literal["netns", "loopback"]
+Mode = Literal["rootfs", "netns", "loopback"]
 
 SSHD = "/usr/sbin/sshd"
 MARKER = "GPULAYER_TEST_SSHD"
@@ -55,6 +60,10 @@ MODE_ENV = "GPULAYER_TEST_SSHD_MODE"
 PREFIX = "gls"  # gpulayer sshd: every bridge, veth and namespace name starts with it
 _SUBNET_SECOND_OCTET = 231  # 10.231.<n>.0/24; rarely used by real networks
 _READY_SECONDS = 10.0
+# Where a rootfs host's sshd keeps its config, keys and pid: on the host's own disk, so that no
+# path of the controller has to exist there.
+HOST_SSHD_DIR = PurePosixPath("/etc/ssh/gpulayer-test")
+HOST_KEY_NAME = "ssh_host_ed25519_key"
 _KILL_SECONDS = 5.0
 
 
@@ -145,11 +154,39 @@ def _kill_until_gone(find: Callable[[], list[int]], what: str) -> None:
         time.sleep(0.02)
 
 
+def _first_child(pid: int) -> int | None:
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return None
+    return int(children[0]) if children else None
+
+
+def _runs_host_python(pid: int | None) -> bool:
+    """Whether ``pid`` has exec'd the host's python (a rootfs host's PID 1, after chroot)."""
+    if pid is None:
+        return False
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return argv[0] == b"/usr/bin/python3"
+
+
 def _keygen(path: Path, comment: str) -> str:
     path.unlink(missing_ok=True)
     path.with_name(path.name + ".pub").unlink(missing_ok=True)
     _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)])
     return path.with_name(path.name + ".pub").read_text().strip()
+
+
+def _write_file(path: Path, data: bytes, *, append: bool = False) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not append and (path.is_symlink() or (path.exists() and not path.is_file())):
+        path.unlink()  # an overlay's whiteout of a file removed earlier, say
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC), 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
 
 
 def _banner(address: str, port: int, timeout: float) -> bool:
@@ -277,7 +314,9 @@ def _is_mount_point(path: Path) -> bool:
     return any(line.split()[4] == str(path) for line in table.splitlines() if line.strip())
 
 
-def _netns_usable() -> bool:
+def netns_usable() -> bool:
+    """Whether network namespaces can be made here (root, iproute2, unshare), whatever mode
+    the lab's hosts take by default."""
     if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("unshare"):
         return False
     probe = f"{PREFIX}p{secrets.token_hex(3)}"
@@ -293,13 +332,14 @@ def choose_mode() -> Mode:
     wanted = os.environ.get(MODE_ENV, "").strip()
     if wanted == "loopback":
         return "loopback"
-    if wanted == "netns":
-        if not _netns_usable():
-            raise SshdHostError(f"{MODE_ENV}=netns but network namespaces are not usable here")
-        return "netns"
+    if wanted in ("netns", "rootfs"):
+        if not netns_usable():
+            raise SshdHostError(f"{MODE_ENV}={wanted} but network namespaces are not usable here")
+        return "rootfs" if wanted == "rootfs" else "netns"
     if wanted:
-        raise SshdHostError(f"{MODE_ENV} must be 'netns' or 'loopback', got {wanted!r}")
-    return "netns" if _netns_usable() else "loopback"
+        raise SshdHostError(f"{MODE_ENV} must be 'rootfs', 'netns' or 'loopback', got {wanted!r}")
+    # As root, a test host is a machine of its own; loopback hosts only where that cannot be.
+    return "rootfs" if netns_usable() else "loopback"
 
 
 # -- hosts ---------------------------------------------------------------------------------------
@@ -321,7 +361,9 @@ class SshdHost:
     client_public_key: str = field(init=False)
     host_key: str = field(init=False)
     extra_config: list[str] = field(default_factory=list, init=False, repr=False)
+    host_key_names: list[str] = field(default_factory=list, init=False, repr=False)
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    _init: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _timer: threading.Timer | None = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
@@ -329,28 +371,91 @@ class SshdHost:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.client_key = self.workdir / "client_key"
         self.client_public_key = _keygen(self.client_key, f"client@{self.name}")
-        self.authorized_keys.write_text(self.client_public_key + "\n")
         self.host_key = _keygen(self.host_key_path, f"root@{self.name}")
+        self.host_key_names.append(HOST_KEY_NAME)
+        self.set_authorized_keys(self.client_public_key + "\n")
         self.config_path.write_text(self._config())
 
-    # files
+    # files: this machine's copies (keys made here, the config as configured) and the host's
 
     @property
     def host_key_path(self) -> Path:
-        return self.workdir / "ssh_host_ed25519_key"
+        """This machine's copy of the host key; sshd reads the one under :attr:`sshd_dir`."""
+        return self.workdir / HOST_KEY_NAME
 
     @property
-    def authorized_keys(self) -> Path:
-        return self.workdir / "authorized_keys"
+    def sshd_dir(self) -> PurePosixPath:
+        """Where the host's sshd finds its config, host keys, authorized keys and pid file, as
+        the host sees it. A rootfs host has them on its own disk; the others share this
+        machine's files."""
+        if self.lab.mode == "rootfs":
+            return HOST_SSHD_DIR
+        return PurePosixPath(self.workdir)
+
+    @property
+    def authorized_keys(self) -> PurePosixPath:
+        """The path of the host's authorized_keys file, on the host."""
+        return self.sshd_dir / "authorized_keys"
 
     @property
     def config_path(self) -> Path:
-        # In the run's state directory: the path in sshd's title then names the run.
+        """This machine's record of the sshd config. Hosts that share this machine's files run
+        sshd on it (in the run's state directory: the path in sshd's title names the run)."""
         return self.lab.run_dir / f"host-{self.index}.sshd_config"
+
+    @property
+    def sshd_config(self) -> PurePosixPath:
+        """The config sshd is started with, as the host sees it."""
+        if self.lab.mode == "rootfs":
+            return HOST_SSHD_DIR / "sshd_config"
+        return PurePosixPath(self.config_path)
 
     @property
     def log_path(self) -> Path:
         return self.workdir / "sshd.log"
+
+    @property
+    def fs_dir(self) -> Path:
+        """A rootfs host's own disk: the upper layer of its overlay (kept across restarts)."""
+        return self.lab.base_dir / f"host{self.index}-fs"
+
+    def init_pid(self) -> int:
+        """The pid (as this machine sees it) of a rootfs host's PID 1, booting the host first."""
+        if self._init is None or self._init.poll() is not None:
+            self._boot()
+        assert self._init is not None
+        pid = _first_child(self._init.pid)
+        if pid is None:
+            raise SshdHostError(f"{self.name} has no PID 1: {self._boot_log()}")
+        return pid
+
+    def _boot(self) -> None:
+        booted = self.workdir / ".booted"
+        booted.unlink(missing_ok=True)
+        with (self.workdir / "boot.log").open("ab") as logfile:
+            self._init = subprocess.Popen(
+                self.lab.boot_argv(self),
+                stdin=subprocess.DEVNULL,
+                stdout=logfile,
+                stderr=subprocess.STDOUT,
+                env=self._env(),
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + _READY_SECONDS
+        # PID 1 is ready once it runs the host's own python: until then it is the setup shell
+        # (or chroot) with this machine's root, and a process entering it would see our disk.
+        while not (booted.exists() and _runs_host_python(_first_child(self._init.pid))):
+            if self._init.poll() is not None:
+                raise SshdHostError(f"{self.name} did not boot: {self._boot_log()}")
+            if time.monotonic() > deadline:
+                raise SshdHostError(f"{self.name} not booted after {_READY_SECONDS}s")
+            time.sleep(0.02)
+
+    def _boot_log(self) -> str:
+        try:
+            return (self.workdir / "boot.log").read_text(errors="replace").strip()[-400:]
+        except OSError:
+            return "(no boot log)"
 
     @property
     def marker(self) -> str:
@@ -372,8 +477,8 @@ class SshdHost:
             [
                 *self.extra_config,
                 f"ListenAddress {listen}",
-                f"HostKey {self.host_key_path}",
-                f"PidFile {self.workdir / 'sshd.pid'}",
+                *(f"HostKey {self.sshd_dir / name}" for name in self.host_key_names),
+                f"PidFile {self.sshd_dir / 'sshd.pid'}",
                 f"AuthorizedKeysFile {self.authorized_keys}",
                 "StrictModes no",
                 "UsePAM no",
@@ -395,8 +500,55 @@ class SshdHost:
 
     def authorize(self, public_key: str) -> None:
         """Accept another client key, as cloud-init does with the key a launch request names."""
-        with self.authorized_keys.open("a") as handle:
-            handle.write(public_key.strip() + "\n")
+        self._write_on_host(self.authorized_keys, public_key.strip().encode() + b"\n", append=True)
+
+    def set_authorized_keys(self, text: str) -> None:
+        """Make ``text`` the host's whole authorized_keys file (a launch's only key)."""
+        self._write_on_host(self.authorized_keys, text.encode())
+
+    def add_host_key(self, private_key: Path) -> None:
+        """Offer the key pair at ``private_key`` (made on this machine) as another host key,
+        from the next (re)start."""
+        name = private_key.name
+        if private_key.parent != self.workdir:
+            shutil.copy2(private_key, self.workdir / name)
+            shutil.copy2(private_key.with_name(name + ".pub"), self.workdir / f"{name}.pub")
+        if name not in self.host_key_names:
+            self.host_key_names.append(name)
+        self.config_path.write_text(self._config())
+
+    def _write_on_host(self, path: PurePosixPath, data: bytes, *, append: bool = False) -> None:
+        """Write (or append to) the file at ``path`` as the host sees it, mode 0600. A rootfs
+        host that is up gets it through its own root; one that is down on its disk, the upper
+        layer of its overlay (which nothing has mounted then)."""
+        if self.lab.mode != "rootfs":
+            _write_file(Path(path), data, append=append)
+            return
+        if self._init is None or self._init.poll() is not None:
+            _write_file(self.fs_dir / "upper" / path.relative_to("/"), data, append=append)
+            return
+        script = (
+            'umask 077 && mkdir -p "$(dirname "$1")" && '
+            'if [ "$2" = a ]; then cat >> "$1"; else cat > "$1.new" && mv "$1.new" "$1"; fi'
+        )
+        done = subprocess.run(
+            self.lab.wrap(self, ["sh", "-c", script, "sh", str(path), "a" if append else "w"]),
+            input=data,
+            capture_output=True,
+            timeout=60,
+            env=self._env(),
+            check=False,
+        )
+        if done.returncode != 0:
+            raise SshdHostError(f"writing {path} on {self.name}: {done.stderr.decode().strip()}")
+
+    def _install_sshd_files(self) -> None:
+        """Put the config and host keys, as configured here, where the host's sshd reads them."""
+        if self.lab.mode == "loopback" or self.lab.mode == "netns":
+            return  # sshd reads this machine's own copies
+        self._write_on_host(self.sshd_config, self._config().encode())
+        for name in self.host_key_names:
+            self._write_on_host(self.sshd_dir / name, (self.workdir / name).read_bytes())
 
     def target(self, *, pin: bool = False, key_path: Path | None = None) -> SshTarget:
         """How gpulayer reaches this host; ``pin`` passes the real host key as the provider would."""
@@ -407,6 +559,86 @@ class SshdHost:
             key_path=key_path or self.client_key,
             host_key=self.host_key if pin else None,
         )
+
+    # the host's own files, as the host sees them
+
+    def exists(self, path: str | PurePath) -> bool:
+        return self.run(["test", "-e", str(path)]).returncode == 0
+
+    def read_text(self, path: str | PurePath) -> str:
+        done = self.run(["cat", str(path)])
+        if done.returncode != 0:
+            raise FileNotFoundError(f"{path} on {self.name}: {done.stderr.strip()}")
+        return done.stdout
+
+    def read_bytes(self, path: str | PurePath) -> bytes:
+        """The file's raw bytes (``/proc/PID/environ`` and the like hold NULs)."""
+        done = subprocess.run(
+            self.lab.wrap(self, ["cat", str(path)]),
+            capture_output=True,
+            timeout=60,
+            env=self._env(),
+            check=False,
+        )
+        if done.returncode != 0:
+            raise FileNotFoundError(f"{path} on {self.name}: {done.stderr.decode().strip()}")
+        return done.stdout
+
+    def session_pids(self) -> list[int]:
+        """The host's processes (as this machine sees them) other than its listening sshd and
+        the boot processes of a rootfs host: what SSH sessions and their commands left."""
+        own = set()
+        if self._process is not None:
+            own.add(self._process.pid)
+        if self._init is not None:
+            own.add(self._init.pid)
+            child = _first_child(self._init.pid)
+            if child is not None:
+                own.add(child)
+        return [pid for pid in self.lab.pids_of(self) if pid not in own]
+
+    def listing(self, folder: str | Path) -> list[str] | None:
+        """The names in ``folder`` on the host, sorted; None where it is no folder there."""
+        done = self.run(["sh", "-c", 'test -d "$1" && ls -A "$1"', "sh", str(folder)])
+        return sorted(done.stdout.split()) if done.returncode == 0 else None
+
+    @contextlib.contextmanager
+    def keeping(self, pattern: str, keep_as: str | PurePath) -> Iterator[None]:
+        """While in the block, the first file matching the shell glob ``pattern`` to appear on
+        the host gets a second name, ``keep_as`` (a hard link: same file system), so what is
+        written to it is still there after a teardown removed the first name. The watch runs
+        on the host itself and looks every 50 ms."""
+        watch = (
+            'while :; do for f in $1; do if [ -f "$f" ]; then ln "$f" "$2"; exit; fi; done; '
+            "sleep 0.05; done"
+        )
+        argv = self.lab.wrap(self, ["sh", "-c", watch, "sh", pattern, str(keep_as)], fork=False)
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=self._env(),
+        )
+        try:
+            yield
+        finally:
+            if process.poll() is None:
+                process.kill()  # nothing appeared; ``keep_as`` stays absent
+            _, err = process.communicate(timeout=_KILL_SECONDS)
+            if process.returncode not in (0, -signal.SIGKILL):
+                raise SshdHostError(f"keeping {pattern} on {self.name}: {err.decode().strip()}")
+
+    def processes_mentioning(self, text: str) -> list[int]:
+        """Live processes whose command line contains ``text``, by the pids this host gave them
+        (a rootfs host has a process table of its own)."""
+        listing = self.run(["ps", "-e", "-ww", "-o", "pid=,stat=,args="], check=True).stdout
+        found = []
+        for line in listing.splitlines():
+            words = line.split(None, 2)
+            if len(words) == 3 and text in words[2] and not words[1].startswith(("Z", "X")):
+                found.append(int(words[0]))
+        return found
 
     # lifecycle
 
@@ -451,7 +683,8 @@ class SshdHost:
         if os.geteuid() == 0:
             # sshd's privilege separation wants this directory and refuses to start without.
             Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
-        argv = self.lab.wrap(self, [SSHD, "-D", "-e", "-f", str(self.config_path)])
+        self._install_sshd_files()
+        argv = self.lab.wrap(self, [SSHD, "-D", "-e", "-f", str(self.sshd_config)], fork=False)
         with self.log_path.open("ab") as logfile:
             self._process = subprocess.Popen(
                 argv,
@@ -495,6 +728,11 @@ class SshdHost:
                 process.kill()
         if process is not None:
             process.wait(timeout=_KILL_SECONDS)
+        init, self._init = self._init, None
+        if init is not None:
+            with contextlib.suppress(ProcessLookupError):
+                init.kill()
+            init.wait(timeout=_KILL_SECONDS)
 
     def stop_listening(self) -> None:
         """Kill only the listening sshd: sessions already open (and what they run) go on, new
@@ -538,6 +776,32 @@ class SshdHost:
         return done
 
 
+class LastLook:
+    """What some folders held on each host just before the host was removed: a terminated
+    instance's disk is gone with it, so a cloud emulator looks at it one last time."""
+
+    def __init__(self) -> None:
+        self._folders: list[str] = []
+        self._seen: dict[str, dict[str, list[str] | None]] = {}
+        self._lock = threading.Lock()
+
+    def watch(self, *folders: str | Path) -> None:
+        with self._lock:
+            self._folders += [str(f) for f in folders]
+
+    def take(self, host: SshdHost) -> None:
+        with self._lock:
+            folders = list(self._folders)
+        seen = {folder: host.listing(folder) for folder in folders}
+        with self._lock:
+            self._seen[host.name] = seen
+
+    def of(self, host_name: str) -> dict[str, list[str] | None]:
+        """Folder -> its names (None: no such folder) on ``host_name`` when it was removed."""
+        with self._lock:
+            return dict(self._seen[host_name])
+
+
 # -- labs: a set of hosts on one network ----------------------------------------------------------
 
 
@@ -555,6 +819,12 @@ class SshdLab:
         self.subnet: ipaddress.IPv4Network | None = None
         self.bridge = f"{PREFIX}b{run_id}"
         self.hosts_file = self.run_dir / "hosts"
+        self.rootfs: Path | None = None  # the read-only lower layer of every host's own root
+
+    @property
+    def namespaced(self) -> bool:
+        """Whether hosts have addresses of their own on the lab's bridge."""
+        return self.mode != "loopback"
 
     @property
     def run_dir(self) -> Path:
@@ -576,12 +846,17 @@ class SshdLab:
         cleanup_stale()
         mode = mode or choose_mode()
         lab = cls(Path(base_dir), mode, secrets.token_hex(3))
+        if mode == "rootfs":
+            try:
+                lab.rootfs = rootfs.ensure()
+            except rootfs.RootfsError as exc:
+                raise SshdHostError(f"no root filesystem for test hosts: {exc}") from exc
         atexit.register(lab.close)
         with _state_lock():
             lab.run_dir.mkdir(mode=0o700)
             pid = os.getpid()
             (lab.run_dir / "owner").write_text(f"{pid} {_start_time(pid)}\n")
-            if mode == "netns":
+            if lab.namespaced:
                 try:
                     lab._make_bridge()
                 except BaseException:
@@ -623,7 +898,7 @@ class SshdLab:
 
     def _write_hosts_file(self) -> None:
         lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
-        if self.mode == "netns":
+        if self.namespaced:
             lines.append(f"{self.gateway}\tcontroller")
             lines += [f"{h.address}\t{h.name}" for h in self.hosts]
         text = "\n".join(lines) + "\n"
@@ -659,10 +934,18 @@ class SshdLab:
         _run(["ip", "link", "del", outer], check=False)
         _run(["ip", "netns", "del", ns], check=False)
 
-    def wrap(self, host: SshdHost, argv: list[str]) -> list[str]:
-        """``argv`` as it must be run to execute "on" ``host``."""
+    def wrap(self, host: SshdHost, argv: list[str], *, fork: bool = True) -> list[str]:
+        """``argv`` as it must be run to execute "on" ``host``. On a rootfs host it enters the
+        host's namespaces and root; ``fork=False`` keeps the process itself outside the host's
+        PID namespace (its children are inside), so killing it kills that very process."""
         if self.mode == "loopback":
             return argv
+        if self.mode == "rootfs":
+            init = host.init_pid()
+            return [
+                "nsenter", f"--target={init}", "--mount", "--uts", "--net", "--pid",
+                "--root", "--wd", *([] if fork else ["--no-fork"]), "--", *argv,
+            ]  # fmt: skip
         setup = 'mount --bind "$1" /etc/hosts && hostname "$2" && shift 2 && exec "$@"'
         return [
             "ip", "netns", "exec", self._netns(host),
@@ -670,9 +953,61 @@ class SshdLab:
             "sh", "-c", setup, "sh", str(self.hosts_file), host.name, *argv,
         ]  # fmt: skip
 
+    def boot_argv(self, host: SshdHost) -> list[str]:
+        """The host's first process: in the host's network namespace, new mount, PID and UTS
+        namespaces over an overlay of the root filesystem, then PID 1 that only reaps. Of this
+        machine's files only the lab's hosts file is bound in, at /etc/hosts: no path of the
+        controller exists on the host (sshd's files are written onto the host's own disk)."""
+        assert self.rootfs is not None
+        fs = host.fs_dir
+        for part in ("upper", "work", "root"):
+            (fs / part).mkdir(parents=True, exist_ok=True)
+        setup = r"""
+set -eu
+R=$1/root
+mount -t overlay overlay -o "lowerdir=$2,upperdir=$1/upper,workdir=$1/work" "$R"
+mount -t proc proc "$R/proc"
+mount -t sysfs sysfs "$R/sys"
+mount -t tmpfs -o mode=1777 tmpfs "$R/tmp"
+mount -t tmpfs -o mode=755 tmpfs "$R/run"
+mkdir -p "$R/run/sshd" "$R/run/lock"
+mount -t tmpfs -o mode=755 tmpfs "$R/dev"
+for node in null:1:3 zero:1:5 full:1:7 random:1:8 urandom:1:9 tty:5:0; do
+    name=${node%%:*}; rest=${node#*:}
+    mknod -m 666 "$R/dev/$name" c "${rest%%:*}" "${rest#*:}"
+done
+mkdir -p "$R/dev/pts" "$R/dev/shm"
+mount -t devpts -o newinstance,ptmxmode=0666,mode=620 devpts "$R/dev/pts"
+ln -s pts/ptmx "$R/dev/ptmx"
+mount -t tmpfs -o mode=1777 tmpfs "$R/dev/shm"
+ln -s /proc/self/fd "$R/dev/fd"
+touch "$R/etc/hosts"
+mount --bind "$3" "$R/etc/hosts"
+hostname "$5"
+touch "$4"
+exec chroot "$R" /usr/bin/python3 -c "$6"
+"""
+        reaper = (
+            "import os, signal\n"
+            "signal.signal(signal.SIGCHLD, lambda *_: None)\n"
+            "while True:\n"
+            "    try:\n"
+            "        while os.waitpid(-1, os.WNOHANG)[0]:\n"
+            "            pass\n"
+            "    except ChildProcessError:\n"
+            "        pass\n"
+            "    signal.pause()\n"
+        )
+        return [
+            "ip", "netns", "exec", self._netns(host),
+            "unshare", "--mount", "--uts", "--pid", "--fork", "--propagation", "private",
+            "sh", "-c", setup, "sh", str(fs), str(self.rootfs), str(self.hosts_file),
+            str(host.workdir / ".booted"), host.name, reaper,
+        ]  # fmt: skip
+
     def pids_of(self, host: SshdHost) -> list[int]:
         pids = set(_our_pids(host.marker, run_wide=False, config_path=str(host.config_path)))
-        if self.mode == "netns":
+        if self.namespaced:
             pids.update(_netns_pids(self._netns(host)))
         return sorted(pids)
 
@@ -680,7 +1015,7 @@ class SshdLab:
 
     def _free_address(self) -> tuple[str, int]:
         used = {h.address for h in self.hosts}
-        if self.mode == "netns":
+        if self.namespaced:
             assert self.subnet is not None
             for candidate in list(self.subnet.hosts())[1:]:
                 if str(candidate) not in used:
@@ -700,7 +1035,7 @@ class SshdLab:
 
     def _requested_address(self, address: str) -> tuple[str, int]:
         """``address`` when it is a free host address of this lab's own network."""
-        if self.mode != "netns" or self.subnet is None:
+        if not self.namespaced or self.subnet is None:
             raise SshdHostError(f"a host at {address} needs a netns lab; this one is {self.mode}")
         try:
             wanted = ipaddress.IPv4Address(address)
@@ -740,7 +1075,7 @@ class SshdLab:
             )
             self.hosts.append(host)
         try:
-            if self.mode == "netns":
+            if self.namespaced:
                 self._plumb(host)
             self._write_hosts_file()
             if start:
@@ -775,11 +1110,12 @@ class SshdLab:
         try:
             host.stop()
         finally:
-            if self.mode == "netns":
+            if self.namespaced:
                 self._unplumb(host)
             with self._lock:
                 if host in self.hosts:
                     self.hosts.remove(host)
+            shutil.rmtree(host.fs_dir, ignore_errors=True)
             if self.hosts_file.exists():
                 self._write_hosts_file()
 
@@ -799,7 +1135,7 @@ class SshdLab:
             _kill_until_gone(lambda: _run_pids(self.run_id), f"run {self.run_id}")
         except Exception as exc:
             errors.append(exc)
-        if self.mode == "netns":
+        if self.namespaced:
             self._remove_bridge()
         with _state_lock():
             shutil.rmtree(self.run_dir, ignore_errors=True)

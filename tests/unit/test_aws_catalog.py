@@ -42,6 +42,11 @@ PRICE_FACTS = [
     ("g6.48xlarge", "ap-northeast-1", 19.36206),
     ("g6e.xlarge", "us-east-1", 1.861),
     ("g6e.12xlarge", "eu-north-1", 11.12975),
+    ("g7e.2xlarge", "us-east-1", 3.36312),
+    ("g7e.4xlarge", "us-east-1", 3.99816),
+    ("g7e.48xlarge", "us-east-2", 33.14432),
+    ("gr6.4xlarge", "us-east-1", 1.5392),
+    ("gr6.8xlarge", "eu-west-3", 3.10536),
 ]
 # (type, GPU model, count, vCPUs, RAM GB, architecture)
 HARDWARE_FACTS = [
@@ -50,6 +55,9 @@ HARDWARE_FACTS = [
     ("p6-b200.48xlarge", "B200", 8, 192, 2048, "x86_64"),
     ("g5g.xlarge", "T4g", 1, 4, 8, "aarch64"),
     ("g6e.xlarge", "L40S", 1, 4, 32, "x86_64"),
+    ("g7e.4xlarge", "RTX PRO Server 6000", 1, 16, 128, "x86_64"),
+    ("g7e.48xlarge", "RTX PRO Server 6000", 8, 192, 2048, "x86_64"),
+    ("gr6.8xlarge", "L4", 1, 32, 256, "x86_64"),
 ]
 # The US, EU and Asia regions SkyPilot lists for AWS GPUs; each has the common GPU types.
 REGIONS = [
@@ -96,6 +104,32 @@ def test_catalog_covers_gpu_types_and_regions_and_says_where_prices_came_from() 
     assert date.fromisoformat(catalog.as_of) and catalog.price_sources["gpu"].startswith("https://")
 
 
+def test_added_families_say_where_their_prices_came_from() -> None:
+    catalog = shipped_catalog()
+    for family in ("g7e", "gr6"):
+        source = catalog.price_sources[family]
+        assert "skypilot-catalog/blob/00148f2af3672e2229b4f7bf8157d5a3f36e3c35" in source
+        types = [n for n in catalog.on_demand if family_of(n) == family]
+        assert types, family
+        for name in types:
+            for region, price in catalog.on_demand[name].items():
+                assert 0 < catalog.spot[name][region] < price, (name, region)
+                assert catalog.zones[name][region], (name, region)
+    # Slices of a GPU are not whole GPUs: a job asking for one is never given a g6f.
+    assert not any(family_of(n) in ("g6f", "gr6f") for n in catalog.hardware)
+
+
+def test_an_rtx_pro_6000_job_rents_the_smallest_g7e() -> None:
+    query = OfferQuery(accelerator="cuda", gpu_count=1, gpu_models=("RTX PRO 6000",))
+    offers = AwsProvider({"regions": ["us-east-1"]}).catalog_offers(query)
+    first = filter_offers(offers, query).offers[0]
+    assert (first.instance_type, first.hourly_price, first.gpu_memory_gb) == (
+        "g7e.2xlarge",
+        3.36312,
+        96.0,
+    )
+
+
 def test_catalog_offers_need_no_credentials_or_network() -> None:
     provider = AwsProvider({"regions": ["us-east-1"]})
     query = OfferQuery(accelerator="cuda", gpu_name="H100", gpu_count_exact=False)
@@ -105,7 +139,10 @@ def test_catalog_offers_need_no_credentials_or_network() -> None:
         ("p5.4xlarge", "us-east-1", False),
     }  # no spot: the settings do not allow it
     everywhere = filter_offers(provider.catalog_offers(query, everywhere=True), query).offers
-    assert len({o.region for o in everywhere}) >= 8 and any(o.spot for o in everywhere)
+    assert len({o.region for o in everywhere}) >= 8 and not any(o.spot for o in everywhere)
+    spot_allowed = AwsProvider({"regions": ["us-east-1"], "allow_spot": True})
+    both = filter_offers(spot_allowed.catalog_offers(query, everywhere=True), query).offers
+    assert any(o.spot for o in both) and any(not o.spot for o in both)
     one = next(o for o in here if o.instance_type == "p5.4xlarge")
     assert (one.gpu_count, one.hourly_price, one.zone) == (1, 6.88, None) and one.zones
     assert provider.catalog_info().as_of == shipped_catalog().as_of
@@ -246,3 +283,19 @@ def test_catalog_refresh_command(price_list_server: tuple[str, list[str]], tmp_p
     assert f"catalog written to {cache / 'price_catalog.json'}" in result.stdout
     bad = run_cli(["catalog", "refresh", "aws", "--source", "web"])
     assert bad.returncode == 2 and "--source: bulk or api" in bad.stderr
+
+
+# Memory per vCPU of the general-purpose families the catalog lists (c: compute, m: general,
+# r: memory), as AWS documents them for the 6th generation.
+_GIB_PER_VCPU = {"c6i": 2, "m6i": 4, "r6i": 8}
+
+
+def test_cpu_rows_have_their_familys_memory() -> None:
+    rows = shipped_catalog().hardware
+    checked = 0
+    for name, shape in rows.items():
+        family = name.split(".")[0]
+        if family in _GIB_PER_VCPU:
+            assert shape.memory_gb == shape.vcpus * _GIB_PER_VCPU[family], name
+            checked += 1
+    assert checked >= 10

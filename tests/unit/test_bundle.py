@@ -306,3 +306,35 @@ def test_the_gpulayer_home_is_never_bundled(tmp_path: Path) -> None:
     src = make_tree(tmp_path / "src", {"a.py": "a", "state/gpulayer/state.db": "rows"})
     info = create_bundle(src, tmp_path / "b.tar.gz", exclude=[src / "state" / "gpulayer"])
     assert names(info.path) == ["a.py", "state"]
+
+
+def test_local_inputs_travel_in_the_bundle_beside_the_source(tmp_path: Path) -> None:
+    from gpulayer.protocol.bundle import (
+        SHIPPED_INPUTS_DIR,
+        extract_bundle,
+        local_input_paths,
+        shipped_input,
+    )
+
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text("print(1)\n")
+    (source / ".gitignore").write_text("data.csv\n")
+    (source / "data.csv").write_text("a,b\n")  # ignored as source, yet named as an input
+    outside = tmp_path / "elsewhere" / "corpus"
+    (outside / "part").mkdir(parents=True)
+    (outside / "part" / "x.txt").write_text("x")
+    artifacts = ["data.csv", str(outside), "job:j-1/model", "s3://bucket/key", "missing.txt"]
+    inputs = local_input_paths(artifacts, source)
+    assert inputs == {0: source / "data.csv", 1: outside}
+    bundle = tmp_path / "b.tar.gz"
+    create_bundle(source, bundle, inputs=inputs)
+    work = tmp_path / "work"
+    extract_bundle(bundle, work)
+    assert not (work / "data.csv").exists()  # the source's own rules still hold
+    assert (work / "train.py").exists()
+    first, second = shipped_input(work, 0), shipped_input(work, 1)
+    assert first is not None and first.read_text() == "a,b\n"
+    assert second is not None and (second / "part" / "x.txt").read_text() == "x"
+    assert shipped_input(work, 2) is None
+    assert sorted(p.name for p in (work / SHIPPED_INPUTS_DIR).iterdir()) == ["0", "1"]

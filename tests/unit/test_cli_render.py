@@ -78,6 +78,63 @@ def test_offers_keep_types_and_prices_whole(capsys: pytest.CaptureFixture[str]) 
     assert "…" not in out and "0.0000 " not in out
 
 
+def _offer_row(provider: str, region: str, zone: str | None, spot: bool) -> dict[str, object]:
+    return {
+        "provider": provider,
+        "enabled": True,
+        "region": region,
+        "zone": zone,
+        "zones": [] if zone else ["us-east-1a", "us-east-1b", "us-east-1c"],
+        "instance_type": "p4d.24xlarge" if provider == "aws" else "gpu-box-1",
+        "gpu_count": 8,
+        "gpu_name": "A100",
+        "gpu_memory_gb": 80,
+        "cpu_cores": 96,
+        "memory_gb": 1152,
+        "hourly_price": 21.96,
+        "currency": "USD",
+        "spot": spot,
+    }
+
+
+def _header(out: str) -> list[str]:
+    return next(line for line in out.splitlines() if line.startswith("PROVIDER")).split()
+
+
+@pytest.mark.usefixtures("narrow")
+def test_offers_show_region_and_zone_apart(capsys: pytest.CaptureFixture[str]) -> None:
+    from gpulayer.cli.offers_view import offers_table
+
+    rows = [
+        _offer_row("ssh", "on-prem", "gpu-box-1.lab.example", False),
+        _offer_row("aws", "us-east-1", None, False),
+    ]
+    offers_table({"offers": rows, "total": 2})
+    out = "\n".join(_lines(capsys.readouterr().out))
+    header = _header(out)
+    assert header[:3] == ["PROVIDER", "REGION", "ZONE"]
+    # On-demand only: no SPOT column to leave empty.
+    assert "SPOT" not in header
+    ssh_line = next(line for line in out.splitlines() if line.startswith("ssh"))
+    assert ssh_line.split()[1:3] == ["on-prem", "gpu-box-1.lab.example"]
+    aws_line = next(line for line in out.splitlines() if line.startswith("aws"))
+    # A catalog offer stands for its whole region: the zone is picked at launch.
+    assert aws_line.split()[1:4] == ["us-east-1", "3", "zones"]
+
+
+@pytest.mark.usefixtures("narrow")
+def test_offers_have_a_spot_column_when_spot_is_listed(capsys: pytest.CaptureFixture[str]) -> None:
+    from gpulayer.cli.offers_view import offers_table
+
+    rows = [_offer_row("aws", "us-east-1", "us-east-1a", True)]
+    rows.append(_offer_row("aws", "us-east-1", "us-east-1a", False))
+    offers_table({"offers": rows, "total": 2})
+    out = "\n".join(_lines(capsys.readouterr().out))
+    assert _header(out)[-1] == "SPOT"
+    body = [line.split() for line in out.splitlines() if line.startswith("aws")]
+    assert [line[-1] for line in body] == ["yes", "no"]
+
+
 @pytest.mark.usefixtures("narrow")
 def test_jobs_keep_ids_whole(capsys: pytest.CaptureFixture[str]) -> None:
     jobs = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 from gpulayer.cloud.lifecycle import gangs, planning
 from gpulayer.cloud.offer import Offer
@@ -27,8 +28,18 @@ class Node:
 
 def test_a_partial_gang_blocks_its_zone_for_the_job_even_after_capacity_frees() -> None:
     a, b, elsewhere = offer("a", "z1"), offer("b", "z1"), offer("c", "z2")
-    found = planning.parse_try(
-        a.model_dump(mode="json"), planning.partial_note("zone", "node 1 no SSH"), 100.0, 100.0
+    end = planning.partial("zone", "node 1 no SSH")
+    found = planning.past_try(
+        SimpleNamespace(
+            job_id="j-1",
+            offer=a.model_dump(mode="json"),
+            outcome=end.outcome,
+            outcome_scope=end.scope,
+            outcome_message=end.message,
+            hold_until=None,
+            created_at=100.0,
+            ended_at=100.0,
+        )
     )
     assert found is not None and (found.outcome, found.scope) == ("partial", "zone")
     later = planning.choose([a, b, elsewhere], [found], now=10_000, capacity_freed_at=9_000)
@@ -69,25 +80,38 @@ def test_every_node_installs_in_a_dir_of_its_own() -> None:
     assert node_install_dir("/var/tmp/gpulayer", "j-1", 2) == "/var/tmp/gpulayer/j-1-node2"
 
 
+class OneMachineAtATime:
+    """A provider plugin that launches lone machines only (no launch_gang)."""
+
+    def offers(self, query: object) -> list[Offer]:
+        raise AssertionError("no search: the refusal comes first")
+
+    def launch(self, offer: Offer, request: object) -> object:
+        raise AssertionError("nothing is launched")
+
+
 def test_a_gang_with_only_providers_that_cannot_launch_one_is_refused_before_any_search(
     tmp_path: Path,
 ) -> None:
+    from gpulayer_aws import AwsProvider
     from gpulayer_gcp import GcpProvider
 
     from gpulayer.cloud.lifecycle.placement import gang_refusal
     from gpulayer.cloud.protocol import can_launch_gangs
     from gpulayer.spec import JobSpec
 
-    # Nothing listens there: a search would fail, and the refusal comes before one.
+    # Every shipped cloud launches gangs; a plugin that cannot is refused before a search.
     gcp = GcpProvider({"endpoint_url": "http://127.0.0.1:9", "cache_dir": str(tmp_path)})
-    assert not can_launch_gangs(gcp)
+    assert can_launch_gangs(gcp) and can_launch_gangs(AwsProvider)
+    solo = OneMachineAtATime()
+    assert not can_launch_gangs(solo)
     spec = JobSpec.model_validate(
         {
             "workload": {"kind": "distributed", "entrypoint": "t.py", "num_workers": 2},
             "placement": {"target": "cloud"},
         }
     )
-    assert gang_refusal(spec, {"gcp": gcp}, []) == (
+    assert gang_refusal(spec, {"solo": solo}, []) == (
         "num_workers: 2 nodes need a provider that launches machines together, "
-        "and none is enabled (gcp cannot)"
+        "and none is enabled (solo cannot)"
     )

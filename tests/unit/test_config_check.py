@@ -88,6 +88,7 @@ def test_a_valid_file_shows_every_default(tmp_path: Path, monkeypatch: pytest.Mo
         "deadman_action": None,
         "system_site_packages": False,
         "hold_reclaimed_seconds": 600.0,
+        "state_timeouts": {},
     }
     assert orchestrator_settings(root)["deadman_seconds"] == 120.0
 

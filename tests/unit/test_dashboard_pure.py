@@ -14,9 +14,10 @@ from gpulayer.control.ui.charts import (
     day_start,
     timeline_svg,
 )
-from gpulayer.control.ui.pages import SCHEDULE_LABEL, offers_spec, parse_job_filters
+from gpulayer.control.ui.pages import offers_spec, parse_job_filters
 from gpulayer.control.ui.timeline import cloud_phases, job_segments
 from gpulayer.errors import UsageError
+from gpulayer.schedules import SCHEDULE_LABEL
 
 TODAY = date(2026, 3, 10)
 T0 = day_start(TODAY)
@@ -93,6 +94,22 @@ def test_a_cloud_job_has_queued_provisioning_running_and_teardown_in_order() -> 
     ]
     svg = str(timeline_svg(segments))
     assert svg.count('class="phase ') == 4
+
+
+def test_an_attempts_setup_is_its_own_phase_before_running() -> None:
+    segments = job_segments(
+        _job(), [_attempt(210.0, 390.0)], [_instance()], now=1000.0, setup_spans={1: (211.0, 250.0)}
+    )
+    assert segments == [
+        ("queued", 100.0, 110.0),
+        ("provisioning", 110.0, 200.0),
+        ("setup", 210.0, 250.0),
+        ("running", 250.0, 390.0),
+        ("teardown", 400.0, 450.0),
+    ]
+    # A setup line logged after the attempt's end never pushes running past it.
+    late = job_segments(_job(), [_attempt(210.0, 390.0)], [], now=1000.0, setup_spans={1: (220.0, 500.0)})
+    assert ("setup", 210.0, 390.0) in late and ("running", 390.0, 390.0) in late
 
 
 def test_a_running_local_job_runs_until_now() -> None:

@@ -26,7 +26,7 @@ def workload(**fields: object) -> DistributedWorkload:
     return spec.workload
 
 
-def test_each_node_joins_a_c10d_rendezvous_at_node_zero() -> None:
+def test_each_node_joins_a_static_rendezvous_at_node_zero_with_its_own_rank() -> None:
     leader = NodePlace(0, 2, "10.9.0.2", "10.9.0.2")
     follower = NodePlace(1, 2, "10.9.0.2", "10.9.0.3")
     argvs = [
@@ -35,12 +35,14 @@ def test_each_node_joins_a_c10d_rendezvous_at_node_zero() -> None:
     ]
     for rank, argv in enumerate(argvs):
         assert argv[:3] == ["py", "-m", "torch.distributed.run"]
+        # A static rendezvous keeps --node-rank; c10d would renumber nodes as they arrive.
         assert "--nnodes=2" in argv and f"--node-rank={rank}" in argv
-        assert "--nproc-per-node=3" in argv and "--rdzv-backend=c10d" in argv
-        assert "--rdzv-endpoint=10.9.0.2:29611" in argv and "--rdzv-id=j-1" in argv
+        assert "--nproc-per-node=3" in argv and "--rdzv-backend=static" in argv
+        assert "--master-addr=10.9.0.2" in argv and "--master-port=29611" in argv
+        assert "--rdzv-id=j-1" in argv and not any(a.startswith("--rdzv-endpoint") for a in argv)
+        # join_timeout_seconds, rounded up, is how long the nodes may take to meet.
+        assert "--rdzv-conf=timeout=43" in argv
         assert "--standalone" not in argv and argv[-1] == "train.py"
-    assert "--rdzv-conf=join_timeout=43,is_host=true" in argvs[0]
-    assert "--rdzv-conf=join_timeout=43,is_host=false" in argvs[1]
     assert "--local-addr=10.9.0.3" in argvs[1]
 
 

@@ -77,6 +77,62 @@ def test_catalog_offers_cover_the_families(catalog: PriceCatalog) -> None:
     )
 
 
+SKYPILOT_GCP = "skypilot-catalog/blob/006059e0f18acb1341e22a27751e9f80df6ba92f"
+
+# (machine type, region, host [on-demand, spot], one GPU [on-demand, spot]) as read from the
+# source each type records (catalogs/v8/gcp/vms.csv at 006059e: the host row, and the 8-GPU
+# accelerator row divided by 8), or for the GPUs of A2 and A3 Edge the catalog's own rows.
+ADDED_FACTS = [
+    ("a3-ultragpu-8g", "us-central1", (12.266, 3.74713), (74.49392 / 8, 37.2472 / 8)),
+    ("a3-ultragpu-8g", "us-east4", (12.266, 2.80034), (74.49392 / 8, 29.2536 / 8)),
+    ("a3-megagpu-8g", "us-central1", (9.46006, 2.88933), (82.75421 / 8, 25.2808 / 8)),
+    ("a3-megagpu-8g", "europe-west4", (9.93306, 2.27469), (107.58048 / 8, 24.6032 / 8)),
+    ("a3-edgegpu-8g", "us-east4", (9.46006, 2.15966), None),
+    ("a2-megagpu-16g", "us-central1", (8.79698, 4.39824), None),
+]
+
+
+@pytest.mark.parametrize(("name", "region", "host", "gpu"), ADDED_FACTS)
+def test_added_machine_types_are_the_facts_they_record(
+    catalog: PriceCatalog,
+    name: str,
+    region: str,
+    host: tuple[float, float],
+    gpu: tuple[float, float] | None,
+) -> None:
+    assert SKYPILOT_GCP in catalog.price_sources[name]
+    prices = catalog.regions[region]
+    assert prices.machines[name] == host
+    shape = catalog.machine_types[name]
+    assert shape.accelerator is not None
+    if gpu is not None:
+        assert prices.gpus[shape.accelerator] == pytest.approx(gpu, abs=1e-6)
+    offers = build_offers(
+        catalog_zones(catalog, region), catalog, region, accelerator="cuda", allow_spot=False
+    )
+    priced = sorted({o.hourly_price or 0 for o in offers if o.instance_type == name})
+    per_gpu = prices.gpus[shape.accelerator][0]
+    assert per_gpu is not None
+    assert priced == [pytest.approx(host[0] + shape.accelerator_count * per_gpu, abs=1e-6)]
+
+
+def test_b200_and_rtx_pro_6000_machines_are_known_but_unpriced(catalog: PriceCatalog) -> None:
+    from gpulayer.cloud import gpu_facts
+
+    for name, gpu, count in (
+        ("a4-highgpu-8g", "B200", 8),
+        ("g4-standard-48", "RTX PRO Server 6000", 1),
+        ("g4-standard-384", "RTX PRO Server 6000", 8),
+    ):
+        shape = catalog.machine_types[name]
+        facts = catalog.accelerators[shape.accelerator or ""]
+        assert (facts.gpu, shape.accelerator_count) == (gpu, count)
+        assert facts.memory_gb == gpu_facts(gpu).memory_gb  # type: ignore[union-attr]
+        # No public per-region price: listed nowhere offline, and it says so.
+        assert all(name not in prices.machines for prices in catalog.regions.values())
+        assert "no public per-region price" in catalog.price_sources[name]
+
+
 def test_instance_type_names_round_trip(catalog: PriceCatalog) -> None:
     for machine in (
         Machine("n1-standard-8", "nvidia-tesla-t4", 2, attached=True),

@@ -18,7 +18,9 @@ from gpulayer.cloud.ranking import (
 from gpulayer.errors import SpecError
 from gpulayer.hardware.gpus import (
     GpuName,
+    closest_models,
     gpu_matches,
+    is_known_model,
     nominal_memory_gb,
     parse_gpu_name,
 )
@@ -179,3 +181,26 @@ def test_rented_machines_fit_exactly() -> None:
 )
 def test_prices_keep_significant_digits(price: float, text: str) -> None:
     assert format_price(price) == text
+
+
+@pytest.mark.parametrize(
+    ("name", "known"),
+    [
+        ("A100", True),
+        ("nvidia a100-sxm4-80gb", True),
+        ("H100 NVL", True),
+        ("RTX PRO 6000", True),
+        ("Tesla T4", True),
+        ("A101", False),  # reads as an A10 by prefix, but more digits make another model
+        ("H1000", False),
+        ("FOO", False),
+    ],
+)
+def test_known_models_are_the_tables_spelled_any_way(name: str, known: bool) -> None:
+    assert is_known_model(name) is known
+
+
+def test_closest_models_come_in_the_tables_spelling() -> None:
+    assert closest_models("H10")[0] == "H100"
+    assert closest_models("RTX 409")[0] == "RTX 4090"
+    assert closest_models("zzzz") == []

@@ -55,9 +55,11 @@ ALLOWED: dict[str, frozenset[str]] = {
 ONLY_INTO: dict[tuple[str, str], frozenset[str]] = {
     # The CLI runs a worker through its one entry, starts the team server, manages the local
     # one (status, stop, restart) and reads settings; job operations go through the SDK.
+    # `ls` checks its filters with the rules the API and the dashboard apply (job_filters).
     ("cli", "worker"): frozenset({"gpulayer.worker"}),
     ("cli", "control"): frozenset(
         {
+            "gpulayer.control.job_filters",
             "gpulayer.control.paths",
             "gpulayer.control.server",
             "gpulayer.control.log_cap",

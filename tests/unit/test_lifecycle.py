@@ -13,9 +13,11 @@ from gpulayer.cloud.lifecycle.states import (
     GONE,
     STATE_TIMEOUTS,
     STATES,
+    STUCK_STATES,
     TRANSITIONS,
     TransitionError,
     check_transition,
+    stuck_move,
     timed_out,
 )
 from gpulayer.cloud.offer import Offer
@@ -27,10 +29,32 @@ def offer(name: str, price: float, zone: str = "z1") -> Offer:
     )
 
 
+@dataclass
+class Try:
+    """An instance record as the choice reads it."""
+
+    offer: dict[str, object] | None
+    outcome: str | None = None
+    outcome_scope: str | None = None
+    outcome_message: str | None = None
+    hold_until: float | None = None
+    created_at: float = 100.0
+    ended_at: float | None = 100.0
+    job_id: str = "j-1"
+    last_error: str | None = None
+
+
+def record(o: Offer | None, end: planning.TryEnd | None, **values: object) -> Try:
+    columns = end.columns() if end is not None else {}
+    columns.pop("note", None)
+    data = o.model_dump(mode="json") if o is not None else None
+    return Try(data, **columns, **values)  # type: ignore[arg-type]
+
+
 def past(
-    o: Offer, note: str | None, at: float = 100.0, ended: float | None = 100.0
+    o: Offer, end: planning.TryEnd | None, at: float = 100.0, ended: float | None = 100.0
 ) -> planning.PastTry:
-    found = planning.parse_try(o.model_dump(mode="json"), note, at, ended)
+    found = planning.past_try(record(o, end, created_at=at, ended_at=ended))
     assert found is not None
     return found
 
@@ -77,6 +101,35 @@ def test_running_jobs_and_retried_terminates_have_no_timeout() -> None:
 # --- choosing the next offer -------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("state", "to", "reason", "failed_try"),
+    [
+        ("requested", "never_launched", "the launch did not start timed out after 60 s", False),
+        ("launching", "terminating", "the launch call timed out after 900 s", True),
+        ("booting", "draining", "the wait for SSH timed out after 900 s", True),
+        ("bootstrapping", "draining", "the bootstrap timed out after 900 s", True),
+        ("draining", "terminating", "draining timed out after 120 s", False),
+    ],
+)
+def test_each_state_with_a_limit_is_moved_on_once_it_is_outstayed(
+    state: str, to: str, reason: str, failed_try: bool
+) -> None:
+    limit = STATE_TIMEOUTS[state]
+    assert limit is not None
+    assert stuck_move(state, since=1000.0, now=1000.0 + limit) is None
+    move = stuck_move(state, since=1000.0, now=1000.0 + limit + 1)
+    assert move is not None and (move.to, move.reason, move.failed_try) == (to, reason, failed_try)
+
+
+def test_configured_limits_replace_the_table_and_unlimited_states_are_never_stuck() -> None:
+    move = stuck_move("bootstrapping", 0.0, 301.0, {"bootstrapping": 300.0})
+    assert move is not None and move.reason == "the bootstrap timed out after 300 s"
+    assert stuck_move("bootstrapping", 0.0, 299.0, {"bootstrapping": 300.0}) is None
+    for state in ("in_use", "terminating", "terminated", "never_launched", "ready"):
+        assert stuck_move(state, 0.0, 10.0**9) is None
+    assert {s for s, limit in STATE_TIMEOUTS.items() if limit} - {"ready"} == STUCK_STATES
+
+
 def test_the_cheapest_untried_offer_comes_first() -> None:
     cheap, dear = offer("cheap", 0.1), offer("dear", 0.9)
     assert planning.choose([cheap, dear], [], now=0).offer == cheap
@@ -84,9 +137,9 @@ def test_the_cheapest_untried_offer_comes_first() -> None:
 
 def test_a_failed_offer_is_not_tried_again_and_then_the_job_gives_up() -> None:
     cheap, dear = offer("cheap", 0.1), offer("dear", 0.9)
-    tries = [past(cheap, planning.failure_note("no python"))]
+    tries = [past(cheap, planning.failed("no python"))]
     assert planning.choose([cheap, dear], tries, now=200).offer == dear
-    tries.append(past(dear, planning.failure_note("bootstrap timed out")))
+    tries.append(past(dear, planning.failed("bootstrap timed out")))
     decision = planning.choose([cheap, dear], tries, now=200)
     assert decision.offer is None and decision.wait is None
     assert decision.give_up == (
@@ -96,7 +149,7 @@ def test_a_failed_offer_is_not_tried_again_and_then_the_job_gives_up() -> None:
 
 def test_a_capacity_refusal_blocks_its_zone_for_a_backoff_then_frees_it() -> None:
     a, b = offer("a", 0.1, "z1"), offer("b", 0.2, "z1")
-    tries = [past(a, planning.refusal_note("capacity", "zone", "no room"), at=100, ended=100)]
+    tries = [past(a, planning.refused("capacity", "zone", "no room"), at=100, ended=100)]
     waiting = planning.choose([a, b], tries, now=101)
     assert waiting.offer is None  # the whole zone is out of capacity
     assert (
@@ -114,7 +167,7 @@ def test_backoff_doubles_up_to_a_minute() -> None:
 
 def test_with_on_unschedulable_fail_capacity_ends_the_job_at_once() -> None:
     a = offer("a", 0.1)
-    tries = [past(a, planning.refusal_note("capacity", "zone", "no room"))]
+    tries = [past(a, planning.refused("capacity", "zone", "no room"))]
     decision = planning.choose([a], tries, now=101, queue=False)
     assert decision.give_up is not None and decision.give_up.startswith("no capacity: 1 offer(s)")
 
@@ -133,7 +186,7 @@ def test_the_wait_for_capacity_ends_at_the_provisioning_timeout() -> None:
 
 def test_credentials_refused_block_the_whole_provider_and_give_up() -> None:
     a, b = offer("a", 0.1, "z1"), offer("b", 0.2, "z2")
-    tries = [past(a, planning.refusal_note("auth", "provider", "credentials rejected"))]
+    tries = [past(a, planning.refused("auth", "provider", "credentials rejected"))]
     decision = planning.choose([a, b], tries, now=10**6)
     assert decision.offer is None and decision.wait is None
     assert decision.give_up == "every offer failed: ssh/z1/a: credentials rejected"
@@ -147,11 +200,48 @@ def test_a_held_offer_is_skipped_and_waited_for_when_it_is_the_only_one() -> Non
     assert only.wait is not None and "ssh/z1/a: reclaimed from job j-1" in only.wait
 
 
-def test_records_without_an_offer_or_a_known_note_are_not_refusals() -> None:
-    assert planning.parse_try(None, "capacity/zone: x", 0, 0) is None
-    other = past(offer("a", 0.1), "terminate failed: timeout")
-    assert other.outcome == "other"
-    assert planning.choose([offer("a", 0.1)], [other], now=0).offer is not None
+def test_records_without_an_offer_or_an_outcome_are_not_refusals() -> None:
+    assert planning.past_try(record(None, planning.refused("capacity", "zone", "x"))) is None
+    ran = past(offer("a", 0.1), None)
+    assert ran.outcome == "other"
+    assert planning.choose([offer("a", 0.1)], [ran], now=0).offer is not None
+
+
+def test_a_failed_try_whose_terminate_then_failed_still_blocks_its_offer() -> None:
+    # The terminate's error lives in its own column; the try's outcome is untouched by it.
+    a, b = offer("a", 0.1), offer("b", 0.2)
+    tried = record(a, planning.failed("no SSH"), last_error="terminate failed: timeout")
+    tries = planning.tries_of([tried])
+    assert [t.outcome for t in tries] == ["failed"]
+    assert planning.choose([a, b], tries, now=200).offer == b
+
+
+def test_a_reclaimed_offer_is_held_for_every_job_until_its_time() -> None:
+    a, b = offer("a", 0.1), offer("b", 0.2)
+    reclaimed = record(
+        a, planning.TryEnd("reclaimed", None, "reclaimed by the provider"), hold_until=700.0
+    )
+    held = planning.held_offers([reclaimed], now=600.0)
+    assert held == {planning.offer_key(a): "reclaimed from job j-1"}
+    assert planning.choose([a, b], [], now=600.0, held_offers=held).offer == b
+    assert planning.held_offers([reclaimed], now=700.0) == {}
+    # The reclaim itself is no refusal: once the hold ends the offer is chosen again.
+    tries = planning.tries_of([reclaimed])
+    assert planning.choose([a, b], tries, now=701.0).offer == a
+
+
+def test_a_try_end_reads_as_a_note_and_as_columns() -> None:
+    end = planning.refused("capacity", "zone", "no room")
+    assert end.note == "capacity/zone: no room"
+    assert end.columns() == {
+        "outcome": "capacity",
+        "outcome_scope": "zone",
+        "outcome_message": "no room",
+        "note": "capacity/zone: no room",
+    }
+    assert planning.failed("boom").note == "failed: boom"
+    with pytest.raises(ValueError):
+        planning.refused("failed", "zone", "x")
 
 
 # --- phases ----------------------------------------------------------------------------------

@@ -104,7 +104,9 @@ def test_why_nothing_fits_names_the_cap_or_the_nearest_count() -> None:
 
 
 def _spec(**resources: Any) -> JobSpec:
-    placement = {k: resources.pop(k) for k in ("max_hourly_cost", "providers") if k in resources}
+    placement = {
+        k: resources.pop(k) for k in ("max_hourly_cost", "providers", "regions") if k in resources
+    }
     return validate_spec(
         {
             "workload": {"kind": "command", "command": ["true"]},
@@ -139,7 +141,8 @@ def test_offline_without_providers_yaml_aws_lists_a100_from_its_catalog(
     assert {r["instance_type"] for r in rows} == {"p4d.24xlarge", "p4de.24xlarge"}
     assert all(not r["enabled"] and r["source"] == "catalog" for r in rows)
     assert len({r["region"] for r in rows}) >= 8 and all(r["zones"] for r in rows)
-    assert any(r["spot"] for r in rows) and any(not r["spot"] for r in rows)
+    # What `aws: {}` would rent: on-demand only, since allow_spot is off by default.
+    assert not any(r["spot"] for r in rows)
     assert listing["catalogs"][0]["provider"] == "aws" and listing["catalogs"][0]["as_of"]
     path = str(_home() / "providers.yaml")
     assert any(n.startswith("no provider is enabled") and path in n for n in listing["notes"])
@@ -176,3 +179,66 @@ def test_enabled_without_credentials_lists_its_catalog_for_its_regions(
     unrestricted = list_offers(_home(), _spec(gpu_models=["L4"]), gpu_count_exact=False)
     assert any("'azur' is not an installed provider" in n for n in unrestricted["notes"])
     assert not any("not enabled" in n and "aws" in n.split(":")[0] for n in listing["notes"])
+
+
+# --- names offers cannot know are usage errors, not "no offers" -------------------------------
+
+
+def test_limit_zero_lists_every_offer(no_aws_credentials: None) -> None:
+    spec = _spec(providers=["aws"])
+    everything = list_offers(_home(), spec, gpu_count_exact=False, limit=0)
+    assert everything["total"] > 30 and len(everything["offers"]) == everything["total"]
+    assert len(list_offers(_home(), spec, gpu_count_exact=False, limit=3)["offers"]) == 3
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        (
+            {"gpu_models": ["FOO"]},
+            r"^resources\.gpu_models: 'FOO' is not a GPU model gpulayer knows",
+        ),
+        ({"gpu_models": ["A101"]}, r"^resources\.gpu_models: 'A101' .*closest: A10, A10G, A100"),
+        ({"gpu_models": ["H10"]}, r"closest: H100"),
+        ({"regions": ["mars-1"]}, r"^placement\.regions: 'mars-1' is not a region"),
+        ({"regions": ["us-est-1"]}, r"^placement\.regions: 'us-est-1' .*closest: .*us-east-1"),
+        ({"providers": ["nope"]}, r"^placement\.providers: 'nope' is not an installed provider"),
+    ],
+)
+def test_unknown_names_are_usage_errors_naming_the_closest(
+    no_aws_credentials: None, changes: dict[str, Any], expected: str
+) -> None:
+    with pytest.raises(UsageError, match=expected):
+        list_offers(_home(), _spec(**{"providers": ["aws"], **changes}))
+
+
+def test_errors_name_the_callers_own_spelling_of_a_field(no_aws_credentials: None) -> None:
+    flags = {"gpu_models": "--gpu", "regions": "--region", "providers": "--provider"}
+    with pytest.raises(UsageError, match=r"^--gpu: 'FOO'"):
+        list_offers(_home(), _spec(gpu_models=["FOO"]), names=flags)
+    with pytest.raises(UsageError, match=r"^--region: 'mars-1'"):
+        list_offers(_home(), _spec(regions=["mars-1"]), names=flags)
+    with pytest.raises(UsageError, match=r"^--provider: 'awss' .*did you mean 'aws'"):
+        list_offers(_home(), _spec(providers=["awss"]), names=flags)
+
+
+def test_known_spellings_still_list(no_aws_credentials: None) -> None:
+    for gpu in ("a100", "NVIDIA A100-SXM4-80GB", "A100-80GB", "l40s", "RTX PRO 6000"):
+        list_offers(_home(), _spec(gpu_models=[gpu], providers=["aws"]), gpu_count_exact=False)
+    listed = list_offers(_home(), _spec(regions=["eu-west-1"], providers=["aws"]), limit=0)
+    assert listed["offers"] and {r["region"] for r in listed["offers"]} == {"eu-west-1"}
+
+
+# --- listed prices are the ones submit would pay ----------------------------------------------
+
+
+def test_spot_is_listed_only_where_the_provider_allows_it(no_aws_credentials: None) -> None:
+    spec = _spec(gpu_models=["A100"], providers=["aws"])
+    (_home() / "providers.yaml").write_text("aws:\n  regions: [us-east-1]\n")
+    on_demand = list_offers(_home(), spec, gpu_count_exact=False, limit=0)["offers"]
+    assert on_demand and not any(r["spot"] for r in on_demand)
+    # The cheapest row is what submit rents: the on-demand p4d, not a spot price.
+    assert on_demand[0]["instance_type"] == "p4d.24xlarge" and on_demand[0]["hourly_price"] > 20
+    (_home() / "providers.yaml").write_text("aws:\n  regions: [us-east-1]\n  allow_spot: true\n")
+    both = list_offers(_home(), spec, gpu_count_exact=False, limit=0)["offers"]
+    assert any(r["spot"] for r in both) and any(not r["spot"] for r in both)

@@ -175,6 +175,11 @@ def test_bad_documents_name_the_field(fields: dict[str, object], line: str) -> N
     assert any(found.startswith(line) for found in caught.value.lines), caught.value.lines
 
 
+@pytest.mark.parametrize("cron", ["@annually", "@midnight", ["@midnight", "@annually"]])
+def test_the_vixie_cron_aliases_are_valid_schedules(cron: object) -> None:
+    assert validate_schedule(_document(cron=cron)).cron == cron
+
+
 def test_defaults_and_the_worst_case_of_a_cloud_run() -> None:
     schedule = validate_schedule(
         _document(

@@ -128,6 +128,7 @@ def test_ticks_between_keeps_the_newest_of_a_long_outage() -> None:
         ("* * * * * * *", "7 fields"),
         ("0 0 30 2 *", "never fires"),
         ("@reboot", "shorthands"),
+        ("@annualy", "@annually"),
     ],
 )
 def test_bad_expressions_say_what_is_wrong(expression: str, fragment: str) -> None:
@@ -138,3 +139,13 @@ def test_bad_expressions_say_what_is_wrong(expression: str, fragment: str) -> No
 def test_shorthands_and_spacing_are_normalized() -> None:
     assert check_expression("@daily") == "@daily"
     assert check_expression(" 0  4 * * * ") == "0 4 * * *"
+
+
+@pytest.mark.parametrize(("alias", "same_as"), [("@annually", "@yearly"), ("@midnight", "@daily")])
+def test_vixie_cron_aliases_fire_as_the_shorthands_they_stand_for(alias: str, same_as: str) -> None:
+    # Vixie cron and Kubernetes CronJobs take both names; a schedule copied from either works here.
+    assert check_expression(alias) == alias
+    start = datetime(2026, 3, 1, tzinfo=UTC)
+    berlin = zone("Europe/Berlin")
+    assert next_ticks([alias], berlin, start, 3) == next_ticks([same_as], berlin, start, 3)
+    assert next_ticks([alias], berlin, start, 1)[0].astimezone(berlin).hour == 0

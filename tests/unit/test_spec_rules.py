@@ -76,6 +76,30 @@ ACCEPTED = [
     ("timeout", spec_with("timeout_seconds", 0.5)),
     ("retry", spec_with("retry", {"max_attempts": 3, "retry_on": ["worker_lost", "preempted"]})),
     ("labels", spec_with("labels", {"team": "nlp"})),
+    # Each numeric bound, at the bound (docs/jobspec-readings.md lists them).
+    ("retry at most", spec_with("retry.max_attempts", 100)),
+    ("timeout 30 days", spec_with("timeout_seconds", 2592000)),
+    ("port 1", spec_with("workload.rendezvous", {"port": 1}, DIST)),
+    ("join timeout 30 days", spec_with("workload.rendezvous.join_timeout_seconds", 2592000, DIST)),
+    (
+        "provisioning 30 days",
+        spec_with("placement.provisioning", {"provisioning_timeout_seconds": 2592000}),
+    ),
+    ("setup timeout 1 day", spec_with("setup", {"timeout_seconds": 86400})),
+    (
+        "dist largest",
+        spec_with("workload.procs_per_worker", 1024, spec_with("workload.num_workers", 1024, DIST)),
+    ),
+    ("gpus at most", spec_with("resources", {"accelerator": "cuda", "gpu_count": 64})),
+    (
+        "gpu memory at most",
+        spec_with("resources", {"accelerator": "cuda", "gpu_memory_gb": 1024}),
+    ),
+    (
+        "machine at most",
+        spec_with("resources", {"cpu_cores": 4096, "memory_gb": 65536, "disk_gb": 1048576}),
+    ),
+    ("cost cap at most", spec_with("placement.max_hourly_cost", 1000000)),
 ]
 
 
@@ -258,6 +282,55 @@ REJECTED = [
     ("retry 0", spec_with("retry", {"max_attempts": 0}), "retry.max_attempts:"),
     ("retry event", spec_with("retry", {"retry_on": ["oom"]}), "retry.retry_on.0:"),
     ("labels value", spec_with("labels", {"a": 1}), "labels.a:"),
+    # Numbers past their bound name the field and the bound, whatever their size.
+    (
+        "retry huge",
+        spec_with("retry.max_attempts", 10**30),
+        "retry.max_attempts: Input should be less than or equal to 100",
+    ),
+    ("retry 101", spec_with("retry.max_attempts", 101), "retry.max_attempts:"),
+    (
+        "timeout past 30 days",
+        spec_with("timeout_seconds", 2592001),
+        "timeout_seconds: Input should be less than or equal to 2592000",
+    ),
+    ("timeout huge", spec_with("timeout_seconds", 1e300), "timeout_seconds:"),
+    (
+        "join timeout past 30 days",
+        spec_with("workload.rendezvous.join_timeout_seconds", 2592001, DIST),
+        "workload.rendezvous.join_timeout_seconds:",
+    ),
+    (
+        "provisioning past 30 days",
+        spec_with("placement.provisioning", {"provisioning_timeout_seconds": 2592001}),
+        "placement.provisioning.provisioning_timeout_seconds:",
+    ),
+    ("setup past 1 day", spec_with("setup", {"timeout_seconds": 86401}), "setup.timeout_seconds:"),
+    ("grace past 1 hour", spec_with("grace_seconds", 3601), "grace_seconds:"),
+    ("workers past", spec_with("workload.num_workers", 1025, DIST), "workload.num_workers:"),
+    (
+        "procs past",
+        spec_with("workload.procs_per_worker", 1025, DIST),
+        "workload.procs_per_worker:",
+    ),
+    (
+        "gpus past",
+        spec_with("resources", {"accelerator": "cuda", "gpu_count": 65}),
+        "resources.gpu_count:",
+    ),
+    (
+        "gpu memory past",
+        spec_with("resources", {"accelerator": "cuda", "gpu_memory_gb": 1025}),
+        "resources.gpu_memory_gb:",
+    ),
+    ("cpu cores past", spec_with("resources.cpu_cores", 4097), "resources.cpu_cores:"),
+    ("memory past", spec_with("resources.memory_gb", 65537), "resources.memory_gb:"),
+    ("disk past", spec_with("resources.disk_gb", 1048577), "resources.disk_gb:"),
+    (
+        "cost cap past",
+        spec_with("placement.max_hourly_cost", 1000001),
+        "placement.max_hourly_cost:",
+    ),
 ]
 
 

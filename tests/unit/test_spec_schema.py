@@ -8,6 +8,8 @@ schema accepts such a spec and the validator rejects it, so the list stays true.
 from __future__ import annotations
 
 import copy
+import re
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -200,6 +202,10 @@ CASES: list[tuple[str, dict[str, Any], bool, str | None]] = [
     ("port-string", _distributed(entrypoint="t.py", rendezvous={"port": "29500"}), False, None),
     ("port-range", _distributed(entrypoint="t.py", rendezvous={"port": 70000}), False, None),
     ("retry-on-unknown", _command(retry={"retry_on": ["oom"]}), False, None),
+    ("retry-at-bound", _command(retry={"max_attempts": 100}), True, None),
+    ("retry-huge", _command(retry={"max_attempts": 10**30}), False, None),
+    ("timeout-past-30-days", _command(timeout_seconds=2592001), False, None),
+    ("port-zero", _distributed(entrypoint="t.py", rendezvous={"port": 0}), False, None),
 ]
 
 
@@ -255,3 +261,43 @@ def test_defaults_per_accelerator_are_published(validator: jsonschema.Draft20201
     gpu_rule = next(r for r in rules if "else" in r)
     assert gpu_rule["then"]["properties"]["gpu_count"]["default"] == 0
     assert gpu_rule["else"]["properties"]["gpu_count"]["default"] == 1
+
+
+def _numeric_fields(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every integer or number property of the published schema: "Model.field" -> its schema."""
+
+    def numeric(node: dict[str, Any]) -> dict[str, Any] | None:
+        options = [node, *node.get("anyOf", [])]
+        return next((o for o in options if o.get("type") in ("integer", "number")), None)
+
+    found: dict[str, dict[str, Any]] = {}
+    models = {**schema["$defs"], "JobSpec": schema}
+    for model, definition in models.items():
+        for field, node in definition.get("properties", {}).items():
+            leaf = numeric(node)
+            if leaf is not None:
+                found[f"{model}.{field}"] = leaf
+    return found
+
+
+def test_every_number_has_a_published_upper_bound() -> None:
+    fields = _numeric_fields(jobspec_schema())
+    assert {"RetryPolicy.max_attempts", "JobSpec.timeout_seconds", "Rendezvous.port"} <= set(fields)
+    unbounded = sorted(name for name, leaf in fields.items() if "maximum" not in leaf)
+    assert not unbounded, f"numbers without a maximum: {unbounded}"
+
+
+def test_the_readings_page_lists_every_bound() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "jobspec-readings.md").read_text()
+    assert "## Numeric bounds" in page
+    section = page.split("## Numeric bounds", 1)[1].split("\n## ", 1)[0]
+    for name, leaf in _numeric_fields(jobspec_schema()).items():
+        field = name.split(".", 1)[1]
+        maximum = float(leaf["maximum"])
+        written = str(int(maximum)) if maximum.is_integer() else str(maximum)
+        named = re.compile(rf"`([a-z_]+\.)*{field}`")
+        rows = [line for line in section.splitlines() if named.search(line)]
+        assert rows, f"{name} is missing from the bounds table"
+        assert any(written in row.replace(",", "") for row in rows), (
+            f"{name}: no row says {written}"
+        )

@@ -120,3 +120,16 @@ def test_a_cloud_gang_goes_to_the_cloud_unless_no_offer_could_ever_take_it() -> 
     )
     assert refused.target is None
     assert refused.message == "max_hourly_cost 0.5 USD is below every offer (per node)"
+
+
+def test_the_default_target_applies_only_where_the_spec_names_none() -> None:
+    from gpulayer.control.targets import with_default_target
+
+    bare = {"workload": {"kind": "command", "command": ["true"]}}
+    assert with_default_target(bare, "remote")["placement"] == {"target": "remote"}
+    assert "placement" not in bare  # the caller's data is left as it was
+    named = {**bare, "placement": {"target": "cloud"}}
+    assert with_default_target(named, "remote")["placement"] == {"target": "cloud"}
+    # remote among the fallbacks: the chain would name it twice, so the schema's default stays.
+    chained = {**bare, "placement": {"fallback_targets": ["remote"]}}
+    assert with_default_target(chained, "remote") == chained

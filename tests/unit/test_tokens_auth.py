@@ -11,6 +11,7 @@ import pytest
 from gpulayer.cli.durations import parse_duration
 from gpulayer.control.auth import TokenAuthority, issue_token, keep_chosen_token
 from gpulayer.control.store import Store
+from gpulayer.control.tokens import new_token
 from gpulayer.errors import UsageError
 
 
@@ -95,3 +96,80 @@ def test_bad_durations_name_the_flag(text: str) -> None:
     with pytest.raises(UsageError) as raised:
         parse_duration(text, "--expires")
     assert str(raised.value).startswith("--expires: ")
+
+
+def test_wrong_tokens_never_reach_scrypt_once_the_chosen_token_is_known(store: Store) -> None:
+    chosen = "correct horse battery staple"
+    keep_chosen_token(store, chosen, "admin", "initial")
+    authority = TokenAuthority(store)
+    authority.trust(chosen)  # what the server does at start with GPULAYER_TOKEN
+    assert authority.slow_checks == 1
+    for client in range(8):
+        for i in range(40):
+            assert authority(f"guess-{client}-{i}", f"10.0.0.{client}") is None
+            assert authority(new_token(), f"10.0.0.{client}") is None
+    assert authority(chosen[:-1], "10.0.0.9") is None
+    assert authority.slow_checks == 1  # judged by lookups alone
+    principal = authority(chosen, "10.0.0.9")
+    assert principal is not None and principal.kind == "admin"
+    assert authority.slow_checks == 1
+
+
+def test_an_unverified_chosen_token_costs_few_scrypts_per_client_a_minute(store: Store) -> None:
+    chosen = "correct horse battery staple"
+    keep_chosen_token(store, chosen, "admin", "initial")
+    now = [0.0]
+    authority = TokenAuthority(store, slow_checks_per_minute=3, clock=lambda: now[0])
+    for i in range(20):
+        assert authority(f"guess-{i}", "10.0.0.1") is None
+    assert authority.slow_checks == 3
+    assert authority(new_token(), "10.0.0.1") is None  # generated tokens: never scrypt
+    assert authority.slow_checks == 3
+    assert authority("another guess", "10.0.0.2") is None  # another client has its own budget
+    assert authority.slow_checks == 4
+    assert authority(chosen, "10.0.0.1") is None  # out of budget, even the right one
+    now[0] = 61.0
+    assert authority(chosen, "10.0.0.1") is not None
+    assert authority.slow_checks == 5
+    assert authority("yet another", "10.0.0.1") is None
+    assert authority.slow_checks == 5  # every chosen token is known now
+
+
+def test_a_flood_of_wrong_guesses_from_one_client_leaves_the_right_one_from_another(
+    store: Store,
+) -> None:
+    chosen = "correct horse battery staple"
+    keep_chosen_token(store, chosen, "admin", "initial")
+    authority = TokenAuthority(store, slow_checks_per_minute=3)
+    for i in range(50):
+        assert authority(f"guess-{i}", "10.0.0.1") is None
+    assert authority.slow_checks == 3
+    principal = authority(chosen, "10.0.0.2")
+    assert principal is not None and principal.kind == "admin"
+    assert authority.slow_checks == 4
+
+
+def test_a_token_left_unchecked_for_want_of_allowance_is_not_remembered_as_wrong(
+    store: Store,
+) -> None:
+    chosen = "correct horse battery staple"
+    keep_chosen_token(store, chosen, "admin", "initial")
+    authority = TokenAuthority(store, slow_checks_per_minute=1, fresh_seconds=60)
+    assert authority("a guess", "10.0.0.1") is None
+    assert authority(chosen, "10.0.0.1") is None  # this client's allowance is spent: unchecked
+    principal = authority(chosen, "10.0.0.2")  # so another client's try is checked, not cached
+    assert principal is not None and principal.kind == "admin"
+
+
+def test_a_revocation_by_another_process_is_seen_within_a_second(
+    store: Store, tmp_path: Path
+) -> None:
+    now = [0.0]
+    authority = TokenAuthority(store, clock=lambda: now[0])
+    token, record = issue_token(store, "admin")
+    assert authority(token) is not None
+    Store(store.url).revoke_token(record.id)  # another server on the same database
+    now[0] = 0.5
+    assert authority(token) is not None  # remembered for at most fresh_seconds
+    now[0] = 1.0
+    assert authority(token) is None

@@ -171,6 +171,8 @@ def worker_args(plan: BootstrapPlan, remote_port: int) -> list[str]:
         plan.kind,
         "--work-dir",
         f"{plan.install_dir}/jobs",
+        "--setup-cache",
+        default_setup_cache_dir(plan.install_dir),
         "--heartbeat-seconds",
         format_seconds(plan.heartbeat_seconds),
         "--deadman-seconds",
@@ -194,6 +196,11 @@ def worker_args(plan: BootstrapPlan, remote_port: int) -> list[str]:
     for key, value in sorted(plan.labels.items()):
         args += ["--label", f"{key}={value}"]
     return args
+
+
+def default_setup_cache_dir(install_dir: str) -> str:
+    """Beside the per-job install dirs: a later job on the host reuses the environments."""
+    return posixpath.join(posixpath.dirname(install_dir), "setup-envs")
 
 
 def default_wheelhouse_dir(install_dir: str, key: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpulayer.cloud.lifecycle.reconciler import Reconciler
 
@@ -48,12 +48,24 @@ def attach_lifecycle(service: ControlService, control_port: int) -> Reconciler:
     service.cloud_available = lambda: bool(check_config(root).providers)
 
     def cloud_refusal(spec: JobSpec) -> str | None:
-        from gpulayer.cloud.lifecycle.placement import gang_refusal
+        from gpulayer.cloud.lifecycle.gangs import nodes_of
+        from gpulayer.cloud.lifecycle.placement import cap_refusal, gang_refusal
 
         chosen = enabled_providers(root, tuple(spec.placement.providers))
-        return gang_refusal(spec, chosen, service.store.list_instances(live_only=True))
+        if nodes_of(spec) > 1:
+            return gang_refusal(spec, chosen, service.store.list_instances(live_only=True))
+        return cap_refusal(spec, chosen)
 
     service.cloud_refusal = cloud_refusal
+
+    def cloud_plan(spec: JobSpec) -> dict[str, Any]:
+        from gpulayer.cloud.lifecycle.gangs import nodes_of
+        from gpulayer.cloud.search import plan_cloud
+
+        chosen = enabled_providers(root, tuple(spec.placement.providers))
+        return plan_cloud(spec, chosen, nodes=nodes_of(spec))
+
+    service.cloud_plan = cloud_plan
     service.provisioner = reconciler
     service.sweep_exempt = reconciler.reconnecting_workers
     reconciler.start()

@@ -86,6 +86,42 @@ def gang_refusal(
     return found.never
 
 
+def cap_refusal(spec: JobSpec, providers: Mapping[str, Any]) -> str | None:
+    """Why the job's max_hourly_cost is below every offer that fits it, read from the shipped
+    catalogs alone (no network), naming the cheapest such offer; None when there is no cap,
+    an offer under it fits, nothing fits at any price (the launch says why), or a provider
+    has no catalog (its offers cannot be known without asking it)."""
+    from gpulayer.cloud.catalogs import has_catalog
+    from gpulayer.cloud.offer import OfferQuery
+    from gpulayer.cloud.ranking import cheapest_over_cap, rank
+    from gpulayer.cloud.search import select, why_nothing_fits
+
+    placement = spec.placement
+    if placement.max_hourly_cost is None or not providers:
+        return None
+    if not all(has_catalog(p) for p in providers.values()):
+        return None
+    query = OfferQuery.from_spec(spec)
+    try:
+        ranked = rank(o for p in providers.values() for o in p.catalog_offers(query))
+    except Exception:
+        return None  # a catalog that cannot be read refuses nothing; the launch will say
+    fitting = select(ranked, query, placement)
+    if fitting.offers:
+        return None
+    over = cheapest_over_cap(
+        ranked,
+        query,
+        max_hourly_cost=placement.max_hourly_cost,
+        providers=placement.providers,
+        regions=placement.regions,
+        currency=placement.currency,
+    )
+    if over is None:
+        return None
+    return why_nothing_fits(ranked, query, placement, fitting)
+
+
 def fallback_target(spec: JobSpec, worker_views: list[Any]) -> tuple[str | None, list[str]]:
     """The next target after cloud in the job's chain that can take it, else None and, per
     fallback target, why not."""

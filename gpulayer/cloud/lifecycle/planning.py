@@ -1,17 +1,18 @@
 """Which offer a cloud job tries next, from what its earlier instances went through. Pure.
 
-Every try is an instance record, so the choice survives a controller restart: a launch the
-provider refused for capacity blocks its place for a backoff (or until capacity frees), a quota
-or credentials refusal blocks its region or provider, and an offer that failed otherwise (SSH,
-bootstrap) is not tried again for this job. When nothing is left, the job either waits for
-capacity or gives up, and the decision says why in one line.
+Every try is an instance record whose outcome columns say what it ended in, so the choice
+survives a controller restart: a launch the provider refused for capacity blocks its place for
+a backoff (or until capacity frees), a quota or credentials refusal blocks its region or
+provider, an offer that failed otherwise (SSH, bootstrap) is not tried again for this job, and
+a reclaimed machine's offer is held for every job for a while. When nothing is left, the job
+either waits for capacity or gives up, and the decision says why in one line.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from gpulayer.backoff import CLOUD_CAPACITY_RETRY
 from gpulayer.cloud.errors import SCOPES, Scope
@@ -19,7 +20,12 @@ from gpulayer.cloud.offer import Offer
 from gpulayer.cloud.ranking import BlockList
 
 OfferKey = tuple[str, str, str, str, bool]
-Outcome = Literal["capacity", "quota", "auth", "config", "failed", "partial", "other"]
+Outcome = Literal[
+    "capacity", "quota", "auth", "config", "failed", "partial", "reclaimed", "other"
+]
+OUTCOMES: frozenset[str] = frozenset(
+    {"capacity", "quota", "auth", "config", "failed", "partial", "reclaimed"}
+)
 
 REFUSALS: tuple[str, ...] = ("capacity", "quota", "auth")
 CONFIG_TRIES_PER_PROVIDER = 2
@@ -38,23 +44,63 @@ def offer_key(offer: Offer | Mapping[str, Any]) -> OfferKey:
     )
 
 
-def refusal_note(kind: str, scope: Scope, message: str) -> str:
-    """How a refused launch is written into the instance record's note."""
-    return f"{kind}/{scope}: {message}"
+@dataclass(frozen=True)
+class TryEnd:
+    """What a try ended in. Written to the instance's outcome columns in the same write as
+    the move that ends it; the next choice reads those columns, and a later step's failure
+    (a terminate) goes to a column of its own, so it never hides what the try ended in."""
+
+    outcome: Outcome
+    scope: Scope | None
+    message: str
+
+    @property
+    def note(self) -> str:
+        """The record's note, for people: `capacity/zone: ...`, `failed: ...`."""
+        head = f"{self.outcome}/{self.scope}" if self.scope else self.outcome
+        return f"{head}: {self.message}"
+
+    def columns(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "outcome_scope": self.scope,
+            "outcome_message": self.message,
+            "note": self.note,
+        }
 
 
-def partial_note(scope: Scope, message: str) -> str:
+def refused(kind: str, scope: Scope, message: str) -> TryEnd:
+    """The provider refused the launch (capacity, quota, auth) for a place."""
+    if kind not in REFUSALS:
+        raise ValueError(f"not a refusal: {kind!r}")
+    return TryEnd(kind, scope, message)  # type: ignore[arg-type]
+
+
+def partial(scope: Scope, message: str) -> TryEnd:
     """A gang of which some nodes came up and one did not: all were torn down, and its
     place is not tried again for the job."""
-    return f"partial/{scope}: {message}"
+    return TryEnd("partial", scope, message)
 
 
-def failure_note(message: str) -> str:
-    return f"failed: {message}"
+def failed(message: str) -> TryEnd:
+    return TryEnd("failed", None, message)
 
 
-def config_note(message: str) -> str:
-    return f"config: {message}"
+def misconfigured(message: str) -> TryEnd:
+    return TryEnd("config", None, message)
+
+
+class TryRecord(Protocol):
+    """An instance record as the choice reads it (the control plane's InstanceRecord)."""
+
+    job_id: str
+    offer: dict[str, Any] | None
+    outcome: str | None
+    outcome_scope: str | None
+    outcome_message: str | None
+    hold_until: float | None
+    created_at: float
+    ended_at: float | None
 
 
 @dataclass(frozen=True)
@@ -68,26 +114,37 @@ class PastTry:
     ended_at: float | None
 
 
-def parse_try(
-    offer: Mapping[str, Any] | None, note: str | None, created_at: float, ended_at: float | None
-) -> PastTry | None:
-    """One earlier instance of the job as a try; None for records without an offer."""
-    if not offer:
+def past_try(record: TryRecord) -> PastTry | None:
+    """One earlier instance of the job as a try; None for records without an offer. A try
+    with no recorded fault (it ran, or still runs) is "other"."""
+    if not record.offer:
         return None
-    key = offer_key(offer)
-    label = key_label(key)
-    text = note or ""
-    head, _, message = text.partition(": ")
-    kind, _, scope = head.partition("/")
-    if kind in REFUSALS and scope in SCOPES:
-        return PastTry(key, label, kind, scope, message, created_at, ended_at)  # type: ignore[arg-type]
-    if kind == "partial" and scope in SCOPES:
-        return PastTry(key, label, "partial", scope, message, created_at, ended_at)
-    if kind == "failed":
-        return PastTry(key, label, "failed", None, message, created_at, ended_at)
-    if kind == "config":
-        return PastTry(key, label, "config", None, message, created_at, ended_at)
-    return PastTry(key, label, "other", None, text, created_at, ended_at)
+    key = offer_key(record.offer)
+    outcome = record.outcome if record.outcome in OUTCOMES else "other"
+    scope = record.outcome_scope if record.outcome_scope in SCOPES else None
+    return PastTry(
+        key,
+        key_label(key),
+        outcome,  # type: ignore[arg-type]
+        scope,
+        record.outcome_message or "",
+        record.created_at,
+        record.ended_at,
+    )
+
+
+def tries_of(records: Iterable[TryRecord]) -> list[PastTry]:
+    return [t for t in (past_try(r) for r in records) if t is not None]
+
+
+def held_offers(records: Iterable[TryRecord], now: float) -> dict[OfferKey, str]:
+    """Offers held for every job (a spot machine just reclaimed), with why, from the tries
+    that hold them: they are in the store, so a restarted controller holds them too."""
+    held: dict[OfferKey, str] = {}
+    for record in records:
+        if record.offer and record.hold_until is not None and record.hold_until > now:
+            held[offer_key(record.offer)] = f"reclaimed from job {record.job_id}"
+    return held
 
 
 @dataclass(frozen=True)

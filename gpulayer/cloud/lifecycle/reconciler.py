@@ -27,11 +27,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpulayer.backoff import CLOUD_TERMINATE_RETRY
+from gpulayer.cloud.credentials import using_environment
 from gpulayer.cloud.lifecycle import gangs, planning
 from gpulayer.cloud.lifecycle.links import Link, Links, connect, host_keys_path, reopen
 from gpulayer.cloud.lifecycle.placement import candidates, fallback_target
-from gpulayer.cloud.lifecycle.states import GONE, HOLDS_WORKER, check_transition, timed_out
-from gpulayer.cloud.protocol import node_install_dir
+from gpulayer.cloud.lifecycle.states import (
+    GONE,
+    HOLDS_WORKER,
+    check_transition,
+    stuck_move,
+    timed_out,
+)
+from gpulayer.cloud.protocol import node_install_dir, offers_are_machines
 from gpulayer.errors import UsageError
 
 if TYPE_CHECKING:
@@ -53,6 +60,8 @@ HOLD_RECLAIMED_SECONDS = 600.0
 REQUEST_TAG = "gpulayer:request"
 GANG_SIZE_TAG = "gpulayer:gang-size"
 _RECLAIMED = "reclaimed by the provider"
+RECLAIM_UPLOAD_MARGIN_SECONDS = 30.0
+"""Past a reclaimed job's grace: time for its worker to upload what it wrote and report."""
 
 
 class Reconciler:
@@ -65,6 +74,7 @@ class Reconciler:
         load_providers: ProvidersLoader,
         settings: Callable[[], Mapping[str, Any]] | None = None,
         parallel_steps: int = 8,
+        parallel_teardowns: int = 4,
     ) -> None:
         self.service = service
         self.store = service.store
@@ -75,7 +85,13 @@ class Reconciler:
         self.keys_dir = service.layout.root / "keys"
         self.links = Links()
         self._pool = ThreadPoolExecutor(parallel_steps, thread_name_prefix="gpulayer-lifecycle")
+        # Drains and terminates have threads of their own: slow bootstraps filling the pool
+        # must not keep a machine billing after its job ended.
+        self._teardown_pool = ThreadPoolExecutor(
+            parallel_teardowns, thread_name_prefix="gpulayer-teardown"
+        )
         self._lock = threading.Lock()
+        self._placing = threading.Lock()
         self._inflight: set[str] = set()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -83,10 +99,9 @@ class Reconciler:
         """Request id -> when to try its step again (a terminate or a tunnel that failed)."""
         self._job_retry_at: dict[str, float] = {}
         """Job id -> when to look for capacity again."""
-        self._failures: dict[str, int] = {}
         self._checked_at: dict[str, float] = {}
-        self._unreachable_since: dict[str, float] = {}
-        self._held: dict[planning.OfferKey, tuple[float, str]] = {}
+        self._reclaimed_since: dict[str, float] = {}
+        """Request id -> when its reclaim was seen while its job was still saving its work."""
         self._capacity_freed_at = 0.0
         self._reconnecting: set[str] = set()
         self._last_reap = 0.0
@@ -109,6 +124,7 @@ class Reconciler:
         self._stop.set()
         self._wake.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._teardown_pool.shutdown(wait=False, cancel_futures=True)
         self.links.close_all()
 
     def resume(self) -> None:
@@ -143,10 +159,28 @@ class Reconciler:
 
     def reconcile_once(self) -> None:
         now = time.time()
+        if not self.store.cloud_work_exists():
+            # Nothing cloud-bound anywhere: one cheap query, not every instance and queued job.
+            if now - self._last_reap > REAP_EVERY_SECONDS:
+                self._last_reap = now
+                self._submit("reap", self._reap_unknown)
+            return
         records = self.store.list_instances(live_only=True)
         busy_jobs = {r.job_id for r in records}
+        limits = self.settings.get("state_timeouts") or {}
         for record in records:
-            if self._busy(record.request_id) or self._retry_at.get(record.request_id, 0) > now:
+            # Before the busy check: a step that hangs is what leaves an instance stuck.
+            if self._move_on_if_stuck(record, now, limits):
+                continue
+            if self._retry_at.get(record.request_id, 0) > now:
+                continue
+            if (record.next_step_at or 0) > now:
+                continue  # its failed step waits for its backoff (kept across restarts)
+            if record.state in ("draining", "terminating"):
+                if self._busy(_end_key(record.request_id)):
+                    continue
+            elif self._busy(record.request_id):
+                self._end_under_a_busy_step(record)
                 continue
             if record.launch_id and self._busy(_launch_key(record.launch_id)):
                 continue  # its gang's launch moves every node itself
@@ -157,29 +191,82 @@ class Reconciler:
         waiting = self.store.queued_jobs() + self.store.list_jobs(
             states=["provisioning"], limit=10_000
         )
+        self.service.forget_cloud_environments(busy_jobs)
         for job in waiting:
             if job.target != "cloud" or job.id in busy_jobs:
                 continue
             if self._job_retry_at.get(job.id, 0) > now:
                 continue
-            self._submit(f"plan:{job.id}", self._plan_job, job.id)
+            self._submit(f"plan:{job.id}", self._plan_job, job.id, job_id=job.id)
         if now - self._last_reap > REAP_EVERY_SECONDS:
             self._last_reap = now
             self._submit("reap", self._reap_unknown)
+
+    def _move_on_if_stuck(self, r: InstanceRecord, now: float, limits: Mapping[str, float]) -> bool:
+        since = r.state_since or r.created_at
+        move = stuck_move(r.state, since, now, limits)
+        if move is None:
+            return False
+        if r.state in PROVISIONING_STATES and now - since <= self._provisioning_budget(r.job_id):
+            return False  # the job allows more (a queue that may hold it for hours)
+        values: dict[str, Any] = {}
+        if move.failed_try and r.node_rank == 0:
+            values.update(planning.failed(move.reason).columns())
+        if move.to == "never_launched":
+            values["ended_at"] = now
+        if not self._move(r, move.to, move.reason, **values):
+            return False
+        log.warning("instance %s: %s", r.request_id, move.reason)
+        self._note(r.job_id, f"instance {r.request_id}: {move.reason}; moved to {move.to}")
+        if move.to == "never_launched":
+            self._gone(r)
+        return True
+
+    def _provisioning_budget(self, job_id: str) -> float:
+        """The job's provisioning_timeout_seconds, when it set one; 0 otherwise."""
+        from gpulayer.spec import JobSpec
+
+        provisioning = JobSpec.model_validate(
+            self.store.get_job(job_id).spec
+        ).placement.provisioning
+        if provisioning is None or provisioning.provisioning_timeout_seconds is None:
+            return 0.0
+        return float(provisioning.provisioning_timeout_seconds)
+
+    def _end_under_a_busy_step(self, r: InstanceRecord) -> None:
+        """A job that ended while its machine is still being made a worker: the machine goes
+        now; the bootstrap, when it returns, finds the instance moved on and stops."""
+        if r.state not in ("booting", "bootstrapping"):
+            return
+        job = self.store.get_job(r.job_id)
+        reservation = self.store.reservation(r.request_id)
+        if job.terminal or reservation is None or reservation.state == "released":
+            self._move(r, "draining", f"its job ended while {r.state}")
 
     def _busy(self, key: str) -> bool:
         with self._lock:
             return key in self._inflight
 
-    def _submit(self, key: str, step: Callable[..., object], *args: Any) -> None:
+    def _submit(
+        self,
+        key: str,
+        step: Callable[..., object],
+        *args: Any,
+        job_id: str | None = None,
+        teardown: bool = False,
+    ) -> None:
+        """Run a step in the pool; a job's steps call its provider with the credentials of the
+        submit that sent it (see gpulayer.cloud.credentials)."""
         with self._lock:
             if key in self._inflight or self._stop.is_set():
                 return
             self._inflight.add(key)
+        environ = self.service.cloud_environment(job_id) if job_id is not None else None
 
         def run() -> None:
             try:
-                step(*args)
+                with using_environment(environ):
+                    step(*args)
             except Exception:
                 log.exception("lifecycle step %s failed", key)
             finally:
@@ -188,7 +275,7 @@ class Reconciler:
                 self._wake.set()
 
         try:
-            self._pool.submit(run)
+            (self._teardown_pool if teardown else self._pool).submit(run)
         except RuntimeError:  # the pool is shut down: the controller is stopping
             with self._lock:
                 self._inflight.discard(key)
@@ -212,28 +299,28 @@ class Reconciler:
                 self._move(r, "never_launched", "its job ended before the launch", ended_at=now)
                 self._gone(r)
             elif launches:
-                self._submit(_launch_key(rid), self._launch, rid)
+                self._submit(_launch_key(rid), self._launch, rid, job_id=r.job_id)
         elif r.state == "launching":
             if ended:
                 self._move(r, "terminating", "its job ended during the launch")
             elif launches:
                 # A launch is idempotent by request id.
-                self._submit(_launch_key(rid), self._launch, rid)
+                self._submit(_launch_key(rid), self._launch, rid, job_id=r.job_id)
         elif r.state in ("booting", "bootstrapping"):
             if ended:
                 self._move(r, "draining", f"its job ended while {r.state}")
             elif r.state == "bootstrapping":
                 # Only a step of this process bootstraps, and none does: a restart cut it off.
                 self._move(r, "booting", "the controller restarted mid-bootstrap; starting over")
-                self._submit(rid, self._prepare, rid)
+                self._submit(rid, self._prepare, rid, job_id=r.job_id)
             else:
-                self._submit(rid, self._prepare, rid)
+                self._submit(rid, self._prepare, rid, job_id=r.job_id)
         elif r.state in HOLDS_WORKER:
             self._drive_worker(r, job, reservation, ended, since, now)
         elif r.state == "draining":
-            self._submit(rid, self._drain, rid)
+            self._submit(_end_key(rid), self._drain, rid, job_id=r.job_id, teardown=True)
         elif r.state == "terminating":
-            self._submit(rid, self._terminate, rid)
+            self._submit(_end_key(rid), self._terminate, rid, job_id=r.job_id, teardown=True)
 
     def _drive_worker(
         self,
@@ -247,17 +334,24 @@ class Reconciler:
         rid = r.request_id
         worker_id = reservation.worker_id if reservation is not None else None
         if ended:
+            # The worker may have said its machine was going before this pass saw the job end.
+            if r.outcome != "reclaimed" and self._ended_by_reclaim(job.id, worker_id):
+                self._remember_reclaim(r)
             self._release(r, "its job ended")
             return
         link = self.links.get(rid)
         if link is None or not link.alive:
-            first = self._unreachable_since.setdefault(rid, now)
+            first = r.unreachable_since
+            if first is None:
+                first = now
+                self.store.update_instance(rid, unreachable_since=now)
             if now - first > self._deadman_seconds():
                 self._lose(r, worker_id, "worker_lost", "its instance could not be reached again")
             else:
-                self._submit(rid, self._reconnect, rid)
+                self._submit(rid, self._reconnect, rid, job_id=r.job_id)
             return
-        self._unreachable_since.pop(rid, None)
+        if r.unreachable_since is not None:
+            self.store.update_instance(rid, unreachable_since=None)
         active = self._active_attempt(job.id, worker_id)
         if r.state == "ready":
             # A gang's nodes are handed over together, once the last one is ready.
@@ -276,10 +370,12 @@ class Reconciler:
         if active is None:
             if r.launch_id and self._gang_still_runs(r):
                 return  # its node is done; the gang's machines go together when all are
+            if self._ended_by_reclaim(job.id, worker_id):
+                self._remember_reclaim(r)
             self._release(r, "its job's attempt ended")
         elif now - self._checked_at.get(rid, 0) > CHECK_EVERY_SECONDS:
             self._checked_at[rid] = now
-            self._submit(rid, self._check, rid)
+            self._submit(rid, self._check, rid, job_id=r.job_id)
 
     def _gang_still_runs(self, r: InstanceRecord) -> bool:
         """Does another node of the gang still run its part of the job?"""
@@ -344,7 +440,7 @@ class Reconciler:
             shutil.rmtree(pinned, ignore_errors=True)
         else:
             pinned.unlink(missing_ok=True)
-        for table in (self._retry_at, self._failures, self._checked_at, self._unreachable_since):
+        for table in (self._retry_at, self._checked_at, self._reclaimed_since):
             table.pop(r.request_id, None)
 
     def _gang(self, r: InstanceRecord) -> list[InstanceRecord]:
@@ -381,9 +477,10 @@ class Reconciler:
             return
         spec = JobSpec.model_validate(job.spec)
         placement = spec.placement
+        providers = self.load_providers(tuple(placement.providers))
         found = candidates(
             spec,
-            self.load_providers(tuple(placement.providers)),
+            providers,
             self.store.list_instances(live_only=True),
             job_id,
             lambda text: self._note(job_id, text),
@@ -391,35 +488,54 @@ class Reconciler:
         if found.never is not None:
             return self._next_target_or_fail(job, spec, found.never)
         now = time.time()
-        tries = [
-            t
-            for t in (
-                planning.parse_try(r.offer, r.note, r.created_at, r.ended_at)
-                for r in self.store.list_instances(job_id=job_id)
-            )
-            if t is not None
-        ]
-        held = {key: why for key, (until, why) in self._held.items() if until > now}
+        tries = planning.tries_of(self.store.list_instances(job_id=job_id))
+        held = planning.held_offers(self.store.instances_holding_offers(now), now)
         provisioning = placement.provisioning
-        decision = planning.choose(
-            found.fitting,
-            tries,
-            now=now,
-            capacity_freed_at=self._capacity_freed_at,
-            held_offers=held,
-            busy=found.busy,
-            queue=placement.on_unschedulable == "queue",
-            wait_limit=provisioning.provisioning_timeout_seconds if provisioning else None,
-            wait_started=job.created_at,
-        )
+
+        def decide(unavailable: Mapping[planning.OfferKey, str]) -> planning.Decision:
+            return planning.choose(
+                found.fitting,
+                tries,
+                now=now,
+                capacity_freed_at=self._capacity_freed_at,
+                held_offers={**held, **unavailable},
+                busy=found.busy,
+                queue=placement.on_unschedulable == "queue",
+                wait_limit=provisioning.provisioning_timeout_seconds if provisioning else None,
+                wait_started=job.created_at,
+            )
+
+        decision = decide({})
         if decision.offer is not None:
-            self._job_retry_at.pop(job_id, None)
-            self._record(job, spec, decision.offer)
-        elif decision.wait is not None:
+            with self._placing:
+                # Plans run side by side: an offer that is one machine (an ssh host) goes to
+                # the first job that records it, and a job planned at the same instant
+                # chooses again rather than reaching for the same host.
+                taken = self._machines_taken(job_id, providers)
+                if planning.offer_key(decision.offer) in taken:
+                    decision = decide(taken)
+                if decision.offer is not None:
+                    self._job_retry_at.pop(job_id, None)
+                    self._record(job, spec, decision.offer)
+                    return
+        if decision.wait is not None:
             self._job_retry_at[job_id] = now + (decision.retry_in or planning.backoff_seconds(1))
             self.service.wait_for_capacity(job_id, decision.wait)
         else:
             self._next_target_or_fail(job, spec, decision.give_up or "no offer left")
+
+    def _machines_taken(
+        self, job_id: str, providers: Mapping[str, Any]
+    ) -> dict[planning.OfferKey, str]:
+        """Offers that are one machine and that another job's live instance holds now."""
+        taken: dict[planning.OfferKey, str] = {}
+        for record in self.store.list_instances(live_only=True):
+            if record.job_id == job_id or not record.offer:
+                continue
+            provider = providers.get(record.provider)
+            if provider is not None and offers_are_machines(provider):
+                taken[planning.offer_key(record.offer)] = f"in use by job {record.job_id}"
+        return taken
 
     def _record(self, job: JobRecord, spec: JobSpec, offer: Offer) -> None:
         """Write the instance down (with its reservation) before anything is created."""
@@ -462,7 +578,7 @@ class Reconciler:
         what = offer.label if nodes == 1 else f"{nodes} x {offer.label}"
         if not self.service.begin_provisioning(job.id, f"provisioning {what}"):
             return  # cancelled meanwhile: the next pass ends the record as never launched
-        self._submit(_launch_key(request_id), self._launch, request_id)
+        self._submit(_launch_key(request_id), self._launch, request_id, job_id=job.id)
 
     def _launch(self, request_id: str) -> None:
         from gpulayer.cloud.errors import ProviderError, ScopedProviderError
@@ -506,8 +622,14 @@ class Reconciler:
                 image=self._image_for(offer.provider, release),
                 disk_gb=int(spec.resources.disk_gb) if spec.resources.disk_gb else None,
                 spot=offer.spot,
+                time_limit_seconds=spec.timeout_seconds,
+                provisioning_timeout_seconds=(
+                    spec.placement.provisioning.provisioning_timeout_seconds
+                    if spec.placement.provisioning
+                    else DEFAULT_PROVISIONING_SECONDS
+                ),
                 count=count,
-                progress=lambda text: self._note(r.job_id, text),
+                progress=lambda text: self._launch_progress(r.job_id, text),
             )
             if count == 1:
                 instances = [provider.launch(offer, request)]
@@ -522,18 +644,18 @@ class Reconciler:
                 )
         except ScopedProviderError as exc:
             # A refusal: the provider says it created nothing, so nothing is to be torn down.
-            note = planning.refusal_note(exc.kind, exc.scope, exc.message)
-            self._end_launch(gang, "never_launched", f"{exc.kind}: {exc}", note)
+            end = planning.refused(exc.kind, exc.scope, exc.message)
+            self._end_launch(gang, "never_launched", f"{exc.kind}: {exc}", end)
             self._note(r.job_id, f"{offer.label}: {exc}; blocking that {exc.scope} and moving on")
             return
         except UsageError as exc:  # ProviderSettingsError, an image release missing, ...
             # Refused before any call that creates: nothing to tear down.
-            note = planning.config_note(str(exc))
-            self._end_launch(gang, "never_launched", f"configuration error: {exc}", note)
+            end = planning.misconfigured(str(exc))
+            self._end_launch(gang, "never_launched", f"configuration error: {exc}", end)
             earlier = [
                 i
                 for i in self.store.list_instances(job_id=r.job_id)
-                if i.provider == offer.provider and (i.note or "").startswith("config: ")
+                if i.provider == offer.provider and i.outcome == "config"
             ]
             if len(earlier) >= planning.CONFIG_TRIES_PER_PROVIDER:
                 self._note(r.job_id, f"{offer.label}: {exc}; not trying {offer.provider} again")
@@ -542,8 +664,8 @@ class Reconciler:
             return
         except Exception as exc:
             # It may or may not have created something: terminate looks it up by request tag.
-            failure = planning.failure_note(str(exc))
-            self._end_launch(gang, "terminating", f"launch failed: {exc}", failure)
+            end = planning.failed(str(exc))
+            self._end_launch(gang, "terminating", f"launch failed: {exc}", end)
             self._note(r.job_id, f"{offer.label}: {exc}; trying the next offer")
             return
         for node, instance in zip(gang, instances, strict=True):
@@ -569,15 +691,24 @@ class Reconciler:
                 ),
             )
 
-    def _end_launch(self, gang: list[InstanceRecord], to: str, reason: str, note: str) -> None:
+    def _launch_progress(self, job_id: str, text: str) -> None:
+        self._note(job_id, text)
+        if text.startswith("waiting for capacity"):
+            # A launch that waits in a provider's queue says why in the job's status too.
+            self.service.begin_provisioning(job_id, text)
+
+    def _end_launch(
+        self, gang: list[InstanceRecord], to: str, reason: str, end: planning.TryEnd
+    ) -> None:
         """The launch call did not give the gang: every node moves to ``to``. Node 0's record
-        alone carries the note, so one gang counts as one try when the next offer is chosen."""
+        alone carries the outcome, so one gang counts as one try when the next offer is
+        chosen."""
         for node in gang:
-            values: dict[str, Any] = {"note": note} if node.node_rank == 0 else {}
+            values: dict[str, Any] = end.columns() if node.node_rank == 0 else {}
             if to == "never_launched":
                 values["ended_at"] = time.time()
-            self._move(node, to, reason, **values)
-            if to == "never_launched":
+            # A node the stuck pass moved on meanwhile is its teardown's now.
+            if self._move(node, to, reason, **values) and to == "never_launched":
                 self._gone(node)
 
     def _prepare(self, request_id: str) -> None:
@@ -663,7 +794,11 @@ class Reconciler:
             self.links.put(request_id, link)
             self.store.update_instance(request_id, tunnel_port=remote.remote_port)
             worker_id = self._wait_for_binding(request_id, deadline)
-            self._move(r, "ready", f"worker {worker_id} joined", ready_at=time.time())
+            if not self._move(r, "ready", f"worker {worker_id} joined", ready_at=time.time()):
+                # Moved on meanwhile (timed out, or its job ended): its teardown may have run
+                # before this link existed, so the worker it started is stopped here.
+                self._abandon_worker(request_id)
+                return
             self._note(r.job_id, f"worker {request_id} is ready on {machine['ssh_host']}")
             if gangs.all_ready(r, self._gang(r)):
                 self.service.hand_to_reserved_worker(r.job_id)
@@ -676,12 +811,14 @@ class Reconciler:
             if current.state in ("booting", "bootstrapping"):
                 # One node of a gang failing is a partial launch: every node goes, and the
                 # gang's zone is not tried again for the job.
-                note = (
-                    planning.partial_note("zone", f"node {r.node_rank} {exc}")
+                end = (
+                    planning.partial("zone", f"node {r.node_rank} {exc}")
                     if r.launch_id
-                    else planning.failure_note(str(exc))
+                    else planning.failed(str(exc))
                 )
-                self._move(current, "draining", f"could not be made a worker: {exc}", note=note)
+                self._move(
+                    current, "draining", f"could not be made a worker: {exc}", **end.columns()
+                )
             if r.launch_id:
                 self._note(
                     r.job_id,
@@ -771,38 +908,81 @@ class Reconciler:
         worker_id = reservation.worker_id if reservation is not None else None
         where = f"{r.provider} {r.instance_id}"
         if instance is None or instance.reclaimed:
-            if r.offer:
-                until = time.time() + float(
-                    self.settings.get("hold_reclaimed_seconds", HOLD_RECLAIMED_SECONDS)
-                )
-                self._held[planning.offer_key(r.offer)] = (until, f"reclaimed from job {r.job_id}")
-            self.store.update_instance(request_id, note=_RECLAIMED)
-            r.note = _RECLAIMED
+            if request_id not in self._reclaimed_since:
+                self._remember_reclaim(r)
+            if worker_id is not None and self._saving_its_work(r, worker_id):
+                return False
+            self._reclaimed_since.pop(request_id, None)
             self._lose(r, worker_id, "preempted", f"{where} was reclaimed by the provider")
         else:
             self._lose(r, worker_id, "worker_lost", f"{where} is {instance.state}")
         return True
 
-    def _drain(self, request_id: str) -> None:
-        """Take the worker off: stop it, close the tunnel, revoke its token."""
+    def _remember_reclaim(self, r: InstanceRecord) -> None:
+        """The provider took the machine back: its offer is held for a while, and the record
+        says why its try ended."""
+        until = time.time() + float(
+            self.settings.get("hold_reclaimed_seconds", HOLD_RECLAIMED_SECONDS)
+        )
+        self.store.update_instance(
+            r.request_id,
+            note=_RECLAIMED,
+            outcome="reclaimed",
+            outcome_scope=None,
+            outcome_message=_RECLAIMED,
+            hold_until=until,
+        )
+        r.note, r.outcome, r.hold_until = _RECLAIMED, "reclaimed", until
+
+    def _ended_by_reclaim(self, job_id: str, worker_id: str | None) -> bool:
+        """Did the job's last attempt on this worker end because its machine was reclaimed
+        (its worker said so as the machine shut down)?"""
+        ended = [a for a in self.store.attempts_for(job_id) if a.worker_id == worker_id]
+        return bool(ended) and max(ended, key=lambda a: a.number).reason == "preempted"
+
+    def _saving_its_work(self, r: InstanceRecord, worker_id: str) -> bool:
+        """A machine reclaimed under a running job shuts down: its worker gives the job its
+        grace_seconds and uploads what it wrote before it goes. While the worker still
+        answers, wait for its report that long (and a margin for the upload), keeping the
+        tunnel open; a worker gone silent ends the wait."""
+        if not self.store.active_attempts(worker_id):
+            return False
+        if self.store.get_worker(worker_id).state != "ready":
+            return False
+        now = time.time()
+        since = self._reclaimed_since.get(r.request_id)
+        grace = float(self.store.get_job(r.job_id).spec.get("grace_seconds", 30))
+        if since is None:
+            self._reclaimed_since[r.request_id] = since = now
+            self._note(
+                r.job_id,
+                f"instance {r.request_id}: reclaimed by the provider; its job has up to "
+                f"{grace:g} s to save its work",
+            )
+        return now - since < grace + RECLAIM_UPLOAD_MARGIN_SECONDS
+
+    def _abandon_worker(self, request_id: str, *, stop: bool = True) -> None:
+        """Stop the worker over its link (when it answers) and close the link."""
         from gpulayer.cloud.bootstrap import remove_command, stop_command
 
+        link = self.links.pop(request_id)
+        if link is None:
+            return
+        if stop and link.alive and link.install_dir:
+            for command in (stop_command(link.install_dir, 10), remove_command(link.install_dir)):
+                try:
+                    link.session.run(command, timeout=60)
+                except Exception as exc:
+                    log.warning("instance %s: %s", request_id, exc)
+                    break
+        link.close()
+
+    def _drain(self, request_id: str) -> None:
+        """Take the worker off: stop it, close the tunnel, revoke its token."""
         r = self._fresh(request_id)
         if r.state != "draining":
             return
-        link = self.links.pop(request_id)
-        if link is not None:
-            if link.alive and link.install_dir and r.note != _RECLAIMED:
-                for command in (
-                    stop_command(link.install_dir, 10),
-                    remove_command(link.install_dir),
-                ):
-                    try:
-                        link.session.run(command, timeout=60)
-                    except Exception as exc:
-                        log.warning("instance %s: %s", request_id, exc)
-                        break
-            link.close()
+        self._abandon_worker(request_id, stop=r.outcome != "reclaimed")
         reservation = self.store.reservation(request_id)
         if reservation is not None and reservation.worker_id:
             self.service.retire_worker(reservation.worker_id)
@@ -854,10 +1034,15 @@ class Reconciler:
             self._note(r.job_id, f"instance {request_id} torn down")
 
     def _terminate_later(self, r: InstanceRecord, why: str) -> None:
-        failures = self._failures.get(r.request_id, 0) + 1
-        self._failures[r.request_id] = failures
-        self._retry_at[r.request_id] = time.time() + CLOUD_TERMINATE_RETRY.delay(failures)
-        self.store.update_instance(r.request_id, note=f"terminate failed: {why}")
+        failures = self._fresh(r.request_id).step_failures + 1
+        # The error has its own column: the outcome of the try stays what the next choice
+        # reads, and the backoff survives a restart.
+        self.store.update_instance(
+            r.request_id,
+            last_error=f"terminate failed: {why}",
+            step_failures=failures,
+            next_step_at=time.time() + CLOUD_TERMINATE_RETRY.delay(failures),
+        )
         log.warning("terminating %s failed (%s); retrying", r.request_id, why)
         if failures == 1:
             self._note(r.job_id, f"instance {r.request_id}: terminating failed ({why}); retrying")
@@ -875,6 +1060,7 @@ class Reconciler:
         ended += self._reap_unknown(dry_run=dry_run)
         if not dry_run:
             self._retry_at.clear()
+            self.store.clear_step_retries()
             self._wake.set()
         return ended
 
@@ -956,9 +1142,19 @@ class Reconciler:
         )
         if configured:
             return str(configured)
-        # Powering off is how a cloud instance stops billing; on a host we do not own, only
-        # the worker stops.
-        return "stop" if provider == "ssh" else "poweroff"
+        # Powering off is how a cloud instance stops billing; on a host we do not own (an ssh
+        # host, a Slurm node, whose allocation ends by its time limit), only the worker stops.
+        return "stop" if provider in ("ssh", "slurm") else "poweroff"
+
+
+PROVISIONING_STATES = frozenset({"launching", "booting", "bootstrapping"})
+"""States a job's own provisioning_timeout_seconds may hold an instance in beyond the table."""
+
+
+def _end_key(request_id: str) -> str:
+    """Drain and terminate steps run under their own key, so a bootstrap still under way
+    for the instance does not hold its teardown back."""
+    return f"end:{request_id}"
 
 
 def _launch_key(request_id: str) -> str:

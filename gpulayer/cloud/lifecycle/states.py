@@ -7,6 +7,8 @@ left to do. Modelled on Ray autoscaler v2's instance states, cut to what one job
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Literal
 
 from gpulayer.errors import GpulayerError
@@ -98,3 +100,42 @@ def allowed(current: str, wanted: str) -> bool:
 def timed_out(state: str, since: float, now: float) -> bool:
     limit = STATE_TIMEOUTS.get(state)
     return limit is not None and now - since > limit
+
+
+# What the stuck-instance pass does with an instance that outstayed its state's limit, and
+# what it says. A launch whose call may have created something is terminated (the reaper
+# catches one created after that); a machine that never became a worker is drained.
+# `ready` is not here: a gang's ready nodes wait for the others, so the reconciler bounds it
+# itself once all are ready.
+_STUCK: dict[str, tuple[InstanceState, str, bool]] = {
+    "requested": ("never_launched", "the launch did not start", False),
+    "launching": ("terminating", "the launch call", True),
+    "booting": ("draining", "the wait for SSH", True),
+    "bootstrapping": ("draining", "the bootstrap", True),
+    "draining": ("terminating", "draining", False),
+}
+
+STUCK_STATES: frozenset[str] = frozenset(_STUCK)
+
+
+@dataclass(frozen=True)
+class StuckMove:
+    to: InstanceState
+    reason: str
+    """As recorded with the move: `the bootstrap timed out after 300 s`."""
+    failed_try: bool
+    """Whether the offer counts as failed for the job (it is not tried again for it)."""
+
+
+def stuck_move(
+    state: str, since: float, now: float, limits: Mapping[str, float | None] = STATE_TIMEOUTS
+) -> StuckMove | None:
+    """The move for an instance in ``state`` since ``since``, when it has outstayed the limit."""
+    if state not in _STUCK:
+        return None
+    limit = limits.get(state, STATE_TIMEOUTS[state])
+    if limit is None or now - since <= limit:
+        return None
+    to, what, failed_try = _STUCK[state]
+    check_transition(state, to)
+    return StuckMove(to, f"{what} timed out after {limit:g} s", failed_try)

@@ -17,6 +17,7 @@ PALETTE = ("#3b6fd8", "#e0803a", "#3aa57a", "#b5479b", "#c9b037", "#5bb3c9", "#8
 PHASE_COLOURS = {
     "queued": "#b8b8b8",
     "provisioning": "#e0803a",
+    "setup": "#2a9d8f",
     "running": "#3b6fd8",
     "teardown": "#b5479b",
 }

@@ -13,15 +13,20 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from gpulayer.control.job_filters import (
+    JOB_STATES,
+    check_states,
+    parse_label_pairs,
+    with_schedule,
+)
 from gpulayer.control.service import ControlService
 from gpulayer.control.store import InstanceRecord
 from gpulayer.control.ui.charts import Interval, daily_bars_svg, daily_totals, timeline_svg
 from gpulayer.control.ui.timeline import cloud_phases, job_segments
 from gpulayer.control.views import job_view
 from gpulayer.errors import UsageError
+from gpulayer.protocol.messages import SETUP_LOG_PREFIX
 
-JOB_STATES = ("queued", "provisioning", "running", "succeeded", "failed", "cancelled")
-SCHEDULE_LABEL = "gpulayer.dev/schedule"
 PAGE_SIZE = 50
 
 
@@ -38,17 +43,12 @@ def _costs(instances: list[InstanceRecord], now: float) -> dict[str, dict[str, f
 def parse_job_filters(query: Mapping[str, str]) -> dict[str, Any]:
     """The jobs page's filters from its query string; a bad one is a UsageError naming it."""
     state = (query.get("state") or "").strip()
-    if state and state not in JOB_STATES:
-        raise UsageError(f"state: one of {', '.join(JOB_STATES)}")
-    labels: dict[str, str] = {}
-    for pair in filter(None, (p.strip() for p in (query.get("label") or "").split(","))):
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"label: {pair!r} is not KEY=VALUE")
-        labels[key.strip()] = value.strip()
+    if state:
+        check_states([state], "state")
+    pairs = filter(None, (p.strip() for p in (query.get("label") or "").split(",")))
+    labels = parse_label_pairs(pairs, "label")
     schedule = (query.get("schedule") or "").strip()
-    if schedule:
-        labels[SCHEDULE_LABEL] = schedule
+    labels = with_schedule(labels, schedule or None, "schedule")
     raw_page = (query.get("page") or "1").strip()
     if not raw_page.isdigit() or int(raw_page) < 1:
         raise UsageError("page: a whole number, 1 or more")
@@ -113,7 +113,9 @@ def job_context(service: ControlService, job_ref: str) -> dict[str, Any]:
         "job": view,
         "terminal": job.terminal,
         "spec_text": json.dumps(job.spec, indent=2, sort_keys=True),
-        "timeline": timeline_svg(job_segments(job, attempts, instances, now)),
+        "timeline": timeline_svg(
+            job_segments(job, attempts, instances, now, store.setup_spans(job_id, SETUP_LOG_PREFIX))
+        ),
         "instances": [
             {
                 "record": i,
@@ -154,6 +156,7 @@ def workers_context(service: ControlService) -> dict[str, Any]:
                 "gpus_total": len(caps.gpus),
                 "labels": snapshot.labels,
                 "heartbeat_age": now - record.last_heartbeat,
+                "isolation": caps.isolation,
             }
         )
     return {"rows": rows}
@@ -255,8 +258,31 @@ def offers_context(service: ControlService, query: Mapping[str, str]) -> dict[st
         gpu_count_exact=bool((query.get("gpus") or "").strip()),
         include_disabled=query.get("enabled_only") != "1",
         limit=int(limit_text),
+        # The form's own field names, as its error line shows them.
+        names={"gpu_models": "gpu", "regions": "region", "providers": "provider"},
     )
     return {"listing": listing, "query": dict(query)}
+
+
+PLAN_SPEC_LIMIT = 256 * 1024
+"""The most a pasted spec may hold (characters): a spec is a page of text, not a data file."""
+
+
+def plan_context(service: ControlService, text: str) -> dict[str, Any]:
+    """Where a pasted job spec (YAML or JSON) would run and why, as `gpulayer plan` says it;
+    nothing is created."""
+    from gpulayer.spec.loader import parse_spec_text
+
+    if not text.strip():
+        raise UsageError("spec: paste a job spec (YAML or JSON) to plan")
+    if len(text) > PLAN_SPEC_LIMIT:
+        raise UsageError(f"spec: longer than {PLAN_SPEC_LIMIT} characters")
+    try:
+        data = parse_spec_text(text, yaml_first=not text.lstrip().startswith("{"))
+    except UsageError as exc:
+        # The loader names the CLI's flag; here the field is the form's.
+        raise UsageError("spec: " + str(exc).removeprefix("--file: ")) from None
+    return {"plan": service.plan(data)}
 
 
 def schedules_context(service: ControlService) -> dict[str, Any]:

@@ -48,7 +48,13 @@ _ERROR_STATUS = {NotFoundError: 404, ForbiddenError: 403, StaleAttemptError: 409
 _LOG_RECHECK_SECONDS = 2.0
 _SESSION_RECHECK_SECONDS = 30.0
 
-Authenticator = Callable[[str], "Principal | None"]
+Authenticator = Callable[[str, "str | None"], "Principal | None"]
+"""(token, client address) -> its principal; the address keeps slow checks of chosen admin
+passwords rationed per client, so one client's wrong logins cannot lock out another's."""
+
+
+def client_of(request: Request) -> str | None:
+    return request.client.host if request.client is not None else None
 
 
 def _secured(response: Response) -> Response:
@@ -87,6 +93,22 @@ def mount_ui(app: FastAPI, service: ControlService, authenticate: Authenticator)
     def page(request: Request, template: str, session: Session, **context: Any) -> Response:
         return _html(render(template, csrf=session.csrf, path=request.url.path, **context))
 
+    async def checked_post(request: Request) -> tuple[Session, dict[str, str]] | Response:
+        """The session and form of a page's POST, or the answer that refuses it."""
+        session = await asyncio.to_thread(session_of, request)
+        if session is None:
+            return _redirect("/ui/login")
+        form = await _form(request)
+        if not same_secret(form.get("csrf"), session.csrf):
+            body = render(
+                "error.html",
+                csrf=session.csrf,
+                path=request.url.path,
+                error="CSRF token missing or wrong",
+            )
+            return _html(body, 403)
+        return session, form
+
     def error_page(request: Request, session: Session, exc: GpulayerError) -> Response:
         status = _error_status(exc)
         body = render("error.html", csrf=session.csrf, path=request.url.path, error=str(exc))
@@ -98,7 +120,11 @@ def mount_ui(app: FastAPI, service: ControlService, authenticate: Authenticator)
         pre_csrf = secrets.token_urlsafe(32)
         response = _html(render("login.html", csrf=pre_csrf, error=error), status)
         response.set_cookie(
-            LOGIN_CSRF_COOKIE, pre_csrf, max_age=1800, httponly=True, samesite="strict",
+            LOGIN_CSRF_COOKIE,
+            pre_csrf,
+            max_age=1800,
+            httponly=True,
+            samesite="strict",
             path="/ui/login",
         )
         return response
@@ -122,7 +148,7 @@ def mount_ui(app: FastAPI, service: ControlService, authenticate: Authenticator)
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not given:
             return None
-        principal = authenticate(given)
+        principal = authenticate(given, client_of(request))
         return principal if principal is not None and principal.kind == "admin" else None
 
     # --- login, logout --------------------------------------------------------------------
@@ -144,7 +170,8 @@ def mount_ui(app: FastAPI, service: ControlService, authenticate: Authenticator)
         if not same_secret(form.get("csrf"), request.cookies.get(LOGIN_CSRF_COOKIE) or ""):
             return login_page("the form expired or did not come from this page; try again", 403)
         token = form.get("token", "").strip()
-        principal = await asyncio.to_thread(authenticate, token) if token else None
+        client = client_of(request)
+        principal = await asyncio.to_thread(authenticate, token, client) if token else None
         if principal is None:
             return login_page("wrong, revoked or expired token", 401)
         if principal.kind != "admin":
@@ -177,8 +204,15 @@ def mount_ui(app: FastAPI, service: ControlService, authenticate: Authenticator)
         if session is None:
             return _redirect("/ui/login")
         if not same_secret(form.get("csrf"), session.csrf):
-            return _html(render("error.html", csrf=session.csrf, path="/ui/logout",
-                                error="CSRF token missing or wrong"), 403)
+            return _html(
+                render(
+                    "error.html",
+                    csrf=session.csrf,
+                    path="/ui/logout",
+                    error="CSRF token missing or wrong",
+                ),
+                403,
+            )
         await asyncio.to_thread(keeper.close, request.cookies.get(SESSION_COOKIE))
         response = _redirect("/ui/login")
         response.delete_cookie(SESSION_COOKIE, path="/ui")
@@ -252,19 +286,30 @@ def mount_ui(app: FastAPI, service: ControlService, authenticate: Authenticator)
 
     def workers_page(request: Request, session: Session) -> Response:
         return page(
-            request, "workers.html", session, poll="/ui/api/workers",
-            chart=pages.gpu_hours_chart(service), **workers_data(request),
+            request,
+            "workers.html",
+            session,
+            poll="/ui/api/workers",
+            chart=pages.gpu_hours_chart(service),
+            **workers_data(request),
         )
 
     def instances_page(request: Request, session: Session) -> Response:
         return page(
-            request, "instances.html", session, poll="/ui/api/instances",
-            chart=pages.spend_chart(service), **instances_data(request),
+            request,
+            "instances.html",
+            session,
+            poll="/ui/api/instances",
+            chart=pages.spend_chart(service),
+            **instances_data(request),
         )
 
     def schedules_page(request: Request, session: Session) -> Response:
         return page(
-            request, "schedules.html", session, poll="/ui/api/schedules",
+            request,
+            "schedules.html",
+            session,
+            poll="/ui/api/schedules",
             **schedules_data(request),
         )
 
@@ -273,8 +318,14 @@ def mount_ui(app: FastAPI, service: ControlService, authenticate: Authenticator)
         try:
             context = pages.offers_context(service, query)
         except GpulayerError as exc:
-            body = render("offers.html", csrf=session.csrf, path=request.url.path,
-                          listing=None, query=query, error=str(exc))
+            body = render(
+                "offers.html",
+                csrf=session.csrf,
+                path=request.url.path,
+                listing=None,
+                query=query,
+                error=str(exc),
+            )
             return _html(body, 400)
         return page(request, "offers.html", session, error=None, **context)
 
@@ -300,20 +351,37 @@ def mount_ui(app: FastAPI, service: ControlService, authenticate: Authenticator)
 
     @app.post("/ui/jobs/{job_ref}/cancel", include_in_schema=False)
     async def ui_cancel(job_ref: str, request: Request) -> Response:
-        session = await asyncio.to_thread(session_of, request)
-        if session is None:
-            return _redirect("/ui/login")
-        form = await _form(request)
-        if not same_secret(form.get("csrf"), session.csrf):
-            body = render("error.html", csrf=session.csrf, path=request.url.path,
-                          error="CSRF token missing or wrong")
-            return _html(body, 403)
+        checked = await checked_post(request)
+        if isinstance(checked, Response):
+            return checked
+        session, _ = checked
         service.touch()
         try:
             job = await asyncio.to_thread(service.cancel, job_ref)
         except GpulayerError as exc:
             return error_page(request, session, exc)
         return _redirect(f"/ui/jobs/{job.id}")
+
+    @app.post("/ui/offers/plan", include_in_schema=False)
+    async def ui_plan(request: Request) -> Response:
+        checked = await checked_post(request)
+        if isinstance(checked, Response):
+            return checked
+        session, form = checked
+        service.touch()
+        text = form.get("spec", "")
+        shown: dict[str, Any] = {
+            "csrf": session.csrf,
+            "path": "/ui/offers",
+            "listing": None,
+            "query": {},
+        }
+        try:
+            context = await asyncio.to_thread(pages.plan_context, service, text)
+        except GpulayerError as exc:
+            body = render("offers.html", **shown, spec_text=text, plan_error=str(exc))
+            return _html(body, 400)
+        return _html(render("offers.html", **shown, spec_text=text, error=None, **context))
 
     @app.get("/ui/jobs/{job_ref}/artifacts/{path:path}", include_in_schema=False)
     def ui_artifact(job_ref: str, path: str, request: Request) -> Response:

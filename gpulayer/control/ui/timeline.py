@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpulayer.cloud.lifecycle.phases import Transition
@@ -15,12 +15,12 @@ def job_segments(
     attempts: Sequence[AttemptRecord],
     instances: Sequence[InstanceRecord],
     now: float,
+    setup_spans: Mapping[int, tuple[float, float]] | None = None,
 ) -> list[tuple[str, float, float]]:
-    """(phase, start, end) in time order; open phases end now."""
+    """(phase, start, end) in time order; open phases end now. ``setup_spans`` (attempt
+    number -> first and last setup line) splits an attempt's run into setup, then running."""
     finished = job.finished_at if job.finished_at is not None else now
-    starts = [i.created_at for i in instances] + [
-        a.started_at or a.created_at for a in attempts
-    ]
+    starts = [i.created_at for i in instances] + [a.started_at or a.created_at for a in attempts]
     queued_until = min([*starts, finished])
     segments: list[tuple[str, float, float]] = []
     if queued_until > job.created_at:
@@ -32,7 +32,13 @@ def job_segments(
         if attempt.started_at is None:
             continue
         stop = attempt.finished_at or (finished if job.terminal else now)
-        segments.append(("running", attempt.started_at, max(stop, attempt.started_at)))
+        begin = attempt.started_at
+        span = (setup_spans or {}).get(attempt.number)
+        if span is not None:
+            setup_end = min(max(span[1], begin), max(stop, begin))
+            segments.append(("setup", begin, setup_end))
+            begin = setup_end
+        segments.append(("running", begin, max(stop, begin)))
     last_run = max([finished, *(a.finished_at or 0.0 for a in attempts)])
     for instance in instances:
         if instance.ready_at is None:

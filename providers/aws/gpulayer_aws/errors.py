@@ -91,7 +91,7 @@ def translate(exc: Exception, *, region: str | None = None, zone: str | None = N
         return AuthError(
             PROVIDER,
             "no AWS credentials found; set AWS_PROFILE or AWS_ACCESS_KEY_ID and "
-            "AWS_SECRET_ACCESS_KEY, or configure ~/.aws/credentials",
+            "AWS_SECRET_ACCESS_KEY where you submit, or configure ~/.aws/credentials",
         )
     if isinstance(exc, bx.ProfileNotFound):
         return AuthError(PROVIDER, f"AWS profile not found: {_message(exc)}")

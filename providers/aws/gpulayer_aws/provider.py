@@ -82,14 +82,15 @@ class AwsProvider:
     # --- the catalog: offers without credentials or network ---------------------------------
 
     def catalog_offers(self, query: OfferQuery, *, everywhere: bool = False) -> list[Offer]:
-        """Offers from the catalog alone; ``everywhere``: every region it prices, spot
-        included, else the configured regions (spot when ``allow_spot``)."""
+        """Offers from the catalog alone, spot among them only when ``allow_spot`` (what a
+        launch would rent); ``everywhere``: every region it prices, else the configured
+        regions."""
         found = catalog.load_catalog(self.settings.default_cache_dir())
         return catalog_offers(
             found,
             query,
             regions=None if everywhere else self.settings.regions,
-            allow_spot=everywhere or self.settings.allow_spot,
+            allow_spot=self.settings.allow_spot,
         )
 
     def catalog_info(self) -> CatalogInfo:

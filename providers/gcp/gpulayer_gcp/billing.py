@@ -129,6 +129,8 @@ def reprice(
         source="Cloud Billing Catalog API (Compute Engine SKUs: host vCPU and memory, GPUs; "
         "on-demand and spot)",
         sources=(f"cloudbilling {COMPUTE_SERVICE}",),
+        # Every price now comes from the Billing API; a type it has no SKU for keeps none.
+        price_sources={},
         path=None,
     )
 

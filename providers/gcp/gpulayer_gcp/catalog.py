@@ -59,6 +59,9 @@ class PriceCatalog:
     currency: str = "USD"
     sources: tuple[str, ...] = ()
     notes: str = ""
+    price_sources: Mapping[str, str] = field(default_factory=dict)
+    """Machine type -> where its prices came from, where that is not what ``sources`` says of
+    every row (a type added from another public source, or known but not priced)."""
     path: Path | None = field(default=None, compare=False)
 
     def accelerator_by_gpu(self, gpu: str) -> AcceleratorFacts | None:
@@ -75,6 +78,7 @@ class PriceCatalog:
             "source": self.source,
             "sources": list(self.sources),
             "notes": self.notes,
+            "price_sources": dict(sorted(self.price_sources.items())),
             "as_of": self.as_of,
             "currency": self.currency,
             "machine_types": {
@@ -137,6 +141,7 @@ class PriceCatalog:
             currency=str(data.get("currency", "USD")),
             sources=tuple(str(s) for s in data.get("sources", ())),
             notes=str(data.get("notes", "")),
+            price_sources={str(k): str(v) for k, v in data.get("price_sources", {}).items()},
             path=path,
         )
 

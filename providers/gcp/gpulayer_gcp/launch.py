@@ -30,7 +30,7 @@ from gpulayer_gcp.errors import PROVIDER, gcp_errors, is_conflict, is_not_found,
 from gpulayer_gcp.instances import label_key, to_instance, to_labels
 from gpulayer_gcp.offers import Machine, parse_instance_type
 from gpulayer_gcp.session import Clients
-from gpulayer_gcp.settings import GcpSettings, resource_name
+from gpulayer_gcp.settings import GcpSettings, resource_name, zone_region
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +59,8 @@ def launch(
     if existing is not None:
         return _instance(existing, settings)
 
-    selector = dict(settings.image or request.image)
-    if not selector:
-        raise ProviderSettingsError(
-            "image: no image in the gcp settings or the job's image release", provider=PROVIDER
-        )
-    ssh_user = str(selector.get("ssh_user") or settings.ssh_user)
     with gcp_errors(region, zone):
-        source_image = resolve_image(clients, selector)
+        source_image, ssh_user = _image_and_user(clients, settings, request)
         _ensure_firewall(clients, settings, project, name, request)
     from google.cloud import compute_v1
 
@@ -95,6 +89,95 @@ def launch(
     return _instance(raw, settings)
 
 
+def node_name(request_id: str, node_rank: int) -> str:
+    """Node 0 carries the request's own name (as a lone instance does); node k adds -nk."""
+    base = resource_name(request_id)
+    return base if node_rank == 0 else f"{base[:58].rstrip('-')}-n{node_rank}"
+
+
+def launch_gang(
+    clients: Clients,
+    settings: GcpSettings,
+    catalog: PriceCatalog,
+    offer: Offer,
+    request: LaunchRequest,
+) -> list[Instance]:
+    """A gang's ``request.count`` instances in one zone, all of them or none: each node is
+    inserted with a requestId of its own (a retried launch gets the same operations, and
+    finds nodes already made by name); when one cannot be had, the nodes made are deleted
+    with the rule and the refusal is raised. The nodes share one network tag, which the
+    request's one firewall rule targets: SSH from the controller, and the gang's own traffic
+    (rendezvous, gloo, NCCL) from that tag; terminating node 0 deletes it, as for one."""
+    region, zone = offer.region, launch_zone(offer, request, PROVIDER)
+    machine = parse_instance_type(offer.instance_type, catalog)
+    project = clients.project
+    names = [node_name(request.request_id, rank) for rank in range(request.count)]
+    with gcp_errors(region, zone):
+        source_image, ssh_user = _image_and_user(clients, settings, request)
+        _ensure_firewall(clients, settings, project, names[0], request, gang=True)
+    from google.cloud import compute_v1
+
+    made: list[str] = []
+    try:
+        for rank, name in enumerate(names):
+            with gcp_errors(region, zone):
+                if _get(clients, project, zone, name) is None:
+                    body = instance_body(
+                        settings,
+                        offer,
+                        machine,
+                        request,
+                        project,
+                        zone,
+                        source_image,
+                        ssh_user,
+                        node_rank=rank,
+                    )
+                    operation = clients.instances().insert_unary(
+                        request=compute_v1.InsertInstanceRequest(
+                            project=project,
+                            zone=zone,
+                            instance_resource=body,
+                            request_id=request_uuid(request.request_id, f"insert:{rank}"),
+                        )
+                    )
+                    made.append(name)
+                    done = wait_zone(clients, settings, project, zone, operation)
+                    failure = operation_error(done, region=region, zone=zone, what="insert")
+                    if failure is not None:
+                        raise failure
+        with gcp_errors(region, zone):
+            raws = [clients.instances().get(project=project, zone=zone, instance=n) for n in names]
+    except ProviderError:
+        _undo_gang(clients, settings, project, zone, made, request)
+        raise
+    return [_instance(raw, settings) for raw in raws]
+
+
+def _undo_gang(
+    clients: Clients,
+    settings: GcpSettings,
+    project: str,
+    zone: str,
+    names: list[str],
+    request: LaunchRequest,
+) -> None:
+    """A gang that could not be had whole: the nodes made go, then its rules."""
+    for name in names:
+        try:
+            with gcp_errors(zone_region(zone), zone):
+                operation = clients.instances().delete_unary(
+                    project=project, zone=zone, instance=name
+                )
+                wait_zone(clients, settings, project, zone, operation)
+        except Exception as exc:
+            if not is_not_found(exc):
+                log.warning("gcp: could not delete node %s of a partial gang: %s", name, exc)
+    delete_firewall(
+        clients, settings, project, resource_name(request.request_id), best_effort=True
+    )
+
+
 def _instance(raw: Any, settings: GcpSettings) -> Instance:
     return to_instance(raw, use_private_ip=settings.use_private_ip, ssh_user=settings.ssh_user)
 
@@ -106,6 +189,18 @@ def _get(clients: Clients, project: str, zone: str, name: str) -> Any | None:
         if is_not_found(exc):
             return None
         raise
+
+
+def _image_and_user(
+    clients: Clients, settings: GcpSettings, request: LaunchRequest
+) -> tuple[str, str]:
+    """The image to boot (the settings' or the job's release) and the user it logs in as."""
+    selector = dict(settings.image or request.image)
+    if not selector:
+        raise ProviderSettingsError(
+            "image: no image in the gcp settings or the job's image release", provider=PROVIDER
+        )
+    return resolve_image(clients, selector), str(selector.get("ssh_user") or settings.ssh_user)
 
 
 def resolve_image(clients: Clients, selector: Mapping[str, Any]) -> str:
@@ -131,7 +226,13 @@ def _network_link(project: str, network: str) -> str:
 
 
 def _ensure_firewall(
-    clients: Clients, settings: GcpSettings, project: str, name: str, request: LaunchRequest
+    clients: Clients,
+    settings: GcpSettings,
+    project: str,
+    name: str,
+    request: LaunchRequest,
+    *,
+    gang: bool = False,
 ) -> None:
     from google.cloud import compute_v1
 
@@ -145,6 +246,12 @@ def _ensure_firewall(
         target_tags=[name],
         allowed=[compute_v1.Allowed(I_p_protocol="tcp", ports=["22"])],
     )
+    if gang:
+        # A rule matches a source in its ranges or its tags; its ports are the rendezvous,
+        # gloo and NCCL ones, which torchrun picks, so every TCP port.
+        rule.description = f"gpulayer job {request.job_id}: the controller and its gang's nodes"
+        rule.source_tags = [name]
+        rule.allowed = [compute_v1.Allowed(I_p_protocol="tcp")]
     try:
         operation = clients.firewalls().insert_unary(
             request=compute_v1.InsertFirewallRequest(
@@ -194,10 +301,13 @@ def instance_body(
     zone: str,
     source_image: str,
     ssh_user: str,
+    *,
+    node_rank: int = 0,
 ) -> Any:
     from google.cloud import compute_v1
 
-    name = resource_name(request.request_id)
+    tag = resource_name(request.request_id)
+    name = node_name(request.request_id, node_rank)
     labels = to_labels(
         {
             **request.tags,
@@ -225,7 +335,7 @@ def instance_body(
         if "/" not in subnetwork:
             subnetwork = f"regions/{offer.region}/subnetworks/{subnetwork}"
         interface.subnetwork = subnetwork
-    if request.private_ip:
+    if request.private_ip and node_rank == 0:
         interface.network_i_p = request.private_ip
     if not settings.use_private_ip:
         interface.access_configs = [
@@ -250,7 +360,7 @@ def instance_body(
         name=name,
         machine_type=f"zones/{zone}/machineTypes/{machine.machine_type}",
         labels=labels,
-        tags=compute_v1.Tags(items=[name]),
+        tags=compute_v1.Tags(items=[tag]),
         metadata=compute_v1.Metadata(
             items=[compute_v1.Items(key=k, value=v) for k, v in metadata.items()]
         ),

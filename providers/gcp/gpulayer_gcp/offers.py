@@ -224,7 +224,7 @@ class OfferSource:
         regions = [r for r in configured if not wanted or r in wanted]
         use_api = self._settings.offers_source == "api" and not catalog_only
         listed = self.listed_zones(regions) if use_api else {}
-        want_spot = (everywhere or self._settings.allow_spot) and query.spot is not False
+        want_spot = self._settings.allow_spot and query.spot is not False
         offers: list[Offer] = []
         for region in regions:
             zones = listed.get(region, {}) if use_api else catalog_zones(catalog, region)

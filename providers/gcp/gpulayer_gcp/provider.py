@@ -24,7 +24,7 @@ from gpulayer_gcp.instances import (
     to_instance,
     to_labels,
 )
-from gpulayer_gcp.launch import launch
+from gpulayer_gcp.launch import launch, launch_gang
 from gpulayer_gcp.offers import OfferSource
 from gpulayer_gcp.session import Clients
 from gpulayer_gcp.settings import GcpSettings, zone_region
@@ -33,6 +33,8 @@ from gpulayer_gcp.terminate import terminate_one, was_preempted
 
 class GcpProvider:
     """Google Compute Engine. Settings: see :class:`gpulayer_gcp.settings.GcpSettings`."""
+
+    settings_model = GcpSettings
 
     name = PROVIDER
 
@@ -48,8 +50,8 @@ class GcpProvider:
 
     def catalog_offers(self, query: OfferQuery, *, everywhere: bool = False) -> list[Offer]:
         """Offers from the price catalog alone: no API call, no credentials needed.
-        ``everywhere``: every region the catalog prices, spot included; else the configured
-        regions (spot when ``allow_spot``)."""
+        ``everywhere``: every region the catalog prices, else the configured regions; spot
+        only when ``allow_spot`` (what a launch would rent)."""
         return self._source.offers(query, catalog_only=True, everywhere=everywhere)
 
     def catalog_info(self) -> CatalogInfo:
@@ -63,6 +65,10 @@ class GcpProvider:
 
     def launch(self, offer: Offer, request: LaunchRequest) -> Instance:
         return launch(self._clients, self.settings, self._source.catalog(), offer, request)
+
+    def launch_gang(self, offer: Offer, request: LaunchRequest) -> list[Instance]:
+        """The gang's nodes in one zone, all or none (see gpulayer_gcp.launch.launch_gang)."""
+        return launch_gang(self._clients, self.settings, self._source.catalog(), offer, request)
 
     def describe(self, ids: Sequence[str]) -> list[Instance]:
         found = []

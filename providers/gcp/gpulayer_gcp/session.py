@@ -10,9 +10,10 @@ Every client of one provider talks to the same endpoint, so operations are waite
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
-from gpulayer.cloud import AuthError, ProviderSettingsError
+from gpulayer.cloud import AuthError, ProviderSettingsError, credentials_environment
 from gpulayer_gcp.errors import PROVIDER, gcp_errors
 from gpulayer_gcp.settings import GcpSettings
 
@@ -94,13 +95,24 @@ class Clients:
 
 
 def _load_credentials(settings: GcpSettings) -> tuple[Any, str | None]:
+    """The settings' credentials_file, else the key file GOOGLE_APPLICATION_CREDENTIALS names
+    in the environment of the submit the job came from (or this process's), else Google's
+    default chain. Read each time a provider first needs them, so a replaced key file applies
+    to the next step without a restart."""
     import google.auth
 
+    environ = credentials_environment()
+    named = environ.get("GOOGLE_APPLICATION_CREDENTIALS")
     if settings.credentials_file is not None:
         path = settings.credentials_file.expanduser()
-        if not path.is_file():
-            raise AuthError(PROVIDER, f"credentials_file {path} does not exist")
-        credentials, project = google.auth.load_credentials_from_file(str(path), scopes=SCOPES)
+        what = "credentials_file"
+    elif named:
+        path = Path(named).expanduser()
+        what = "GOOGLE_APPLICATION_CREDENTIALS"
     else:
         credentials, project = google.auth.default(scopes=SCOPES)
-    return credentials, project
+        return credentials, project
+    if not path.is_file():
+        raise AuthError(PROVIDER, f"{what} {path} does not exist")
+    credentials, project = google.auth.load_credentials_from_file(str(path), scopes=SCOPES)
+    return credentials, project or environ.get("GOOGLE_CLOUD_PROJECT") or None

@@ -32,11 +32,12 @@ def zone_region(zone: str) -> str:
 
 
 class GcpSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     project: str | None = None
     """The project instances are rented in; None: the credentials' project."""
     regions: Annotated[list[str], Field(min_length=1)] = ["us-central1"]
+    """Regions offers are looked for in, e.g. us-central1."""
     zones: list[str] = Field(default_factory=list)
     """Only these zones (each in one of ``regions``); empty: every zone of the regions."""
     network: str = "default"
@@ -63,6 +64,7 @@ class GcpSettings(BaseModel):
     ssh_user: str = "gpulayer"
     """Login user, whose key goes into the instance's metadata, when the image names none."""
     disk_type: str = "pd-balanced"
+    """The boot disk's type (pd-balanced, pd-ssd, pd-standard, hyperdisk-balanced)."""
     python: PythonSetting = None
     """The python the worker bootstrap runs on instances; None: ``python3``."""
     install_root: InstallRootSetting = None

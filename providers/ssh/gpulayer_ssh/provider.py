@@ -26,12 +26,14 @@ from gpulayer.cloud import (
     Offer,
     OfferQuery,
     ProviderError,
+    add_authorized_key_command,
     load_settings,
     node_install_dir,
+    remove_authorized_key_command,
     remove_command,
     stop_command,
 )
-from gpulayer_ssh import hardware, keys
+from gpulayer_ssh import hardware
 from gpulayer_ssh.claims import Claim, ClaimStore
 from gpulayer_ssh.errors import PROVIDER, HostUnreachable
 from gpulayer_ssh.settings import HostHardware, SshHost, SshProviderSettings
@@ -52,6 +54,9 @@ _STOP_GRACE_SECONDS = 10.0
 class SshHostsProvider:
     """Existing hosts over SSH. Settings: see :class:`gpulayer_ssh.settings.SshProviderSettings`."""
 
+    offers_are_machines = True
+    """Each offer is one configured host: the orchestrator gives it to one job at a time."""
+
     settings_model = SshProviderSettings
     """What providers.yaml's section for this provider is validated into."""
 
@@ -69,7 +74,8 @@ class SshHostsProvider:
 
     def offers(self, query: OfferQuery) -> list[Offer]:
         """One offer per host that is free and answers (or is described by hand); hosts that
-        cannot be reached are left out and logged."""
+        cannot be reached are left out and logged, and when none of the free hosts answers the
+        ProviderError says why for each."""
         claimed = {c.host for c in self.claims.all()}
         free = [h for h in self.settings.hosts if h.name not in claimed]
         for host in self.settings.hosts:
@@ -78,8 +84,17 @@ class SshHostsProvider:
         if not free:
             return []
         with ThreadPoolExecutor(max_workers=min(_PROBE_WORKERS, len(free))) as pool:
-            found = list(pool.map(self._hardware_or_none, free))
-        return [hardware.offer_for(h, hw) for h, hw in zip(free, found, strict=True) if hw]
+            found = list(pool.map(self._hardware_or_reason, free))
+        offers = [
+            hardware.offer_for(host, probed)
+            for host, probed in zip(free, found, strict=True)
+            if not isinstance(probed, str)
+        ]
+        if not offers:
+            # No free host answered: say why, or a listing shows no ssh row and no reason.
+            reasons = "; ".join(str(probed) for probed in found)
+            raise ProviderError(f"no host answers: {reasons}", provider=PROVIDER)
+        return offers
 
     def launch(self, offer: Offer, request: LaunchRequest) -> Instance:
         if request.count != 1:
@@ -101,7 +116,7 @@ class SshHostsProvider:
             for h in self.settings.hosts
             if h.name != lead.name and h.region == lead.region and h.name not in claimed
         ]
-        alike = [h for h in peers if _alike(offer, self._hardware_or_none(h), h)]
+        alike = [h for h in peers if _alike(offer, self._hardware_or_reason(h), h)]
         if len(alike) < request.count - 1:
             raise CapacityError(
                 "region",
@@ -129,7 +144,7 @@ class SshHostsProvider:
         there; when one cannot be had, the claims made here are freed and nothing is left."""
         try:
             command = {
-                h.name: keys.add_command(
+                h.name: add_authorized_key_command(
                     h.authorized_keys, request.ssh_public_key, request.request_id
                 )
                 for h in hosts
@@ -245,12 +260,13 @@ class SshHostsProvider:
             raise ProviderError(f"no host named {name!r} (hosts: {known})", provider=PROVIDER)
         return host
 
-    def _hardware_or_none(self, host: SshHost) -> HostHardware | None:
+    def _hardware_or_reason(self, host: SshHost) -> HostHardware | str:
+        """The host's hardware, or why it offers nothing."""
         try:
             return self.probe(host.name)
         except HostUnreachable as exc:
             log.warning("ssh host %s offers nothing: %s", host.name, exc.message)
-            return None
+            return f"{host.name}: {exc.message}"
 
     def _probe(self, host: SshHost) -> HostHardware:
         with self._session(host) as session:
@@ -331,15 +347,16 @@ class SshHostsProvider:
             )
             _checked(
                 session,
-                keys.remove_command(str(conn["authorized_keys"]), claim.request_id),
+                remove_authorized_key_command(str(conn["authorized_keys"]), claim.request_id),
                 f"cannot remove the key of request {claim.request_id} on {claim.host}",
             )
 
 
-def _alike(offer: Offer, found: HostHardware | None, host: SshHost) -> bool:
+def _alike(offer: Offer, found: HostHardware | str, host: SshHost) -> bool:
     """Could the host be another node of a gang on ``offer``'s host: same accelerators, at
-    least its cores, memory and disk, at the same price."""
-    if found is None:
+    least its cores, memory and disk, at the same price. ``found``: its hardware, or why it
+    has none (unreachable)."""
+    if isinstance(found, str):
         return False
     other = hardware.offer_for(host, found)
     same = ("accelerator", "gpu_name", "gpu_count", "gpu_memory_gb", "cpu_arch", "os", "currency")

@@ -76,6 +76,12 @@ class SshHost(BaseModel):
             raise ValueError("1-63 letters, digits, '_', '.' and '-', starting alphanumeric")
         return value
 
+    @field_validator("key_path")
+    @classmethod
+    def _key_in_home(cls, value: Path) -> Path:
+        # providers.yaml is read by the control plane, not a shell: `~/` is expanded here.
+        return value.expanduser()
+
     @field_validator("address", "user", "region", "python")
     @classmethod
     def _word(cls, value: str) -> str:

@@ -80,8 +80,13 @@ def test_offers_filtered_by_a_query(provider: AwsProvider) -> None:
     )
     result = filter_offers(provider.offers(query), query, max_hourly_cost=90)
     assert result.offers, result.rejected
-    # Under the cap at the 2025 P-family prices: p5 (H100) and p5en (H200); not p6-b200.
-    assert {o.instance_type for o in result.offers} == {"p5.48xlarge", "p5en.48xlarge"}
+    # Under the cap: p5 (H100), p5en (H200) and g7e.48xlarge (8 RTX PRO 6000, 96 GB each);
+    # not p6-b200.
+    assert {o.instance_type for o in result.offers} == {
+        "p5.48xlarge",
+        "p5en.48xlarge",
+        "g7e.48xlarge",
+    }
     prices = [o.hourly_price for o in result.offers]
     assert prices == sorted(prices) and all(p is not None and p <= 90 for p in prices)
     assert result.rejected["max_hourly_cost: above 90 USD/h"] > 0

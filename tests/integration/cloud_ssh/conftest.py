@@ -1,8 +1,10 @@
-"""Bootstrap and the ssh provider against real sshd hosts (network namespaces as root, loopback
-otherwise), a real control plane process, and a wheelhouse built from this interpreter.
+"""Bootstrap and the ssh provider against real sshd hosts (machines of their own as root,
+loopback otherwise), a real control plane process, and a wheelhouse built from this interpreter.
 
-Test hosts share this machine's filesystem and python, so install dirs live under each test's
-tmp path and the hosts run this very interpreter.
+A test host shares neither disk nor processes with this machine: what a test checks on it (an
+install dir, a worker's log, its processes) it asks the host for (``host.exists``,
+``host.read_text``, ``processes_mentioning(host, ...)``), and what it puts there goes over SFTP.
+Install dirs are named after each test's tmp path, so they differ per test on a loopback host.
 """
 
 from __future__ import annotations

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,8 +13,8 @@ from gpulayer.ssh.wait import wait_for_ssh
 from tests.support.servers import ServerProcess
 from tests.support.sshd_hosts import SshdHost
 
-PYTHON = sys.executable
-"""Test hosts share this machine's filesystem, so they run this very interpreter."""
+PYTHON = "python3"
+"""A test host is a machine of its own: it runs its own python3, found on its PATH."""
 
 
 class ControlPlane:
@@ -48,7 +46,7 @@ def make_plan(install_dir: Path, port: int, token: str, **overrides: Any) -> Boo
         "zone": "node0",
         "hourly_price": 0.25,
         "deadman_seconds": 600,
-        # Test hosts are this machine: the dead-man switch only records what it would do.
+        # Test hosts share this machine's kernel: the dead-man switch only records what it would do.
         "deadman_action": f"record:{install_dir.parent / 'deadman.jsonl'}",
         "python": PYTHON,
         "heartbeat_seconds": 0.5,
@@ -57,20 +55,10 @@ def make_plan(install_dir: Path, port: int, token: str, **overrides: Any) -> Boo
     return BootstrapPlan(**fields)
 
 
-def processes_mentioning(text: str) -> list[int]:
-    """Live processes whose command line contains ``text`` (test hosts share our pid space)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if text in cmdline and state not in ("Z", "X"):
-            found.append(int(entry.name))
-    return found
+def processes_mentioning(host: SshdHost, text: str) -> list[int]:
+    """Live processes on ``host`` whose command line contains ``text``, by the host's own pids:
+    a worker's pid is the one its host gave it, which means nothing in this machine's /proc."""
+    return host.processes_mentioning(text)
 
 
 def eventually(check: Callable[[], Any], timeout: float = 60, what: str = "condition") -> Any:

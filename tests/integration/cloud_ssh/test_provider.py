@@ -83,7 +83,7 @@ def offer_of(provider: SshHostsProvider, name: str) -> Offer:
 def our_key_lines(host: SshdHost) -> list[str]:
     return [
         line
-        for line in host.authorized_keys.read_text().splitlines()
+        for line in host.read_text(host.authorized_keys).splitlines()
         if "gpulayer-request:" in line
     ]
 
@@ -124,21 +124,26 @@ def test_offers_carry_the_hardware_each_host_reports(ssh_hosts: Any, tmp_path: P
 
 
 def test_gpus_reported_by_nvidia_smi_are_offered(ssh_host: SshdHost, tmp_path: Path) -> None:
-    tools = tmp_path / "bin"
-    tools.mkdir()
-    fake = tools / "nvidia-smi"
-    machine = FIXTURES / "a100_2x"
+    tools = tmp_path / "bin"  # a path on the host, made below
+    local = tmp_path / "local"
+    local.mkdir()
+    fake = local / "nvidia-smi"
     fake.write_text(
         "#!/bin/sh\n"
         'case "$*" in\n'
-        f"  *--query-gpu=*compute_cap*) cat {machine}/query.out ;;\n"
-        f"  *) cat {machine}/banner.out ;;\n"
+        f"  *--query-gpu=*compute_cap*) cat {tools}/query.out ;;\n"
+        f"  *) cat {tools}/banner.out ;;\n"
         "esac\n"
     )
     fake.chmod(0o755)
     # The host's sessions find the recorded nvidia-smi first on their PATH.
     ssh_host.configure(f"SetEnv PATH={tools}:/usr/bin:/bin {MARKER}={ssh_host.marker}")
     ssh_host.restart()
+    with SshSession(ssh_host.target()) as session:
+        session.makedirs(str(tools))
+        session.put(fake, str(tools / "nvidia-smi"))
+        for recorded in ("query.out", "banner.out"):
+            session.put(FIXTURES / "a100_2x" / recorded, str(tools / recorded))
     provider = make_provider(tmp_path, [host_entry(ssh_host, tmp_path)])
     offer = offer_of(provider, ssh_host.name)
     assert (offer.accelerator, offer.gpu_count) == ("cuda", 2)
@@ -167,7 +172,9 @@ def test_probed_hardware_is_reused_for_its_ttl(ssh_host: SshdHost, tmp_path: Pat
     # Within the TTL the stored probe answers, even while the host is away.
     assert offer_of(cached, ssh_host.name) == first
     uncached = make_provider(tmp_path, entries, probe_ttl_seconds=0)
-    assert uncached.offers(OfferQuery()) == []
+    # No host answers: the error names each and why, rather than an empty list.
+    with pytest.raises(ProviderError, match=f"no host answers: {ssh_host.name}: "):
+        uncached.offers(OfferQuery())
 
 
 def test_hardware_described_by_hand_is_offered_without_probing(tmp_path: Path) -> None:
@@ -276,7 +283,7 @@ def test_terminate_ends_the_job_and_gives_the_host_back(
     ssh_host: SshdHost, control_plane: ControlPlane, wheelhouse: Wheelhouse, tmp_path: Path
 ) -> None:
     provider = make_provider(tmp_path, [host_entry(ssh_host, tmp_path)])
-    users_keys = ssh_host.authorized_keys.read_text()
+    users_keys = ssh_host.read_text(ssh_host.authorized_keys)
     offer = offer_of(provider, ssh_host.name)
     request, keys = request_for(tmp_path, "r-term", job_id="j-term")
     instance = provider.launch(offer, request)
@@ -292,16 +299,21 @@ def test_terminate_ends_the_job_and_gives_the_host_back(
             deadman_action="stop",
         )
         worker = bootstrap_worker(session, plan, wheelhouse, lambda line: None, timeout=120)
-        assert worker.pid in processes_mentioning(install_dir)
+        assert worker.pid in processes_mentioning(ssh_host, install_dir)
+        assert ssh_host.exists(Path(install_dir) / "venv")
         provider.terminate([instance.id])
-        eventually(lambda: not processes_mentioning(install_dir), what="the worker to end")
+        eventually(
+            lambda: not processes_mentioning(ssh_host, install_dir), what="the worker to end"
+        )
         worker.tunnel.close()
     finally:
         session.close()
-    assert not Path(install_dir).exists()
+    assert not ssh_host.exists(install_dir)
     # Only the job's dir went: the host keeps its shared wheelhouse for the next job.
-    assert (tmp_path / ssh_host.name / "wheelhouse").is_dir()
-    assert ssh_host.authorized_keys.read_text() == users_keys
+    assert (
+        ssh_host.run(["test", "-d", str(tmp_path / ssh_host.name / "wheelhouse")]).returncode == 0
+    )
+    assert ssh_host.read_text(ssh_host.authorized_keys) == users_keys
     assert provider.describe([instance.id]) == []
     assert provider.list_owned({"gpulayer:owner": "ctl-test"}) == []
     # The request key no longer logs in; the host is offered again.
@@ -318,15 +330,17 @@ def test_terminate_of_an_unreachable_host_keeps_the_claim_until_it_succeeds(
     request, _ = request_for(tmp_path, "r-away")
     instance = provider.launch(offer_of(provider, ssh_host.name), request)
     work = Path(provider.install_dir(instance.id, request.job_id))
-    (work / "venv").mkdir(parents=True)
-    ssh_host.stop()
+    ssh_host.run(["mkdir", "-p", str(work / "venv")], check=True)
+    # Unreachable but not rebooted: a reboot would empty the host's /tmp, and with it ``work``.
+    ssh_host.stop_listening()
     with pytest.raises(ProviderError, match=ssh_host.name):
         provider.terminate([instance.id])
     assert provider.describe([instance.id]) == [instance]
+    assert ssh_host.exists(work / "venv")
     ssh_host.start()
     provider.terminate([instance.id])
     assert provider.describe([instance.id]) == []
-    assert not work.exists()
+    assert not ssh_host.exists(work)
     assert our_key_lines(ssh_host) == []
 
 

@@ -60,17 +60,21 @@ def test_venv_made_on_a_host_from_the_wheelhouse_runs_the_worker_cli(
 
 
 def test_a_host_keeps_only_the_newest_two_wheelhouses(ssh_host: SshdHost, tmp_path: Path) -> None:
-    import os
+    import shlex
 
     from gpulayer.cloud.bootstrap.commands import prune_wheelhouses_command
 
-    shelf = tmp_path / "root" / "wheelhouse"
+    shelf = tmp_path / "root" / "wheelhouse"  # on the host
     names = [f"gpulayer-0.{i}-cp311-linux_x86_64-abc{i}" for i in range(4)]
+    steps = [f"mkdir -p {shlex.quote(str(shelf / 'not-ours'))}"]
     for age, name in enumerate(reversed(names)):
-        (shelf / name).mkdir(parents=True)
-        (shelf / name / "w.whl").write_text("wheel")
-        os.utime(shelf / name, (1_000_000 - age * 100, 1_000_000 - age * 100))
-    (shelf / "not-ours").mkdir()
+        folder = shlex.quote(str(shelf / name))
+        steps += [
+            f"mkdir -p {folder}",
+            f"echo wheel > {folder}/w.whl",
+            f"touch -d @{1_000_000 - age * 100} {folder}",
+        ]
+    ssh_host.run(" && ".join(steps), check=True)
     current = shelf / names[0]  # the oldest, but the one this job just used
     command = prune_wheelhouses_command(str(current))
     assert command is not None
@@ -79,5 +83,6 @@ def test_a_host_keeps_only_the_newest_two_wheelhouses(ssh_host: SshdHost, tmp_pa
         assert session.run(command, timeout=60).exit_code == 0
     finally:
         session.close()
-    assert sorted(p.name for p in shelf.iterdir()) == sorted([names[0], names[3], "not-ours"])
+    left = ssh_host.run(["ls", "-A", str(shelf)], check=True).stdout.split()
+    assert sorted(left) == sorted([names[0], names[3], "not-ours"])
     assert prune_wheelhouses_command(str(tmp_path / "elsewhere" / names[0])) is None

@@ -311,3 +311,25 @@ def test_rejected_credentials_are_an_auth_error(server: ComputeServer, tmp_path:
     with pytest.raises(AuthError, match="credentials rejected") as info:
         gcp.offers(OfferQuery(cpu_cores=2))
     assert info.value.scope == "provider"
+
+
+def test_the_key_file_is_the_one_the_submitting_shell_names(
+    server: ComputeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from gpulayer.cloud.credentials import using_environment
+
+    key = os.environ["GOOGLE_APPLICATION_CREDENTIALS"]
+    # The control plane's own environment names no key file; the submit's does.
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS")
+    with pytest.raises(AuthError):
+        provider(server, tmp_path).list_owned({"gpulayer:job": "j-none"})
+    with using_environment({"GOOGLE_APPLICATION_CREDENTIALS": key}):
+        assert provider(server, tmp_path).list_owned({"gpulayer:job": "j-none"}) == []
+    gone = {"GOOGLE_APPLICATION_CREDENTIALS": str(tmp_path / "gone.json")}
+    with (
+        using_environment(gone),
+        pytest.raises(AuthError, match=r"GOOGLE_APPLICATION_CREDENTIALS .*gone\.json"),
+    ):
+        provider(server, tmp_path).list_owned({"gpulayer:job": "j-none"})

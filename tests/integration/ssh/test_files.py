@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
+import secrets
 from pathlib import Path
 
 import pytest
@@ -12,6 +12,11 @@ import pytest
 from gpulayer.ssh.errors import SshTransferError
 from gpulayer.ssh.session import SshSession
 from tests.support.sshd_hosts import SshdHost
+
+
+def _remote_dir(host: SshdHost) -> str:
+    """A fresh folder name on the host: a test host shares no disk with this machine."""
+    return f"/tmp/gpulayer-test-{secrets.token_hex(4)}"
 
 
 def _sha256(path: Path) -> str:
@@ -40,13 +45,13 @@ def test_put_keeps_the_executable_bit_or_sets_the_given_mode(
     script.chmod(0o750)
     secret = tmp_path / "token"
     secret.write_text("s3cret")
+    remote = _remote_dir(ssh_host)
     with SshSession(ssh_host.target()) as session:
-        session.put(script, str(tmp_path / "up-run.sh"))
-        session.put(secret, str(tmp_path / "up-token"), mode=0o600)
-        result = session.run([str(tmp_path / "up-run.sh"), "ok"])
-        modes = session.run(
-            ["stat", "-c", "%a", str(tmp_path / "up-run.sh"), str(tmp_path / "up-token")]
-        )
+        session.makedirs(remote)
+        session.put(script, f"{remote}/up-run.sh")
+        session.put(secret, f"{remote}/up-token", mode=0o600)
+        result = session.run([f"{remote}/up-run.sh", "ok"])
+        modes = session.run(["stat", "-c", "%a", f"{remote}/up-run.sh", f"{remote}/up-token"])
     assert result.stdout == "ran-ok\n"
     assert modes.stdout.split() == ["750", "600"]
 
@@ -98,8 +103,9 @@ def test_put_of_a_missing_local_file_is_typed(ssh_host: SshdHost, tmp_path: Path
         session.put(tmp_path / "absent", str(tmp_path / "x"))
 
 
-def test_makedirs_refuses_a_file_in_the_way(ssh_host: SshdHost, tmp_path: Path) -> None:
-    (tmp_path / "blocker").write_text("file")
+def test_makedirs_refuses_a_file_in_the_way(ssh_host: SshdHost) -> None:
+    remote = _remote_dir(ssh_host)
+    ssh_host.run(f"mkdir -p {remote} && echo file > {remote}/blocker", check=True)
     with SshSession(ssh_host.target()) as session, pytest.raises(SshTransferError):
-        session.makedirs(str(tmp_path / "blocker" / "sub"))
-    assert stat.S_ISREG((tmp_path / "blocker").stat().st_mode)
+        session.makedirs(f"{remote}/blocker/sub")
+    assert ssh_host.run(["test", "-f", f"{remote}/blocker"]).returncode == 0

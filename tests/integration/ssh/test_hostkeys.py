@@ -102,9 +102,8 @@ def test_host_offering_several_types_is_steered_to_the_recorded_type(
 ) -> None:
     # The host gains an ECDSA key next to its ed25519 one. A client that prefers ed25519
     # would be fine anyway, so record the ECDSA key and check that it is the one negotiated.
-    ecdsa_path = ssh_host.workdir / "ssh_host_ecdsa_key"
     ecdsa = _keygen(ssh_host.workdir, "ecdsa", "ssh_host_ecdsa_key")
-    ssh_host.configure(f"HostKey {ecdsa_path}")
+    ssh_host.add_host_key(ssh_host.workdir / "ssh_host_ecdsa_key")
     ssh_host.restart()
     host_keys.put(ssh_host.address, ssh_host.port, ecdsa)
     with SshSession(ssh_host.target(), host_keys=host_keys) as session:

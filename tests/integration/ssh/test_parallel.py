@@ -22,7 +22,7 @@ def test_sessions_to_three_hosts_in_parallel(ssh_hosts, host_keys: JsonHostKeySt
 
     with ThreadPoolExecutor(3) as pool:
         results = list(pool.map(visit, hosts))
-    if hosts[0].lab.mode == "netns":
+    if hosts[0].lab.namespaced:
         assert results == [("alpha", 5), ("beta", 5), ("gamma", 5)]
     else:
         assert [code for _, code in results] == [5, 5, 5]
@@ -34,7 +34,7 @@ def test_sessions_to_three_hosts_in_parallel(ssh_hosts, host_keys: JsonHostKeySt
 
 def test_hosts_resolve_each_other_by_name(ssh_hosts) -> None:
     hosts = ssh_hosts(3, names=["n-a", "n-b", "n-c"])
-    if hosts[0].lab.mode != "netns":
+    if not hosts[0].lab.namespaced:
         pytest.skip("loopback hosts share this machine's hosts file")
     with SshSession(hosts[0].target()) as session:
         result = session.run("getent hosts n-b n-c controller")

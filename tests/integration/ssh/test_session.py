@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 
 import pytest
@@ -28,13 +29,13 @@ def test_stdout_and_stderr_arrive_on_their_own_streams(ssh_host: SshdHost) -> No
 def test_output_is_streamed_while_the_command_runs(ssh_host: SshdHost, tmp_path: Path) -> None:
     # The command only finishes after the callback has seen its first line: if output were
     # delivered at the end, the command would wait until the timeout instead.
-    go = tmp_path / "go"
+    go = f"/tmp/go-{secrets.token_hex(4)}"  # on the host, which shares no disk with us
     seen: list[tuple[str, str]] = []
 
     def on_output(stream: str, text: str) -> None:
         seen.append((stream, text))
         if "waiting" in text:
-            go.touch()
+            ssh_host.run(["touch", go], check=True)
 
     with SshSession(ssh_host.target()) as session:
         code = session.exec(
@@ -99,7 +100,7 @@ def test_commands_run_on_the_host_itself(ssh_host: SshdHost) -> None:
     with SshSession(ssh_host.target()) as session:
         result = session.run("hostname; id -un")
     expected_name = (
-        ssh_host.name if ssh_host.lab.mode == "netns" else ssh_host.run("hostname").stdout.strip()
+        ssh_host.name if ssh_host.lab.namespaced else ssh_host.run("hostname").stdout.strip()
     )
     assert result.stdout.split() == [expected_name, ssh_host.user]
 

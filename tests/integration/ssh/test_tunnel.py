@@ -59,10 +59,16 @@ def server() -> Iterator[_Server]:
 
 
 def _curl(session: SshSession, port: int, path: str = "/hello") -> tuple[int, str]:
-    result = session.run(
-        ["curl", "-sS", "--noproxy", "*", "--max-time", "20", f"http://127.0.0.1:{port}{path}"],
-        timeout=60,
+    """GET through the host's own Python: a bare host has python3 and no curl."""
+    script = (
+        "import sys, urllib.request as u\n"
+        "try:\n"
+        f"    r = u.build_opener(u.ProxyHandler({{}})).open('http://127.0.0.1:{port}{path}', timeout=20)\n"
+        "except OSError as exc:\n"
+        "    sys.exit(f'unreachable: {exc}')\n"
+        "sys.stdout.write(r.read().decode())\n"
     )
+    result = session.run(["python3", "-c", script], timeout=60)
     return result.exit_code, result.stdout
 
 
@@ -90,7 +96,7 @@ def test_host_reaches_the_controller_service_through_the_tunnel(
 def test_without_the_tunnel_the_host_cannot_reach_the_service(
     ssh_host: SshdHost, server: _Server
 ) -> None:
-    if ssh_host.lab.mode != "netns":
+    if not ssh_host.lab.namespaced:
         pytest.skip("loopback hosts share this machine's 127.0.0.1")
     with SshSession(ssh_host.target()) as session:
         code, _ = _curl(session, server.port)

@@ -1,4 +1,5 @@
-"""Adding and removing a launch request's public key in a host's authorized_keys.
+"""Adding and removing a launch request's public key in an authorized_keys file on a host
+(an ssh provider's host, a Slurm cluster's shared home), as shell commands run there.
 
 The line carries the marker ``gpulayer-request:<request id>`` as its comment, so removal takes
 out exactly that line (an exact match on the last field) and nothing the user put there.
@@ -8,16 +9,17 @@ from __future__ import annotations
 
 import shlex
 
-from gpulayer.cloud import InvalidHostKey, parse_host_key
+from gpulayer.ssh.errors import InvalidHostKey
+from gpulayer.ssh.hostkeys import parse_host_key
 
 MARKER = "gpulayer-request:"
 
 
-def marker(request_id: str) -> str:
+def authorized_key_marker(request_id: str) -> str:
     return f"{MARKER}{request_id}"
 
 
-def key_line(public_key: str, request_id: str) -> str:
+def authorized_key_line(public_key: str, request_id: str) -> str:
     """``type blob gpulayer-request:<id>``. Anything but a plain key line (options such as
     ``command=``, a corrupt blob) raises ValueError, so nothing else reaches the file."""
     try:
@@ -27,7 +29,7 @@ def key_line(public_key: str, request_id: str) -> str:
     words = public_key.split()
     if words[0] != key.key_type:
         raise ValueError("the public key must start with its key type, without options")
-    return f"{key.key_type} {key.blob} {marker(request_id)}"
+    return f"{key.key_type} {key.blob} {authorized_key_marker(request_id)}"
 
 
 def _path(path: str) -> str:
@@ -37,10 +39,10 @@ def _path(path: str) -> str:
     return shlex.quote(path)
 
 
-def add_command(path: str, public_key: str, request_id: str) -> str:
+def add_authorized_key_command(path: str, public_key: str, request_id: str) -> str:
     """Host command: append the key line unless the request's line is there already."""
-    line = shlex.quote(key_line(public_key, request_id))
-    mark = shlex.quote(marker(request_id))
+    line = shlex.quote(authorized_key_line(public_key, request_id))
+    mark = shlex.quote(authorized_key_marker(request_id))
     return (
         f"umask 077; f={_path(path)}; "
         'mkdir -p "$(dirname "$f")" && touch "$f" || exit 1; '
@@ -52,9 +54,9 @@ def add_command(path: str, public_key: str, request_id: str) -> str:
     )
 
 
-def remove_command(path: str, request_id: str) -> str:
+def remove_authorized_key_command(path: str, request_id: str) -> str:
     """Host command: drop the request's line, keeping the file itself (owner, mode, inode)."""
-    mark = shlex.quote(marker(request_id))
+    mark = shlex.quote(authorized_key_marker(request_id))
     return (
         f"umask 077; f={_path(path)}; "
         '[ -f "$f" ] || exit 0; '

@@ -1,0 +1,45 @@
+"""Job arrays on the control plane's side: their members are the jobs labelled with the
+array's id, and a ``gpulayer.array.limit`` label caps how many of them run at once."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+
+ARRAY_LABEL = "gpulayer.array"
+INDEX_LABEL = "gpulayer.array.index"
+LIMIT_LABEL = "gpulayer.array.limit"
+ARRAY_ID = re.compile(r"a-[0-9a-f]{10}")
+
+
+def array_limit(labels: Mapping[str, str]) -> tuple[str, int] | None:
+    """(array id, its limit) for a job of an array with a parallelism limit."""
+    array_id = labels.get(ARRAY_LABEL)
+    limit = labels.get(LIMIT_LABEL)
+    if not array_id or not limit or not limit.isdigit():
+        return None
+    return array_id, int(limit)
+
+
+def within_limits(
+    queued: Iterable[tuple[str, Mapping[str, str]]],
+    running_of: Callable[[str], int],
+) -> set[str]:
+    """Ids of queued jobs (id, labels), FIFO, that their array's limit lets start now."""
+    allowed: set[str] = set()
+    room: Counter[str] = Counter()
+    known: set[str] = set()
+    for job_id, labels in queued:
+        limited = array_limit(labels)
+        if limited is None:
+            allowed.add(job_id)
+            continue
+        array_id, limit = limited
+        if array_id not in known:
+            known.add(array_id)
+            room[array_id] = limit - running_of(array_id)
+        if room[array_id] > 0:
+            room[array_id] -= 1
+            allowed.add(job_id)
+    return allowed

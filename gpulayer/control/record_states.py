@@ -1,0 +1,31 @@
+"""The moves workers and reservations may make, as tables like the jobs' and attempts'.
+
+Every state write of a worker or a reservation is a conditional UPDATE from the states these
+tables allow into the target (the store's move_worker, worker_heartbeat, bind_reservation and
+release_reservation), so a retired worker's late heartbeat cannot bring it back, and a released
+reservation cannot be bound again. A (re)registration is not a move: it starts a new epoch of
+the worker, ready, whatever it was.
+"""
+
+from __future__ import annotations
+
+WORKER_TRANSITIONS: dict[str, frozenset[str]] = {
+    "ready": frozenset({"lost", "gone"}),
+    # A lost worker that heartbeats again is ready again; a gone one (its machine handed
+    # back, or reclaimed) only by registering anew.
+    "lost": frozenset({"ready", "gone"}),
+    "gone": frozenset(),
+}
+
+RESERVATION_TRANSITIONS: dict[str, frozenset[str]] = {
+    "pending": frozenset({"bound", "released"}),
+    "bound": frozenset({"released"}),
+    "released": frozenset(),
+}
+
+
+def sources(table: dict[str, frozenset[str]], target: str) -> list[str]:
+    """The states a record may move into target from."""
+    if target not in table:
+        raise ValueError(f"unknown state {target!r}")
+    return sorted(state for state, targets in table.items() if target in targets)

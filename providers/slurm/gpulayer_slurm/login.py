@@ -1,0 +1,75 @@
+"""Running Slurm's commands where the cluster's users do: on its login node over SSH, or on
+this machine when it is a login node itself."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpulayer_slurm.errors import ClusterUnreachable, SlurmCommandError
+from gpulayer_slurm.settings import SlurmCluster
+
+
+@dataclass(frozen=True)
+class Output:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+class LoginNode:
+    """One cluster's login node. Each :meth:`run` is one command line in a shell there."""
+
+    def __init__(
+        self,
+        name: str,
+        cluster: SlurmCluster,
+        *,
+        host_keys_dir: Path,
+        connect_timeout: float,
+        command_timeout: float,
+    ) -> None:
+        self.name = name
+        self.cluster = cluster
+        self._host_keys_dir = host_keys_dir
+        self._connect_timeout = connect_timeout
+        self._command_timeout = command_timeout
+
+    def run(self, command: str, *, timeout: float | None = None) -> Output:
+        limit = timeout or self._command_timeout
+        if self.cluster.local:
+            return self._run_here(command, limit)
+        return self._run_over_ssh(command, limit)
+
+    def checked(self, command: str, *, what: str, timeout: float | None = None) -> str:
+        """stdout of ``command``; a non-zero exit raises with its last lines."""
+        done = self.run(command, timeout=timeout)
+        if done.exit_code != 0:
+            raise SlurmCommandError(self.name, what, done.exit_code, done.stderr or done.stdout)
+        return done.stdout
+
+    def _run_here(self, command: str, timeout: float) -> Output:
+        try:
+            done = subprocess.run(
+                ["sh", "-c", command], capture_output=True, text=True, timeout=timeout
+            )
+        except subprocess.TimeoutExpired:
+            return Output(124, "", f"timed out after {timeout:g} s")
+        return Output(done.returncode, done.stdout, done.stderr)
+
+    def _run_over_ssh(self, command: str, timeout: float) -> Output:
+        from gpulayer.cloud import JsonHostKeyStore, SshError, SshSession, SshTarget
+
+        c = self.cluster
+        assert c.user is not None and c.key_file is not None  # settings hold it
+        try:
+            target = SshTarget(c.login, c.port, c.user, key_path=c.key_file, host_key=c.host_key)
+            session = SshSession(target, host_keys=JsonHostKeyStore(self._host_keys_dir))
+            with session.connect(timeout=self._connect_timeout):
+                result = session.run(command, timeout=timeout)
+        except SshError as exc:
+            raise ClusterUnreachable(
+                self.name, f"login node {c.login} does not answer: {exc}"
+            ) from exc
+        return Output(result.exit_code, result.stdout, result.stderr)

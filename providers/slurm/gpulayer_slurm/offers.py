@@ -1,0 +1,116 @@
+"""A cluster's offers: one per partition and node shape. Pure.
+
+An offer's region is the cluster, its zone the partition and its instance type the node shape
+(``4cpu-16gb-2xa100``), so its label reads ``slurm/gpu/4cpu-16gb-2xa100``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpulayer.cloud import Offer, gpu_facts, normalize_cpu_arch
+from gpulayer_slurm.errors import PROVIDER
+from gpulayer_slurm.parsing import NodeInfo, PartitionInfo
+from gpulayer_slurm.settings import SlurmCluster
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Nodes alike for a job: the same cores, memory and GPUs."""
+
+    cpus: int
+    memory_mb: int
+    gpu_type: str | None
+    gpu_count: int
+
+    @property
+    def name(self) -> str:
+        """``4cpu-16gb`` or ``4cpu-16gb-2xa100``: part of the offer's instance type."""
+        gb = self.memory_mb / 1024
+        memory = f"{gb:.0f}" if gb >= 10 else f"{gb:.1f}".rstrip("0").rstrip(".")
+        text = f"{self.cpus}cpu-{memory}gb"
+        if self.gpu_count:
+            text += f"-{self.gpu_count}x{self.gpu_type or 'gpu'}"
+        return text
+
+
+@dataclass(frozen=True)
+class PartitionShape:
+    """One offer's facts, with what an Offer has no field for (time limit, idle nodes)."""
+
+    cluster: str
+    partition: str
+    shape: Shape
+    nodes: tuple[str, ...]
+    idle_nodes: int
+    max_time_seconds: int | None
+    offer: Offer
+
+    @property
+    def instance_type(self) -> str:
+        return self.offer.instance_type
+
+
+def partition_shapes(
+    cluster_name: str,
+    cluster: SlurmCluster,
+    partitions: Sequence[PartitionInfo],
+    nodes: Sequence[NodeInfo],
+) -> list[PartitionShape]:
+    """Every (partition, shape) of the cluster's wanted partitions that are up and have a node
+    that can run jobs; idle nodes counted now."""
+    wanted = set(cluster.partitions) if cluster.partitions else None
+    found = []
+    for part in partitions:
+        if not part.up or (wanted is not None and part.name not in wanted):
+            continue
+        by_shape: dict[Shape, list[NodeInfo]] = {}
+        for node in nodes:
+            if part.name not in node.partitions or not node.usable:
+                continue
+            gpu_type, gpu_count = node.gpus()
+            if gpu_count and gpu_type is None:
+                gpu_type = cluster.gpu_types.get(part.name)
+            shape = Shape(node.cpus, node.memory_mb, gpu_type, gpu_count)
+            by_shape.setdefault(shape, []).append(node)
+        for shape, members in sorted(by_shape.items(), key=lambda item: item[0].name):
+            found.append(
+                PartitionShape(
+                    cluster=cluster_name,
+                    partition=part.name,
+                    shape=shape,
+                    nodes=tuple(n.name for n in members),
+                    idle_nodes=sum(1 for n in members if n.idle),
+                    max_time_seconds=part.max_time_seconds,
+                    offer=_offer(cluster_name, cluster, part.name, shape, members),
+                )
+            )
+    return found
+
+
+def _offer(
+    cluster_name: str,
+    cluster: SlurmCluster,
+    partition: str,
+    shape: Shape,
+    members: Sequence[NodeInfo],
+) -> Offer:
+    facts = gpu_facts(shape.gpu_type) if shape.gpu_type else None
+    arch = next((n.cpu_arch for n in members if n.cpu_arch), None)
+    return Offer(
+        provider=PROVIDER,
+        instance_type=shape.name,
+        region=cluster_name,
+        zone=partition,
+        accelerator="cuda" if shape.gpu_count else "cpu",
+        gpu_name=facts.name if facts is not None else shape.gpu_type,
+        gpu_count=shape.gpu_count,
+        gpu_memory_gb=facts.memory_gb if facts is not None else None,
+        gpu_memory_kind=facts.memory_kind if facts is not None else None,
+        cuda_compute_capability=facts.compute_capability if facts is not None else None,
+        cpu_cores=shape.cpus,
+        memory_gb=round(shape.memory_mb / 1024, 3),
+        cpu_arch=normalize_cpu_arch(arch) if arch else "x86_64",
+        hourly_price=cluster.price(partition),
+        currency=cluster.currency,
+    )

@@ -1,0 +1,517 @@
+"""The slurm provider: gpulayer's provider verbs on Slurm clusters.
+
+Offers come from ``scontrol`` on each cluster's login node, one per partition and node shape.
+A launch is one ``sbatch`` allocation of whole nodes (N for a gang), written down before it is
+submitted and tagged in its name and comment; pending in the queue is waiting for capacity,
+with Slurm's reason, until ``pending_timeout_seconds``. Once it runs, each node is an instance
+reached over SSH (the cluster's shared home carries the job's key to the nodes), where the
+worker is installed and started inside the allocation like on any rented machine. Terminate is
+``scancel``; the allocation's time limit ends it if everything else fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import getpass
+import logging
+import shlex
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from gpulayer.cloud import (
+    CapacityError,
+    Instance,
+    InstanceState,
+    LaunchRequest,
+    Offer,
+    OfferQuery,
+    ProviderError,
+    add_authorized_key_command,
+    load_settings,
+    remove_authorized_key_command,
+)
+from gpulayer_slurm import batch, parsing
+from gpulayer_slurm.allocations import (
+    Allocation,
+    AllocationStore,
+    instance_id,
+    split_instance_id,
+)
+from gpulayer_slurm.errors import PROVIDER, ClusterUnreachable, SlurmCommandError
+from gpulayer_slurm.login import LoginNode
+from gpulayer_slurm.offers import PartitionShape, partition_shapes
+from gpulayer_slurm.settings import SlurmProviderSettings
+
+log = logging.getLogger("gpulayer.providers.slurm")
+
+_SEPARATOR = "----gpulayer-slurm----"
+SHOW_CLUSTER = f"scontrol -o show partition && echo {_SEPARATOR} && scontrol -o show node"
+JOB_NAME_PREFIX = "gpulayer-"
+INSTALL_ROOT_TAG = "gpulayer:install-root"
+PYTHON_TAG = "gpulayer:python"
+NODE_RANK_TAG = "gpulayer:node-rank"
+GANG_SIZE_TAG = "gpulayer:gang-size"
+SLURM_JOB_TAG = "gpulayer:slurm-job"
+SLURM_NODE_TAG = "gpulayer:slurm-node"
+DEFAULT_INSTALL_ROOT = "/var/tmp/gpulayer"
+# Slurm's end states, as squeue shows them for MinJobAge after the end.
+ENDED = frozenset(
+    {
+        "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
+        "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT", "SPECIAL_EXIT", "REVOKED",
+    }
+)  # fmt: skip
+_POLL_SECONDS = 1.0
+_CANCEL_WAIT_SECONDS = 60.0
+
+
+class SlurmProvider:
+    """Slurm clusters. Settings: see :class:`gpulayer_slurm.settings.SlurmProviderSettings`."""
+
+    settings_model = SlurmProviderSettings
+    """What providers.yaml's section for this provider is validated into."""
+
+    name = PROVIDER
+
+    def __init__(self, settings: SlurmProviderSettings | Mapping[str, Any] | None = None) -> None:
+        self.settings = load_settings(SlurmProviderSettings, settings, provider=PROVIDER)
+        self._state = self.settings.resolved_state_dir()
+        self.allocations = AllocationStore(self._state / "allocations")
+
+    def login(self, cluster: str) -> LoginNode:
+        found = self.settings.clusters.get(cluster)
+        if found is None:
+            known = ", ".join(sorted(self.settings.clusters))
+            raise ProviderError(
+                f"no cluster named {cluster!r} (clusters: {known})", provider=PROVIDER
+            )
+        return LoginNode(
+            cluster,
+            found,
+            host_keys_dir=self._state / "host-keys",
+            connect_timeout=self.settings.connect_timeout_seconds,
+            command_timeout=self.settings.command_timeout_seconds,
+        )
+
+    # --- offers -------------------------------------------------------------------------------
+
+    def partition_shapes(self, cluster: str) -> list[PartitionShape]:
+        """Every offer of ``cluster`` with its time limit and idle node count."""
+        text = self.login(cluster).checked(SHOW_CLUSTER, what="scontrol show partition/node")
+        partitions_text, _, nodes_text = text.partition(_SEPARATOR)
+        try:
+            partitions = parsing.parse_partitions(partitions_text)
+            nodes = parsing.parse_nodes(nodes_text)
+        except ValueError as exc:
+            raise ProviderError(
+                f"{cluster}: cannot read scontrol: {exc}", provider=PROVIDER
+            ) from exc
+        return partition_shapes(cluster, self.settings.clusters[cluster], partitions, nodes)
+
+    def offers(self, query: OfferQuery) -> list[Offer]:
+        """One offer per partition and node shape of every cluster (of ``query.regions`` when
+        it names some). Clusters that do not answer are left out and logged; when none
+        answers, the error says why for each."""
+        names = [n for n in self.settings.clusters if not query.regions or n in query.regions]
+        if not names:
+            return []
+        with ThreadPoolExecutor(max_workers=min(8, len(names))) as pool:
+            found = list(pool.map(self._shapes_or_reason, names))
+        offers = [s.offer for shapes in found if not isinstance(shapes, str) for s in shapes]
+        reasons = [r for r in found if isinstance(r, str)]
+        if reasons and len(reasons) == len(names):
+            raise ProviderError(f"no cluster answers: {'; '.join(reasons)}", provider=PROVIDER)
+        return offers
+
+    def _shapes_or_reason(self, cluster: str) -> list[PartitionShape] | str:
+        try:
+            return self.partition_shapes(cluster)
+        except (ClusterUnreachable, SlurmCommandError) as exc:
+            log.warning("slurm cluster %s offers nothing: %s", cluster, exc.message)
+            return f"{cluster}: {exc.message}"
+
+    # --- instances ----------------------------------------------------------------------------
+
+    def launch(self, offer: Offer, request: LaunchRequest) -> Instance:
+        if request.count != 1:
+            raise ProviderError(
+                "launch allocates one node; a gang goes to launch_gang", provider=PROVIDER
+            )
+        return self._allocate(offer, request)[0]
+
+    def launch_gang(self, offer: Offer, request: LaunchRequest) -> list[Instance]:
+        """One allocation of ``request.count`` nodes of the offer's shape; the instances in
+        SLURM_NODEID order (node 0 is where the gang meets)."""
+        return self._allocate(offer, request)
+
+    def _allocate(self, offer: Offer, request: LaunchRequest) -> list[Instance]:
+        if offer.provider != PROVIDER:
+            raise ProviderError(f"offer {offer.label} is not a slurm offer", provider=PROVIDER)
+        cluster_name = offer.region
+        login = self.login(cluster_name)
+        partition = offer.zone
+        if partition is None:
+            raise ProviderError(f"offer {offer.label} names no partition", provider=PROVIDER)
+        record = self.allocations.read(request.request_id)
+        if record is not None and record.slurm_job_id is None:
+            # Written down, then no answer from sbatch: it may have gone through.
+            found = self._queued(login, name=record.job_name)
+            if found:
+                record.slurm_job_id = found[0].job_id
+                self.allocations.write(record)
+        if record is None or record.slurm_job_id is None:
+            record = self._submit(login, offer, partition, request)
+        if record.instances:
+            return [Instance.model_validate(i) for i in record.instances]
+        running = self._wait_running(login, record, request)
+        instances = self._instances(login, record, running, offer, request)
+        record.instances = [i.model_dump(mode="json") for i in instances]
+        record.node_names = list(running.nodes)
+        record.ran = True
+        self.allocations.write(record)
+        return instances
+
+    def _submit(
+        self, login: LoginNode, offer: Offer, partition: str, request: LaunchRequest
+    ) -> Allocation:
+        cluster = login.cluster
+        shapes = self.partition_shapes(login.name)
+        shape = next(
+            (
+                s
+                for s in shapes
+                if s.partition == partition and s.instance_type == offer.instance_type
+            ),
+            None,
+        )
+        if shape is None:
+            raise CapacityError(
+                "zone", PROVIDER, login.name, partition,
+                f"partition {partition} has no usable node of shape {offer.instance_type} now",
+            )  # fmt: skip
+        if len(shape.nodes) < request.count:
+            raise CapacityError(
+                "zone", PROVIDER, login.name, partition,
+                f"{request.count} nodes of {offer.instance_type} asked, partition {partition} "
+                f"has {len(shape.nodes)}",
+            )  # fmt: skip
+        time_limit = None
+        if request.time_limit_seconds is not None:
+            wanted = int(request.time_limit_seconds + self.settings.time_margin_seconds)
+            if shape.max_time_seconds is not None:
+                wanted = min(wanted, shape.max_time_seconds)
+            time_limit = parsing.format_duration(wanted)
+        tags = dict(request.tags)
+        if request.count > 1:
+            tags.setdefault(GANG_SIZE_TAG, str(request.count))
+        try:
+            add_key = add_authorized_key_command(
+                cluster.authorized_keys, request.ssh_public_key, request.request_id
+            )
+        except ValueError as exc:
+            raise ProviderError(f"ssh_public_key: {exc}", provider=PROVIDER) from None
+        login.checked(add_key, what="adding the job's key to authorized_keys")
+        record = Allocation(
+            request_id=request.request_id,
+            job_id=request.job_id,
+            cluster=login.name,
+            partition=partition,
+            instance_type=offer.instance_type,
+            nodes=request.count,
+            tags=tags,
+        )
+        self.allocations.write(record)  # before sbatch: a crash leaves a record to find
+        command = batch.sbatch_command(
+            job_name=record.job_name,
+            tags=tags,
+            partition=partition,
+            nodes=request.count,
+            gpus_per_node=offer.gpu_count,
+            account=cluster.account,
+            qos=cluster.qos,
+            time_limit=time_limit,
+            exclude=[
+                n for s in shapes if s.partition == partition and s is not shape for n in s.nodes
+            ],
+        )
+        done = login.run(command)
+        job_id = done.stdout.strip().split(";")[0]
+        if done.exit_code != 0 or not job_id.isdigit():
+            # Slurm refused it: nothing was queued.
+            self._forget(login, record)
+            why = " | ".join((done.stderr or done.stdout).strip().splitlines()[-2:])
+            raise CapacityError(
+                "zone", PROVIDER, login.name, partition, f"sbatch refused the allocation: {why}"
+            )
+        record.slurm_job_id = job_id
+        self.allocations.write(record)
+        if request.progress is not None:
+            request.progress(f"slurm job {job_id} submitted to {login.name}/{partition}")
+        return record
+
+    def _wait_running(
+        self, login: LoginNode, record: Allocation, request: LaunchRequest
+    ) -> parsing.QueuedJob:
+        """Until the allocation runs; pending longer than pending_timeout_seconds (or the job's
+        provisioning_timeout_seconds) is a lack of capacity (the allocation is cancelled), gone
+        from the queue is a failed launch."""
+        patience = self.settings.pending_timeout_seconds
+        if request.provisioning_timeout_seconds is not None:
+            patience = min(patience, request.provisioning_timeout_seconds)
+        deadline = time.monotonic() + patience
+        said = None
+        while True:
+            job = next(
+                (j for j in self._queued(login, name=record.job_name)
+                 if j.job_id == record.slurm_job_id),
+                None,
+            )  # fmt: skip
+            if job is None or job.state in ENDED:
+                state = job.state if job is not None else "gone from the queue"
+                # Ended from outside (or by a terminate meanwhile): its key goes with it.
+                self._remove_key(login, record)
+                raise ProviderError(
+                    f"slurm job {record.slurm_job_id} ended before it ran ({state})",
+                    provider=PROVIDER,
+                )
+            if job.state == "RUNNING" and len(job.nodes) == record.nodes:
+                return job
+            reason = (
+                f"waiting for capacity: slurm job {record.slurm_job_id} is "
+                f"{job.state.lower()} ({job.reason})"
+            )
+            if reason != said and request.progress is not None:
+                request.progress(reason)
+            said = reason
+            if time.monotonic() > deadline:
+                self._cancel(login, [record])
+                raise CapacityError(
+                    "zone", PROVIDER, record.cluster, record.partition,
+                    f"slurm job {record.slurm_job_id} still pending after {patience:g} s "
+                    f"({job.reason})",
+                )  # fmt: skip
+            time.sleep(_POLL_SECONDS)
+
+    def _instances(
+        self,
+        login: LoginNode,
+        record: Allocation,
+        job: parsing.QueuedJob,
+        offer: Offer,
+        request: LaunchRequest,
+    ) -> list[Instance]:
+        cluster = login.cluster
+        text = login.checked(batch.node_addresses_command(job.nodes), what="scontrol show node")
+        address = {n.name: n.address for n in parsing.parse_nodes(text)}
+        user = cluster.user or getpass.getuser()
+        assert record.slurm_job_id is not None
+        now = dt.datetime.now(dt.timezone.utc)
+        instances = []
+        for rank, node in enumerate(job.nodes):
+            tags = {
+                **record.tags,
+                INSTALL_ROOT_TAG: cluster.install_root or DEFAULT_INSTALL_ROOT,
+                PYTHON_TAG: cluster.python or "python3",
+                SLURM_JOB_TAG: record.slurm_job_id,
+                SLURM_NODE_TAG: node,
+            }
+            if record.nodes > 1:
+                tags[NODE_RANK_TAG] = str(rank)
+            instances.append(
+                Instance(
+                    id=instance_id(record.cluster, record.slurm_job_id, rank),
+                    provider=PROVIDER,
+                    region=record.cluster,
+                    zone=record.partition,
+                    state="running",
+                    instance_type=record.instance_type,
+                    private_ip=address.get(node, node),
+                    ssh_host=address.get(node, node),
+                    ssh_user=user,
+                    ssh_port=cluster.node_ssh_port,
+                    hourly_price=offer.hourly_price,
+                    currency=offer.currency,
+                    tags=tags,
+                    launched_at=now,
+                )
+            )
+        return instances
+
+    def describe(self, ids: Sequence[str]) -> list[Instance]:
+        wanted = [(i, split_instance_id(i)) for i in dict.fromkeys(ids)]
+        queues: dict[str, dict[str, parsing.QueuedJob]] = {}
+        found = []
+        for given, parts in wanted:
+            if parts is None or parts[0] not in self.settings.clusters:
+                continue
+            cluster, job_id, rank = parts
+            if cluster not in queues:
+                queued = self._queued(self.login(cluster))
+                queues[cluster] = {j.job_id: j for j in queued}
+            record = self.allocations.by_slurm_job(cluster, job_id)
+            job = queues[cluster].get(job_id)
+            if record is None and job is None:
+                continue
+            found.append(self._described(given, cluster, rank, record, job))
+        return found
+
+    def _described(
+        self,
+        given: str,
+        cluster: str,
+        rank: int,
+        record: Allocation | None,
+        job: parsing.QueuedJob | None,
+    ) -> Instance:
+        state, reclaimed = _instance_state(job, ran=record is not None and record.ran)
+        if record is not None and record.cancelled:
+            reclaimed = False
+        if record is not None and rank < len(record.instances):
+            base = Instance.model_validate(record.instances[rank])
+            return base.model_copy(update={"state": state, "reclaimed": reclaimed})
+        tags = batch.parse_comment(job.comment) if job is not None else {}
+        return Instance(
+            id=given,
+            provider=PROVIDER,
+            region=cluster,
+            zone=record.partition if record is not None else None,
+            state=state,
+            ssh_user=self.settings.clusters[cluster].user or getpass.getuser(),
+            tags=record.tags if record is not None else tags,
+            reclaimed=reclaimed,
+        )
+
+    def terminate(self, ids: Sequence[str]) -> None:
+        """scancel each instance's allocation (all its nodes end together), wait until Slurm
+        has ended it, and take the job's key off the login node. Gone already is fine."""
+        by_cluster: dict[str, set[str]] = {}
+        for given in ids:
+            parts = split_instance_id(given)
+            if parts is not None and parts[0] in self.settings.clusters:
+                by_cluster.setdefault(parts[0], set()).add(parts[1])
+        failures = []
+        for cluster, job_ids in by_cluster.items():
+            login = self.login(cluster)
+            records = [
+                self.allocations.by_slurm_job(cluster, j) or _unrecorded(cluster, j)
+                for j in sorted(job_ids)
+            ]
+            try:
+                self._cancel(login, records)
+            except ProviderError as exc:
+                failures.append(exc.message)
+        if failures:
+            raise ProviderError("; ".join(failures), provider=PROVIDER)
+
+    def _cancel(self, login: LoginNode, records: list[Allocation]) -> None:
+        for record in records:
+            if record.request_id and self.allocations.read(record.request_id) is not None:
+                record.cancelled = True
+                self.allocations.write(record)  # before scancel: ours, not a preemption
+        queued = {j.job_id: j for j in self._queued(login)}
+        # Only jobs this provider submitted (by their name) are ever cancelled.
+        ours = [
+            r.slurm_job_id
+            for r in records
+            if r.slurm_job_id in queued and queued[r.slurm_job_id].name.startswith(JOB_NAME_PREFIX)
+        ]
+        if ours:
+            login.checked(shlex.join(["scancel", *ours]), what="scancel")
+        deadline = time.monotonic() + _CANCEL_WAIT_SECONDS
+        while ours:
+            live = {j.job_id for j in self._queued(login) if j.state not in ENDED}
+            ours = [j for j in ours if j in live]
+            if not ours:
+                break
+            if time.monotonic() > deadline:
+                raise ProviderError(
+                    f"{login.name}: slurm jobs {', '.join(ours)} not ended "
+                    f"{_CANCEL_WAIT_SECONDS:g} s after scancel",
+                    provider=PROVIDER,
+                )
+            time.sleep(_POLL_SECONDS)
+        for record in records:
+            if record.request_id:
+                login.checked(
+                    remove_authorized_key_command(login.cluster.authorized_keys, record.request_id),
+                    what="removing the job's key from authorized_keys",
+                )
+
+    def _forget(self, login: LoginNode, record: Allocation) -> None:
+        self._remove_key(login, record)
+        self.allocations.remove(record.request_id)
+
+    def _remove_key(self, login: LoginNode, record: Allocation) -> None:
+        """Best effort: a terminate removes it again."""
+        with contextlib.suppress(ProviderError):
+            login.checked(
+                remove_authorized_key_command(login.cluster.authorized_keys, record.request_id),
+                what="removing the job's key",
+            )
+
+    def list_owned(self, tags: Mapping[str, str]) -> list[Instance]:
+        """Allocations still queued or running whose comment carries all of ``tags``: one
+        instance per node."""
+        if not tags:
+            # Without a tag every gpulayer allocation would match, and a reaper would end them.
+            raise ProviderError("list_owned needs at least one tag to match", provider=PROVIDER)
+        found = []
+        for cluster in self.settings.clusters:
+            try:
+                queued = self._queued(self.login(cluster))
+            except ClusterUnreachable as exc:
+                log.warning("slurm cluster %s not listed: %s", cluster, exc.message)
+                continue
+            for job in queued:
+                if not job.name.startswith(JOB_NAME_PREFIX) or job.state in ENDED:
+                    continue
+                carried = batch.parse_comment(job.comment)
+                if any(carried.get(k) != v for k, v in tags.items()):
+                    continue
+                record = self.allocations.by_slurm_job(cluster, job.job_id)
+                size = int(carried.get(GANG_SIZE_TAG, "1") or 1)
+                for rank in range(max(size, len(job.nodes), 1)):
+                    given = instance_id(cluster, job.job_id, rank)
+                    found.append(self._described(given, cluster, rank, record, job))
+        return found
+
+    def _queued(self, login: LoginNode, *, name: str | None = None) -> list[parsing.QueuedJob]:
+        text = login.checked(batch.squeue_command(name=name), what="squeue")
+        try:
+            return parsing.parse_squeue(text)
+        except ValueError as exc:
+            raise ProviderError(
+                f"{login.name}: cannot read squeue: {exc}", provider=PROVIDER
+            ) from exc
+
+
+def _instance_state(job: parsing.QueuedJob | None, *, ran: bool) -> tuple[InstanceState, bool]:
+    """(state, reclaimed) of an allocation as squeue shows it (None: no longer shown)."""
+    if job is None:
+        return "terminated", False
+    if job.state == "PREEMPTED":
+        return "terminated", True
+    if job.state in ENDED:
+        return "terminated", False
+    if job.state in ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"):
+        # Pending again after it ran: Slurm requeued it (a preemption or a node failure).
+        return "pending", ran
+    if job.state == "RUNNING":
+        return "running", False
+    return "stopping", False
+
+
+def _unrecorded(cluster: str, slurm_job_id: str) -> Allocation:
+    # A job this controller has no record of (its state dir lost): found by id alone.
+    return Allocation(
+        request_id="",
+        job_id="",
+        cluster=cluster,
+        partition="",
+        instance_type="",
+        nodes=1,
+        slurm_job_id=slurm_job_id,
+    )

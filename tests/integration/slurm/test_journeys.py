@@ -1,0 +1,293 @@
+"""Jobs through the command line on the real cluster: an allocation per job, the worker inside
+it, nothing left in squeue after."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e_cloud.journey import last_job, ledger, wait_until
+from tests.integration.slurm.conftest import slurm_section
+from tests.support.cli import run_cli
+from tests.support.daemon import pid_alive
+from tests.support.procs import processes_with
+from tests.support.slurm_cluster import SlurmCluster
+
+pytestmark = pytest.mark.slow
+
+
+def write_providers(
+    home: Path, cluster: SlurmCluster, tmp_path: Path, *, torch: bool = False, **extra: Any
+) -> None:
+    """The test cluster with a priced cpu partition. With ``torch``, the nodes' worker runs on
+    this machine's python (the nodes share its disk) and sees its torch."""
+    section = slurm_section(
+        cluster,
+        authorized_keys=str(cluster.shared_authorized_keys),
+        install_root=str(tmp_path / "installs"),
+        python=sys.executable if torch else "/usr/bin/python3",
+        hourly_price={"gpu": 2.5, "cpu": 0.6},
+        **extra,
+    )
+    section["state_dir"] = str(tmp_path / "slurm-state")
+    config = {
+        "slurm": section,
+        "gpulayer": {
+            "deadman_seconds": 600,
+            "ssh_cidr": f"{cluster.lab.gateway}/32",
+            "system_site_packages": torch,
+        },
+    }
+    (home / "providers.yaml").write_text(yaml.safe_dump(config))
+
+
+def test_a_job_runs_in_an_allocation_and_leaves_nothing_in_squeue(
+    slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
+) -> None:
+    write_providers(slurm_home, slurm_cluster, tmp_path)
+    script = "import os; print('ran', os.environ['GPULAYER_JOB_ID'])"
+    result = run_cli(
+        ["submit", "--target", "cloud", "--provider", "slurm", "--timeout", "120", "--",
+         "python3", "-c", script],
+        timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    job = last_job()
+    assert job["state"] == "succeeded"
+    assert f"ran {job['id']}" in result.stdout
+    assert "slurm job" in result.stderr and "submitted to" in result.stderr
+    wait_until(lambda: ledger(job["id"])["instances"][0]["state"] == "terminated", what="teardown")
+    costs = ledger(job["id"])
+    (instance,) = costs["instances"]
+    assert instance["provider"] == "slurm" and instance["region"] == slurm_cluster.name
+    # The ledger has the node-hours at the partition's price.
+    assert instance["hourly_price"] == 0.6 and instance["cost"] > 0
+    assert costs["total"]["USD"] == instance["cost"]
+    assert slurm_cluster.queue() == []
+    wait_until(
+        lambda: not processes_with(str(tmp_path / "installs")), timeout=30, what="the worker"
+    )
+    assert not (tmp_path / "installs" / job["id"]).exists()
+
+
+def test_a_cap_below_the_partition_price_is_refused(
+    slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
+) -> None:
+    write_providers(slurm_home, slurm_cluster, tmp_path)
+    refused = run_cli(
+        ["submit", "--target", "cloud", "--provider", "slurm", "--max-hourly-cost", "0.5",
+         "--", "true"],
+        timeout=120,
+    )  # fmt: skip
+    assert refused.returncode != 0
+    assert "0.6" in refused.stderr, refused.stderr
+    assert slurm_cluster.queue() == []
+
+
+DDP_TRAIN = Path(__file__).parents[2] / "fixtures" / "ddp" / "train.py"
+
+
+def test_a_two_node_gloo_gang_is_one_allocation(
+    slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
+) -> None:
+    write_providers(slurm_home, slurm_cluster, tmp_path, torch=True)
+    folder = tmp_path / "src"
+    folder.mkdir()
+    shutil.copy(DDP_TRAIN, folder / "train.py")
+    spec = {
+        "name": "slurm-gang",
+        "workload": {
+            "kind": "distributed",
+            "entrypoint": "train.py",
+            "args": ["3"],
+            "num_workers": 2,
+            "procs_per_worker": 1,
+            "comm_backend": "gloo",
+            "rendezvous": {"join_timeout_seconds": 60},
+        },
+        "resources": {"cpu_cores": 1},
+        "timeout_seconds": 300,
+        "placement": {"target": "cloud", "providers": ["slurm"], "on_unschedulable": "fail"},
+    }
+    (folder / "job.json").write_text(json.dumps(spec))
+    result = run_cli(["submit", "-f", str(folder / "job.json")], cwd=folder, timeout=300)
+    job = last_job()
+    assert result.returncode == 0, (result.stderr[-3000:], job)
+    ranks = [
+        json.loads(line.split("RANKINFO ", 1)[1])
+        for line in (result.stdout + result.stderr).splitlines()
+        if "RANKINFO " in line
+    ]
+    assert sorted(r["rank"] for r in ranks) == [0, 1] and {r["world"] for r in ranks} == {2}
+    # Node 0 is SLURM_NODEID 0 (cpu1); the gang meets there.
+    assert {r["env"]["MASTER_ADDR"] for r in ranks} == {slurm_cluster.hosts["cpu1"].address}
+    assert "gang of 2 launched together" in result.stderr
+    wait_until(
+        lambda: {i["state"] for i in ledger(job["id"])["instances"]} == {"terminated"},
+        what="the gang's teardown",
+    )
+    instances = ledger(job["id"])["instances"]
+    assert len(instances) == 2 and len({i["instance_id"] for i in instances}) == 2
+    assert slurm_cluster.queue() == []
+
+
+def no_job_keys(cluster: SlurmCluster) -> bool:
+    return "gpulayer-request:" not in cluster.shared_authorized_keys.read_text()
+
+
+def submit_detached(*command: str, timeout: int = 120) -> str:
+    sent = run_cli(
+        ["submit", "--target", "cloud", "--provider", "slurm", "--timeout", str(timeout),
+         "--detach", "--", *command],
+    )  # fmt: skip
+    assert sent.returncode == 0, sent.stderr
+    return str(last_job()["id"])
+
+
+def status(job_id: str) -> dict[str, Any]:
+    return dict(json.loads(run_cli(["status", job_id, "--json"]).stdout))
+
+
+def test_pending_for_capacity_cancelled_while_pending_or_running(
+    slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
+) -> None:
+    write_providers(slurm_home, slurm_cluster, tmp_path)
+    # Someone else's job holds every cpu node.
+    holder = slurm_cluster.command(
+        "sbatch", "--parsable", "-p", "cpu", "-N", "2", "--exclusive", "-J", "someone-else",
+        "--wrap", "sleep 300",
+    ).strip()  # fmt: skip
+    waiting = submit_detached("sleep", "300")
+    job_id = submit_detached("sleep", "300")
+
+    def waits_with_slurms_reason(job: str) -> bool:
+        said = run_cli(["logs", job]).stderr
+        return "waiting for capacity" in said and "is pending (" in said
+
+    for job in (waiting, job_id):
+        wait_until(
+            lambda job=job: waits_with_slurms_reason(job),
+            timeout=30,
+            what="the allocation to wait",
+        )
+        shown = status(job)
+        assert shown["state"] == "provisioning"
+        assert shown["message"].startswith("waiting for capacity: slurm job"), shown["message"]
+    assert len(slurm_cluster.queue()) == 3
+    # Cancelled while it waits: its allocation leaves the queue, the other job's stays.
+    assert run_cli(["cancel", waiting]).returncode == 0
+    wait_until(
+        lambda: len(slurm_cluster.queue()) == 2,
+        timeout=30,
+        what="the cancelled job's allocation to leave the queue",
+    )
+    assert status(waiting)["state"] == "cancelled"
+    slurm_cluster.command("scancel", holder)
+    wait_until(lambda: status(job_id)["state"] == "running", timeout=120, what="the job to run")
+    cancelled = run_cli(["cancel", job_id])
+    assert cancelled.returncode == 0, cancelled.stderr
+    wait_until(lambda: status(job_id)["state"] == "cancelled", what="cancelled")
+    wait_until(lambda: ledger(job_id)["instances"][0]["state"] == "terminated", what="teardown")
+    wait_until(lambda: slurm_cluster.queue() == [], timeout=30, what="an empty queue")
+    wait_until(lambda: no_job_keys(slurm_cluster), timeout=30, what="the jobs' keys to go")
+
+
+def test_controller_killed_while_the_allocation_runs_resumes_it(
+    slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
+) -> None:
+    write_providers(slurm_home, slurm_cluster, tmp_path)
+    gate = tmp_path / "gate"  # the nodes share this machine's disk
+    script = (
+        "import pathlib, time\n"
+        "print('started', flush=True)\n"
+        f"while not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.1)\n"
+        "print('finished resumed', flush=True)\n"
+    )
+    job_id = submit_detached("python3", "-c", script)
+    wait_until(lambda: status(job_id)["state"] == "running", timeout=120, what="the job to run")
+    (allocation,) = slurm_cluster.queue()
+    pid = json.loads((slurm_home / "server.json").read_text())["pid"]
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not pid_alive(pid), what="the controller to die")
+    (slurm_home / "server.json").unlink(missing_ok=True)
+
+    # The next command starts a new control plane, which finds the allocation and its worker.
+    wait_until(
+        lambda: "SSH tunnel reopened" in run_cli(["logs", job_id]).stderr,
+        timeout=60,
+        what="the tunnel",
+    )
+    assert slurm_cluster.queue() == [allocation]  # the same allocation, still running
+    gate.touch()
+    wait_until(lambda: status(job_id)["state"] == "succeeded", timeout=60, what="the job")
+    assert "finished resumed" in run_cli(["logs", job_id]).stdout
+    wait_until(lambda: ledger(job_id)["instances"][0]["state"] == "terminated", what="teardown")
+    assert len(ledger(job_id)["instances"]) == 1
+    wait_until(lambda: slurm_cluster.queue() == [], timeout=30, what="an empty queue")
+    wait_until(lambda: no_job_keys(slurm_cluster), timeout=30, what="the jobs' keys to go")
+
+
+def test_pending_past_the_jobs_provisioning_timeout_ends_the_allocation(
+    slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
+) -> None:
+    write_providers(slurm_home, slurm_cluster, tmp_path)
+    holder = slurm_cluster.command(
+        "sbatch", "--parsable", "-p", "cpu", "-N", "2", "--exclusive", "-J", "someone-else",
+        "--wrap", "sleep 300",
+    ).strip()  # fmt: skip
+    spec = {
+        "workload": {"kind": "command", "command": ["true"]},
+        "placement": {
+            "target": "cloud",
+            "providers": ["slurm"],
+            "max_hourly_cost": 1,  # the cpu partition only
+            "on_unschedulable": "fail",
+            "provisioning": {"provisioning_timeout_seconds": 5},
+        },
+    }
+    (tmp_path / "job.json").write_text(json.dumps(spec))
+    sent = run_cli(["submit", "-f", str(tmp_path / "job.json"), "--detach"])
+    assert sent.returncode == 0, sent.stderr
+    job_id = str(last_job()["id"])
+    wait_until(
+        lambda: "still pending after 5 s" in run_cli(["logs", job_id]).stderr,
+        timeout=60,
+        what="the launch to give up",
+    )
+    wait_until(
+        lambda: [line.split()[0] for line in slurm_cluster.queue()] == [holder],
+        timeout=30,
+        what="the job's allocation to leave the queue",
+    )
+    assert run_cli(["cancel", job_id]).returncode == 0
+    slurm_cluster.command("scancel", holder)
+    wait_until(lambda: slurm_cluster.queue() == [], timeout=30, what="an empty queue")
+    wait_until(lambda: no_job_keys(slurm_cluster), timeout=30, what="the jobs' keys to go")
+
+
+def test_an_allocation_slurm_ends_under_the_job_is_a_lost_worker(
+    slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
+) -> None:
+    # As its time limit or an admin's scancel would: not gpulayer's doing, not a preemption.
+    write_providers(slurm_home, slurm_cluster, tmp_path)
+    job_id = submit_detached("sleep", "300")
+    wait_until(lambda: status(job_id)["state"] == "running", timeout=120, what="the job to run")
+    (allocation,) = slurm_cluster.queue()
+    slurm_cluster.command("scancel", allocation.split()[0])
+    wait_until(lambda: status(job_id)["state"] == "failed", timeout=60, what="the job to fail")
+    assert status(job_id)["reason"] == "worker_lost"
+    wait_until(lambda: ledger(job_id)["instances"][0]["state"] == "terminated", what="teardown")
+    wait_until(lambda: slurm_cluster.queue() == [], timeout=30, what="an empty queue")
+    wait_until(lambda: no_job_keys(slurm_cluster), timeout=30, what="the jobs' keys to go")
+    # The worker, started inside the allocation, is stopped with it.
+    wait_until(
+        lambda: not processes_with(str(tmp_path / "installs")), timeout=30, what="the worker"
+    )

@@ -1,0 +1,35 @@
+"""`gpulayer offers --provider slurm` lists the real cluster's partitions and node shapes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import run_cli
+from tests.support.slurm_cluster import SlurmCluster
+
+pytestmark = pytest.mark.slow
+
+
+def test_offers_list_one_row_per_partition_and_shape(
+    slurm_cluster: SlurmCluster, slurm_home: Path
+) -> None:
+    listed = run_cli(["offers", "--provider", "slurm", "--json", "-n", "50"])
+    assert listed.returncode == 0, listed.stderr
+    rows = {(row["zone"], row["instance_type"]): row for row in json.loads(listed.stdout)}
+    assert set(rows) == {("gpu", "4cpu-3.9gb-2xa100"), ("cpu", "2cpu-2gb")}, rows
+    gpu = rows["gpu", "4cpu-3.9gb-2xa100"]
+    assert (gpu["region"], gpu["zone"], gpu["gpu_count"]) == (slurm_cluster.name, "gpu", 2)
+    assert "A100" in gpu["gpu_name"] and gpu["hourly_price"] == 2.5
+    assert rows["cpu", "2cpu-2gb"]["hourly_price"] == 0
+
+
+def test_offers_filter_like_cloud_offers(slurm_home: Path) -> None:
+    a100 = run_cli(["offers", "--provider", "slurm", "--gpu", "a100", "--gpus", "2", "--json"])
+    assert a100.returncode == 0, a100.stderr
+    assert [row["instance_type"] for row in json.loads(a100.stdout)] == ["4cpu-3.9gb-2xa100"]
+    table = run_cli(["offers", "--provider", "slurm"], env={"COLUMNS": "120"})
+    assert table.returncode == 0, table.stderr
+    assert "4cpu-3.9gb-2xa100" in table.stdout and "2cpu-2gb" in table.stdout

@@ -1,0 +1,449 @@
+"""A real Slurm cluster for tests: munged, slurmctld, one slurmd per compute node, a login node.
+
+Debian's ``slurm-wlm`` (22.05) run with a private configuration, so nothing of the machine's
+own /etc/slurm or /etc/munge is read or touched:
+
+* munged with a key of its own, on a socket of its own (run as user ``munge``);
+* slurmctld on this machine, on the lab bridge's address and a free port;
+* per compute node, an sshd host of the lab (its own network namespace and address; its
+  sshd reads the shared authorized_keys) with ``slurmd -N NODE`` started in its namespace
+  through ``nsenter --net`` (``ip netns exec`` remounts /sys, and slurmd then finds no cgroup
+  hierarchy);
+* a login node: an sshd host of the lab (over this machine's filesystem, so Slurm's
+  commands are there) whose sessions get ``SLURM_CONF``.
+
+GPU nodes have no GPUs: their GRES names device files this module creates (plain files), which
+22.05's gres/gpu plugin accepts; ``Count`` without ``File`` leaves a node ``inval``.
+
+Every daemon is a child of this process, ended by its pid at :meth:`SlurmCluster.close`, and
+carries the lab's marker, so a crashed run's daemons are ended with its hosts; job steps live
+in the nodes' namespaces and go with them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.support.sshd_hosts import MARKER, SshdHost, SshdLab, netns_usable
+
+_READY_SECONDS = 30.0
+_STOP_SECONDS = 10.0
+SBIN = Path("/usr/sbin")
+
+
+class SlurmClusterError(RuntimeError):
+    pass
+
+
+def slurm_installed() -> bool:
+    return all((SBIN / d).exists() for d in ("slurmctld", "slurmd", "munged")) and bool(
+        shutil.which("sbatch")
+    )
+
+
+def usable() -> str | None:
+    """Why no cluster can be started here, or None."""
+    if not slurm_installed():
+        return "slurm-wlm is not installed (apt-get install -y slurm-wlm)"
+    if not netns_usable():
+        return "network namespaces are not usable here (needs root and iproute2)"
+    return None
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    """A compute node: ``gres`` like ``gpu:a100:2`` (or ``gpu:2``, untyped), None for none."""
+
+    name: str
+    cpus: int = 2
+    memory_mb: int = 2000
+    gres: str | None = None
+
+
+@dataclass(frozen=True)
+class PartitionShape:
+    name: str
+    nodes: tuple[str, ...]
+    max_time: str = "UNLIMITED"
+    default: bool = False
+
+
+@dataclass
+class _Daemon:
+    what: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
+@dataclass(eq=False)
+class SlurmCluster:
+    lab: SshdLab
+    base_dir: Path
+    nodes: tuple[NodeShape, ...]
+    partitions: tuple[PartitionShape, ...]
+    name: str = "testlab"
+    login: SshdHost | None = field(default=None, init=False)
+    hosts: dict[str, SshdHost] = field(default_factory=dict, init=False)
+    _daemons: list[_Daemon] = field(default_factory=list, init=False)
+    _slurmd: dict[str, _Daemon] = field(default_factory=dict, init=False)
+    ctld_port: int = field(default=0, init=False)
+    # munged (not root) must reach its files: outside the private temp dirs of pytest.
+    _munge_dir: Path = field(
+        default_factory=lambda: Path(tempfile.mkdtemp(prefix="gpulayer-test-munge-", dir="/run")),
+        init=False,
+    )
+
+    # paths
+
+    @property
+    def etc(self) -> Path:
+        return self.base_dir / "etc"
+
+    @property
+    def conf_path(self) -> Path:
+        return self.etc / "slurm.conf"
+
+    @property
+    def shared_authorized_keys(self) -> Path:
+        """The login user's authorized_keys as every node reads it (a cluster's shared home)."""
+        return self.base_dir / "home" / "authorized_keys"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self._munge_dir / "munge.socket"
+
+    def env(self) -> dict[str, str]:
+        """Environment for Slurm's client commands on this machine."""
+        return {**os.environ, "SLURM_CONF": str(self.conf_path)}
+
+    # start and stop
+
+    def start(self) -> None:
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self) -> None:
+        for node in self.nodes:
+            self.hosts[node.name] = self.lab.add_host(node.name, start=False)
+        self.ctld_port = _free_port(self.lab.gateway)
+        self._write_config()
+        self._start_munged()
+        self._start_slurmctld()
+        for node in self.nodes:
+            self.start_slurmd(node.name)
+        # Nodes answer SSH as a cluster's nodes do for a user's allocation, with the keys of
+        # the shared home.
+        self.shared_authorized_keys.parent.mkdir(parents=True, exist_ok=True)
+        self.shared_authorized_keys.touch()
+        for node in self.nodes:
+            host = self.hosts[node.name]
+            host.configure(
+                f"AuthorizedKeysFile {self.shared_authorized_keys} {host.authorized_keys}"
+            )
+            host._spawn()
+        for node in self.nodes:
+            self.hosts[node.name].wait_ready()
+        self.wait_nodes_idle([n.name for n in self.nodes])
+        login = self.lab.add_host("login", start=False)
+        # One SetEnv line: sshd keeps only the first it reads.
+        login.configure(f"SetEnv SLURM_CONF={self.conf_path} {MARKER}={login.marker}")
+        login.start()
+        self.login = login
+
+    def _write_config(self) -> None:
+        self.etc.mkdir(parents=True, exist_ok=True)
+        state = self.base_dir / "state"
+        state.mkdir(exist_ok=True)
+        spool = self.base_dir / "spool"
+        spool.mkdir(exist_ok=True)
+        logs = self.base_dir / "log"
+        logs.mkdir(exist_ok=True)
+        controller_host = socket.gethostname().split(".")[0]
+        lines = [
+            f"ClusterName={self.name}",
+            f"SlurmctldHost={controller_host}({self.lab.gateway})",
+            f"SlurmctldPort={self.ctld_port}",
+            "SlurmdPort=6818",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            f"AuthInfo=socket={self.munge_socket}",
+            f"StateSaveLocation={state}",
+            f"SlurmctldPidFile={self.base_dir / 'slurmctld.pid'}",
+            f"SlurmctldLogFile={logs / 'slurmctld.log'}",
+            f"SlurmdSpoolDir={spool}/%n",
+            f"SlurmdPidFile={self.base_dir}/slurmd-%n.pid",
+            f"SlurmdLogFile={logs}/slurmd-%n.log",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core_Memory",
+            # The test machine has fewer cores than the nodes claim.
+            "SlurmdParameters=config_overrides",
+            "ReturnToService=2",
+            "MpiDefault=none",
+            "MailProg=/bin/true",
+            "SchedulerParameters=sched_interval=2,bf_interval=2",
+            "SlurmdTimeout=30",
+            "InactiveLimit=0",
+            "KillWait=2",
+            "MinJobAge=2",
+            "GresTypes=gpu",
+        ]
+        for node in self.nodes:
+            host = self.hosts[node.name]
+            gres = f" Gres={node.gres}" if node.gres else ""
+            lines.append(
+                f"NodeName={node.name} NodeAddr={host.address} CPUs={node.cpus} "
+                f"RealMemory={node.memory_mb}{gres} State=UNKNOWN"
+            )
+        for part in self.partitions:
+            default = "YES" if part.default else "NO"
+            lines.append(
+                f"PartitionName={part.name} Nodes={','.join(part.nodes)} Default={default} "
+                f"MaxTime={part.max_time} State=UP"
+            )
+        self.conf_path.write_text("\n".join(lines) + "\n")
+        self.etc.joinpath("gres.conf").write_text(self._gres_conf())
+
+    def _gres_conf(self) -> str:
+        lines = ["AutoDetect=off"]
+        for node in self.nodes:
+            if not node.gres:
+                continue
+            parts = node.gres.split(":")
+            count = int(parts[-1])
+            gpu_type = parts[1] if len(parts) == 3 else None
+            devices = self.base_dir / "dev" / node.name
+            devices.mkdir(parents=True, exist_ok=True)
+            for index in range(count):
+                (devices / f"nvidia{index}").touch()
+            files = f"{devices}/nvidia[0-{count - 1}]" if count > 1 else f"{devices}/nvidia0"
+            typed = f" Type={gpu_type}" if gpu_type else ""
+            lines.append(f"NodeName={node.name} Name=gpu{typed} File={files}")
+        return "\n".join(lines) + "\n"
+
+    def _spawn(self, what: str, argv: list[str], log: Path, **kwargs: object) -> _Daemon:
+        with log.open("ab") as out:
+            process = subprocess.Popen(  # type: ignore[call-overload]
+                argv,
+                # The lab's marker: a crashed run's daemons are found and ended with its hosts.
+                env={**os.environ, MARKER: f"{self.lab.run_id}:slurm"},
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                **kwargs,
+            )
+        daemon = _Daemon(what, process, log)
+        self._daemons.append(daemon)
+        return daemon
+
+    def _start_munged(self) -> None:
+        munge_dir = self._munge_dir
+        munge = pwd.getpwnam("munge")
+        key = munge_dir / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        for path in (munge_dir, key):
+            os.chown(path, munge.pw_uid, munge.pw_gid)
+        munge_dir.chmod(0o755)
+        key.chmod(0o400)
+        log = munge_dir / "munged.log"
+        daemon = self._spawn(
+            "munged",
+            [
+                str(SBIN / "munged"), "--foreground", f"--key-file={key}",
+                f"--socket={self.munge_socket}", f"--pid-file={munge_dir / 'munged.pid'}",
+                f"--seed-file={munge_dir / 'munged.seed'}", f"--log-file={log}",
+                # The temp dir's parents are not munge's to vouch for.
+                "--force",
+            ],
+            self.base_dir / "munged.out",
+            user=munge.pw_uid,
+            group=munge.pw_gid,
+        )  # fmt: skip
+        self._wait(lambda: self.munge_socket.exists(), daemon, "munged's socket")
+
+    def _start_slurmctld(self) -> None:
+        daemon = self._spawn(
+            "slurmctld",
+            [str(SBIN / "slurmctld"), "-D", "-i", "-f", str(self.conf_path)],
+            self.base_dir / "slurmctld.out",
+        )
+        self._wait(lambda: _answers(self.lab.gateway, self.ctld_port), daemon, "slurmctld")
+
+    def start_slurmd(self, node: str) -> None:
+        (self.base_dir / "spool" / node).mkdir(parents=True, exist_ok=True)
+        netns = f"/run/netns/{self.lab._netns(self.hosts[node])}"
+        daemon = self._spawn(
+            f"slurmd {node}",
+            ["nsenter", f"--net={netns}", str(SBIN / "slurmd"), "-D", "-f", str(self.conf_path),
+             "-N", node],
+            self.base_dir / f"slurmd-{node}.out",
+        )  # fmt: skip
+        self._slurmd[node] = daemon
+
+    def stop_slurmd(self, node: str) -> None:
+        daemon = self._slurmd.pop(node)
+        _end(daemon.process)
+
+    def _wait(self, ready: object, daemon: _Daemon, what: str) -> None:
+        assert callable(ready)
+        deadline = time.monotonic() + _READY_SECONDS
+        while not ready():
+            if daemon.process.poll() is not None:
+                raise SlurmClusterError(f"{what} exited: {_tail(daemon.log)}")
+            if time.monotonic() > deadline:
+                raise SlurmClusterError(f"{what} not ready after {_READY_SECONDS}s")
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        """End every daemon started here (by pid) and the nodes' namespaces; idempotent."""
+        errors: list[str] = []
+        if self.login is not None:
+            self.lab.remove_host(self.login)
+            self.login = None
+        for daemon in reversed(self._daemons):
+            if not _end(daemon.process):
+                errors.append(daemon.what)
+        self._daemons.clear()
+        self._slurmd.clear()
+        for host in list(self.hosts.values()):
+            # Job steps left in a node's namespace end with it.
+            self.lab.remove_host(host)
+        self.hosts.clear()
+        shutil.rmtree(self._munge_dir, ignore_errors=True)
+        if errors:
+            raise SlurmClusterError(f"survived SIGKILL: {errors}")
+
+    # looking at the cluster
+
+    def command(self, *argv: str, timeout: float = 30) -> str:
+        # In the cluster's own dir: a batch job's default output file lands there.
+        done = subprocess.run(
+            list(argv),
+            capture_output=True,
+            text=True,
+            env=self.env(),
+            cwd=self.base_dir,
+            timeout=timeout,
+        )
+        if done.returncode != 0:
+            raise SlurmClusterError(f"{' '.join(argv)}: {done.stderr.strip()}")
+        return done.stdout
+
+    def node_states(self) -> dict[str, str]:
+        out = self.command("sinfo", "-h", "-N", "-o", "%N %T")
+        return dict(line.split() for line in out.splitlines() if line.strip())  # type: ignore[misc]
+
+    def wait_nodes_idle(self, nodes: Sequence[str], timeout: float = _READY_SECONDS) -> None:
+        deadline = time.monotonic() + timeout
+        states: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            with contextlib.suppress(SlurmClusterError):
+                states = self.node_states()
+                if all(states.get(n) == "idle" for n in nodes):
+                    return
+            for node in nodes:
+                daemon = self._slurmd.get(node)
+                if daemon is not None and daemon.process.poll() is not None:
+                    raise SlurmClusterError(f"slurmd {node} exited: {_tail(daemon.log)}")
+            time.sleep(0.1)
+        raise SlurmClusterError(f"nodes not idle after {timeout}s: {states}")
+
+    def queue(self) -> list[str]:
+        """Every job still in squeue (id, name, state)."""
+        out = self.command("squeue", "-h", "-o", "%i %j %T")
+        return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def _free_port(address: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((address, 0))
+        return int(probe.getsockname()[1])
+
+
+def _answers(address: str, port: int) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _end(process: subprocess.Popen[bytes]) -> bool:
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=_STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            try:
+                process.wait(timeout=_STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                return False
+    return True
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+# -- pytest fixtures -------------------------------------------------------------------------------
+
+DEFAULT_NODES = (
+    NodeShape("gpu1", cpus=4, memory_mb=4000, gres="gpu:a100:2"),
+    NodeShape("gpu2", cpus=4, memory_mb=4000, gres="gpu:a100:2"),
+    NodeShape("cpu1", cpus=2, memory_mb=2000),
+    NodeShape("cpu2", cpus=2, memory_mb=2000),
+)
+DEFAULT_PARTITIONS = (
+    PartitionShape("gpu", ("gpu1", "gpu2"), max_time="2:00:00"),
+    PartitionShape("cpu", ("cpu1", "cpu2"), max_time="30:00", default=True),
+)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """One cluster for the whole session: 2 nodes with 2 a100 each, 2 CPU nodes, a login node."""
+    why = usable()
+    if why is not None:
+        pytest.skip(why)
+    base = tmp_path_factory.mktemp("slurm")
+    lab = SshdLab.create(base / "lab", mode="netns")
+    cluster = SlurmCluster(lab, base / "cluster", DEFAULT_NODES, DEFAULT_PARTITIONS)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        try:
+            cluster.close()
+        finally:
+            lab.close()
+    left = lab.leftovers()
+    if left:
+        raise SlurmClusterError(f"slurm cluster left behind: {left}")

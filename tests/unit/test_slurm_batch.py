@@ -1,0 +1,87 @@
+"""The allocation's sbatch line, its tags, instance ids and squeue states. Pure."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+from gpulayer_slurm import batch
+from gpulayer_slurm.allocations import instance_id, split_instance_id
+from gpulayer_slurm.parsing import QueuedJob
+from gpulayer_slurm.provider import _instance_state
+
+
+def test_sbatch_line_carries_the_shape_limits_and_tags() -> None:
+    line = batch.sbatch_command(
+        job_name="gpulayer-r1",
+        tags={"gpulayer:job": "j1", "gpulayer:owner": "o-1", "odd": "has space"},
+        partition="gpu",
+        nodes=2,
+        gpus_per_node=4,
+        account="ml",
+        qos="high",
+        time_limit="0-01:10:00",
+        exclude=["big1"],
+    )
+    args = shlex.split(line)
+    assert args[:2] == ["sbatch", "--parsable"]
+    for wanted in (
+        "--job-name=gpulayer-r1", "--partition=gpu", "--nodes=2", "--gres=gpu:4",
+        "--account=ml", "--qos=high", "--time=0-01:10:00", "--exclude=big1", "--exclusive", "--no-requeue",
+    ):  # fmt: skip
+        assert wanted in args
+    # Only plain-word tags travel (a comment is no place for arbitrary text).
+    assert "--comment=gpulayer:job=j1,gpulayer:owner=o-1" in args
+    assert args[-1].startswith("--wrap=") and "srun" in args[-1]
+
+
+def test_a_cpu_allocation_asks_for_no_gres_and_no_time() -> None:
+    args = shlex.split(
+        batch.sbatch_command(
+            job_name="gpulayer-r2",
+            tags={},
+            partition="cpu",
+            nodes=1,
+            gpus_per_node=0,
+            account=None,
+            qos=None,
+            time_limit=None,
+        )
+    )
+    assert not any(a.startswith(("--gres", "--time", "--account", "--qos")) for a in args)
+
+
+def test_comment_round_trips() -> None:
+    tags = {"gpulayer:job": "j1", "gpulayer:request": "r.1"}
+    assert batch.parse_comment(batch.comment(tags)) == tags
+    assert batch.parse_comment("(null)") == {}
+
+
+def test_instance_ids_name_cluster_job_and_rank() -> None:
+    assert split_instance_id(instance_id("lab.eu-1", "42", 3)) == ("lab.eu-1", "42", 3)
+    assert split_instance_id("gpu1") is None
+    assert split_instance_id("lab.x.1") is None
+
+
+def job(state: str) -> QueuedJob:
+    return QueuedJob("1", "gpulayer-r", state, "None", (), "")
+
+
+@pytest.mark.parametrize(
+    ("state", "ran", "expected"),
+    [
+        ("PENDING", False, ("pending", False)),
+        ("PENDING", True, ("pending", True)),  # requeued after it ran
+        ("RUNNING", True, ("running", False)),
+        ("COMPLETING", True, ("stopping", False)),
+        ("PREEMPTED", True, ("terminated", True)),
+        ("TIMEOUT", True, ("terminated", False)),
+        ("NODE_FAIL", True, ("terminated", False)),
+    ],
+)
+def test_squeue_states(state: str, ran: bool, expected: tuple[str, bool]) -> None:
+    assert _instance_state(job(state), ran=ran) == expected
+
+
+def test_gone_from_the_queue_is_terminated() -> None:
+    assert _instance_state(None, ran=True) == ("terminated", False)

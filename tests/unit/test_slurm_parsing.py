@@ -1,0 +1,163 @@
+"""Reading Slurm 22.05's text output (captured from the test cluster) into nodes, partitions,
+queue entries and offers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from gpulayer_slurm import parsing
+from gpulayer_slurm.offers import partition_shapes
+from gpulayer_slurm.settings import SlurmCluster
+
+SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
+
+
+def sample(name: str) -> str:
+    return (SAMPLES / name).read_text()
+
+
+def test_a_record_keeps_values_with_spaces_and_equals_signs() -> None:
+    nodes = parsing.parse_records(sample("scontrol_show_node.txt"))
+    drained = next(n for n in nodes if n["NodeName"] == "cpu1")
+    assert drained["OS"] == "Linux 6.18.44-fc-v1045 #1 SMP PREEMPT_DYNAMIC @0"
+    assert drained["Reason"].startswith("disk check = pending [root@")
+    assert drained["AllocTRES"] == ""
+
+
+def test_nodes_read_with_their_gres_state_and_partitions() -> None:
+    nodes = {n.name: n for n in parsing.parse_nodes(sample("scontrol_show_node.txt"))}
+    assert set(nodes) == {"cpu1", "gpu1", "gpu2", "gpu3"}
+    assert nodes["gpu1"].gpus() == ("a100", 2) and nodes["gpu1"].cpus == 4
+    assert nodes["gpu3"].gpus() == (None, 4) and nodes["gpu3"].memory_mb == 16000
+    assert nodes["cpu1"].gpus() == (None, 0) and nodes["cpu1"].partitions == ("cpu",)
+    # IDLE+DRAIN runs nothing; MIXED runs jobs but is not idle; IDLE+PLANNED is held for a
+    # job that waits.
+    assert not nodes["cpu1"].usable
+    assert nodes["gpu1"].usable and not nodes["gpu1"].idle
+    assert nodes["gpu2"].usable and not nodes["gpu2"].idle
+    assert nodes["gpu3"].idle
+
+
+@pytest.mark.parametrize(
+    ("state", "usable", "idle"),
+    [
+        ("IDLE", True, True),
+        ("ALLOCATED", True, False),
+        ("DOWN*", False, False),
+        ("IDLE*", False, False),
+        ("IDLE+NOT_RESPONDING", False, False),
+        ("MIXED+DRAIN", False, False),
+        ("INVAL", False, False),
+        ("IDLE+COMPLETING", True, True),
+    ],
+)
+def test_node_states(state: str, usable: bool, idle: bool) -> None:
+    node = parsing.NodeInfo("n", ("p",), 1, 1000, (), state, None)
+    assert (node.usable, node.idle) == (usable, idle)
+
+
+def test_partitions_read_with_time_limits() -> None:
+    parts = {p.name: p for p in parsing.parse_partitions(sample("scontrol_show_partition.txt"))}
+    assert parts["gpu"].max_time_seconds == 2 * 3600
+    assert parts["cpu"].max_time_seconds == 30 * 60
+    assert parts["untyped"].max_time_seconds == 36 * 3600
+    assert all(p.up for p in parts.values())
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("UNLIMITED", None),
+        ("INFINITE", None),
+        ("5", 300),
+        ("05:30", 330),
+        ("1:00:00", 3600),
+        ("2-0", 2 * 86400),
+        ("1-02:03", 86400 + 2 * 3600 + 180),
+        ("1-02:03:04", 86400 + 2 * 3600 + 184),
+    ],
+)
+def test_durations(text: str, seconds: int | None) -> None:
+    assert parsing.parse_duration(text) == seconds
+
+
+def test_a_bad_duration_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a Slurm time limit"):
+        parsing.parse_duration("soon")
+
+
+def test_format_duration_rounds_up_to_a_minute() -> None:
+    assert parsing.format_duration(1) == "0-00:01:00"
+    assert parsing.format_duration(3601) == "0-01:01:00"
+    assert parsing.format_duration(86400 + 60) == "1-00:01:00"
+
+
+@pytest.mark.parametrize(
+    ("text", "items"),
+    [
+        ("(null)", []),
+        ("gpu:a100:4", [("gpu", "a100", 4)]),
+        ("gpu:4", [("gpu", None, 4)]),
+        ("gpu:a100:4(S:0-1)", [("gpu", "a100", 4)]),
+        (
+            "gpu:a100:2(S:0,1),gpu:v100:1,shard:8",
+            [("gpu", "a100", 2), ("gpu", "v100", 1), ("shard", None, 8)],
+        ),
+        ("gpu", [("gpu", None, 1)]),
+    ],
+)
+def test_gres(text: str, items: list[tuple[str, str | None, int]]) -> None:
+    assert [(g.name, g.type, g.count) for g in parsing.parse_gres(text)] == items
+
+
+def test_squeue_lines_with_hostlists() -> None:
+    jobs = parsing.parse_squeue(sample("squeue.txt"))
+    assert [(j.job_id, j.state, j.reason) for j in jobs] == [
+        ("2", "PENDING", "Priority"),
+        ("1", "RUNNING", "None"),
+    ]
+    assert jobs[0].nodes == () and jobs[1].nodes == ("gpu1",)
+    assert jobs[1].comment == "gpulayer:job=abc"
+
+
+def test_hostlists_expand() -> None:
+    assert parsing.expand_hostlist("gpu[1-2,4],cpu1") == ["gpu1", "gpu2", "gpu4", "cpu1"]
+    assert parsing.expand_hostlist("n[08-10]") == ["n08", "n09", "n10"]
+    assert parsing.expand_hostlist("(null)") == []
+
+
+def test_offers_one_per_partition_and_shape() -> None:
+    cluster = SlurmCluster(login="local", hourly_price={"gpu": 2.5}, gpu_types={"untyped": "h100"})
+    shapes = partition_shapes(
+        "lab",
+        cluster,
+        parsing.parse_partitions(sample("scontrol_show_partition.txt")),
+        parsing.parse_nodes(sample("scontrol_show_node.txt")),
+    )
+    by_type = {(s.partition, s.instance_type): s for s in shapes}
+    # cpu1 is drained: its partition offers nothing.
+    assert set(by_type) == {("gpu", "4cpu-3.9gb-2xa100"), ("untyped", "8cpu-16gb-4xh100")}
+    gpu = by_type["gpu", "4cpu-3.9gb-2xa100"]
+    assert gpu.nodes == ("gpu1", "gpu2") and gpu.idle_nodes == 0
+    assert gpu.max_time_seconds == 7200
+    offer = gpu.offer
+    assert (offer.provider, offer.region, offer.zone) == ("slurm", "lab", "gpu")
+    assert (offer.accelerator, offer.gpu_name, offer.gpu_count) == ("cuda", "A100", 2)
+    assert offer.hourly_price == 2.5 and offer.cpu_cores == 4
+    untyped = by_type["untyped", "8cpu-16gb-4xh100"].offer
+    assert untyped.gpu_name == "H100" and untyped.hourly_price == 0
+    assert untyped.label == "slurm/untyped/8cpu-16gb-4xh100"
+
+
+def test_offers_only_of_the_configured_partitions() -> None:
+    cluster = SlurmCluster(login="local", partitions=["untyped"])
+    shapes = partition_shapes(
+        "lab",
+        cluster,
+        parsing.parse_partitions(sample("scontrol_show_partition.txt")),
+        parsing.parse_nodes(sample("scontrol_show_node.txt")),
+    )
+    assert [s.partition for s in shapes] == ["untyped"]
+    # An untyped GRES without a configured model: a GPU offer of no named model.
+    assert shapes[0].offer.gpu_name is None and shapes[0].offer.gpu_count == 4

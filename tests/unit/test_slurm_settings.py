@@ -1,0 +1,72 @@
+"""The slurm section of providers.yaml: refused with one line naming the field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from gpulayer_slurm import SlurmProvider
+
+from gpulayer.cloud import ProviderSettingsError
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({}, "clusters: Field required"),
+        ({"clusters": {}}, "clusters: Dictionary should have at least 1 item"),
+        (
+            {"clusters": {"lab": {"login": "h"}}},
+            "clusters.lab: user: required when login is a host",
+        ),
+        (
+            {"clusters": {"lab": {"login": "h", "user": "u"}}},
+            "clusters.lab: key_file: required when login is a host",
+        ),
+        (
+            {"clusters": {"lab": {"login": "local", "hourly_price": {"gpu": -1}}}},
+            "clusters.lab.hourly_price.gpu: Input should be greater than or equal to 0",
+        ),
+        (
+            {
+                "clusters": {
+                    "lab": {"login": "local", "partitions": ["gpu"], "hourly_price": {"cpu": 1}}
+                }
+            },
+            "clusters.lab: hourly_price.cpu: not one of the partitions (gpu)",
+        ),
+        (
+            {"clusters": {"lab": {"login": "local", "gpu_types": {"p": "zz9"}}}},
+            "clusters.lab.gpu_types: p: 'zz9' is not a GPU model gpulayer knows",
+        ),
+        ({"clusters": {"bad name": {"login": "local"}}}, "clusters: 'bad name': 1-63 letters"),
+        (
+            {"clusters": {"lab": {"login": "local", "qos": "a b"}}},
+            "clusters.lab.qos: 'a b' is not a Slurm name",
+        ),
+        (
+            {"clusters": {"lab": {"login": "local", "logn": "x"}}},
+            "clusters.lab.logn: unknown setting; did you mean 'login'?",
+        ),
+        (
+            {"clusters": {"lab": {"login": "a@b", "user": "u", "key_file": "k"}}},
+            "clusters.lab.login:",
+        ),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_field(section: dict[str, Any], message: str) -> None:
+    with pytest.raises(ProviderSettingsError) as caught:
+        SlurmProvider(section)
+    text = str(caught.value)
+    assert message in text and "\n" not in text
+
+
+def test_a_cluster_over_ssh_with_prices() -> None:
+    provider = SlurmProvider(
+        {"clusters": {"lab": {"login": "login.example", "user": "ada", "key_file": "~/.ssh/id",
+                              "partitions": ["gpu"], "account": "ml", "qos": "normal",
+                              "hourly_price": {"gpu": 1.5}}}}
+    )  # fmt: skip
+    cluster = provider.settings.clusters["lab"]
+    assert cluster.price("gpu") == 1.5 and cluster.price("other") == 0
+    assert not str(cluster.key_file).startswith("~") and not cluster.local
