@@ -80,6 +80,8 @@ class BackoffPolicy:
 # The table. A new loop picks one of these or adds a row here.
 WORKER_JOIN = BackoffPolicy("worker-join", initial=0.2, maximum=10.0, jitter=0.5)
 WORKER_REPORT = BackoffPolicy("worker-report", initial=0.2, maximum=10.0, jitter=0.2)
+# What an attempt cannot start without (its source, its inputs), while the control plane is away.
+WORKER_PREPARE = BackoffPolicy("worker-prepare", initial=0.2, maximum=10.0, give_up_after=300.0)
 WORKER_OUTPUTS = BackoffPolicy("worker-outputs", initial=0.2, maximum=10.0, give_up_after=300.0)
 WORKER_CLAIM = BackoffPolicy("worker-claim", initial=1.0, maximum=1.0)
 CONTROL_PLANE_START = BackoffPolicy("control-plane-start", initial=0.01, maximum=0.2)

@@ -6,6 +6,7 @@ The same agent serves the embedded local worker (over an in-process link) and re
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -14,10 +15,10 @@ import shutil
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from gpulayer.backoff import WORKER_CLAIM, WORKER_OUTPUTS, WORKER_REPORT
-from gpulayer.errors import ForbiddenError, StaleAttemptError, UsageError
+from gpulayer.backoff import WORKER_CLAIM, WORKER_OUTPUTS, WORKER_PREPARE, WORKER_REPORT
+from gpulayer.errors import ControlPlaneError, ForbiddenError, StaleAttemptError, UsageError
 from gpulayer.protocol.client import Unauthorized
 from gpulayer.protocol.messages import (
     Assignment,
@@ -43,6 +44,7 @@ _LOGS_WITH_OUTCOME_BYTES = 256 << 10
 # Source bundles by their SHA-256, under the work root, shared by the worker's attempts.
 _BUNDLE_CACHE = ".bundles"
 _HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
+T = TypeVar("T")
 
 
 def _sha256_of(path: Path) -> str:
@@ -314,8 +316,9 @@ class WorkerAgent:
                 job_dir=attempt_dir,
                 bundle=bundle,
                 source_dir=Path(assignment.working_dir) if assignment.working_dir else None,
-                resolve_artifact=lambda ref: self.link.resolve_artifact(
-                    ref, attempt_dir / "fetched"
+                resolve_artifact=lambda ref: self._while_reachable(
+                    f"fetching input {ref}",
+                    lambda: self.link.resolve_artifact(ref, attempt_dir / "fetched"),
                 ),
                 extra_env={
                     **_device_env(spec.resources.accelerator, assignment.gpu_indices),
@@ -357,6 +360,16 @@ class WorkerAgent:
         except (StaleAttemptError, ForbiddenError) as exc:
             self._fence(attempt_id, exc)
             report = AttemptReport(state="failed", reason="worker_lost", message=str(exc))
+        except ControlPlaneError as exc:
+            # Out of reach for longer than the preparation waits, or the worker is stopping
+            # (its dead-man switch fired): the attempt was lost with its control plane, and
+            # may be retried as such, rather than failing as this worker's error.
+            shipper.add("system", f"worker: {exc}\n")
+            report = AttemptReport(
+                state="failed",
+                reason="worker_lost",
+                message=f"the control plane was out of reach while preparing the job: {exc}",
+            )
         except Exception as exc:  # the job fails with a reason; the worker lives on
             log.exception("attempt %s failed to run", attempt_id)
             shipper.add("system", f"worker error: {type(exc).__name__}: {exc}\n")
@@ -390,14 +403,19 @@ class WorkerAgent:
         once its digest checks out, kept in the cache for the next job with that source)."""
         digest = assignment.bundle_digest
         fetched = attempt_dir / "source.tar.gz"
+        fetch = functools.partial(
+            self._while_reachable,
+            "fetching the job's source",
+            functools.partial(self.link.fetch_bundle, assignment.job_id, fetched),
+        )
         if digest is None or not _HEX_DIGEST.fullmatch(digest):
-            self.link.fetch_bundle(assignment.job_id, fetched)
+            fetch()
             return fetched
         cache = self.work_root / _BUNDLE_CACHE
         cached = cache / f"{digest}.tar.gz"
         if cached.is_file():
             return cached
-        self.link.fetch_bundle(assignment.job_id, fetched)
+        fetch()
         if _sha256_of(fetched) != digest:
             return fetched  # not what it claims to be: use it for this job, cache nothing
         cache.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -405,6 +423,19 @@ class WorkerAgent:
         shutil.copyfile(fetched, partial)
         os.replace(partial, cached)
         return fetched
+
+    def _while_reachable(self, what: str, call: Callable[[], T]) -> T:
+        """``call``, tried again while the control plane is out of reach (restarting, its
+        tunnel being reopened) until the policy gives up or the worker stops; then its
+        ControlPlaneError passes on."""
+        for attempt in WORKER_PREPARE.retrying(
+            retry_on=(ControlPlaneError,),
+            stop_event=self._stop,
+            before_sleep=_noted(what),
+        ):
+            with attempt:
+                return call()
+        raise AssertionError("unreachable")  # tenacity re-raises the last error
 
     def _store_outputs(self, assignment: Assignment, output_dir: Path, shipper: LogShipper) -> None:
         """Upload the attempt's regular files, retried for a while; cancel and fencing win."""

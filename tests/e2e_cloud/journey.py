@@ -39,3 +39,18 @@ def wait_for_teardown(job_id: str, lab: Any) -> list[dict[str, Any]]:
     )
     wait_until(lambda: not lab.hosts(), what="the instance's host to go")
     return list(ledger(job_id)["instances"])
+
+
+_TELLING = ("Error", "error:", "Traceback", "failed", "exited with", "timed out", "refused")
+
+
+def why_it_failed(output: str, limit: int = 6000) -> str:
+    """The lines of a failed run's output that tell why (errors, tracebacks, exits), in
+    order, with the last lines after them: enough to read a CI failure without the rest."""
+    lines = output.splitlines()
+    telling = [line for line in lines if any(mark in line for mark in _TELLING)] + [
+        "--- last lines ---",
+        *lines[-15:],
+    ]
+    text = "\n".join(telling)
+    return text if len(text) <= limit else "..." + text[-limit:]

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e_cloud.journey import last_job, ledger, wait_for_teardown
+from tests.e2e_cloud.journey import last_job, ledger, wait_for_teardown, why_it_failed
 from tests.integration.aws.conftest import Moto
 from tests.support.cli import run_cli
 from tests.support.moto_lab import (
@@ -258,7 +258,7 @@ def test_a_gang_runs_on_two_moto_instances_launched_and_ended_together(
     job_file = gang_job(tmp_path / "src", provider="aws", torch=torch_index)
     result = run_cli(["submit", "-f", str(job_file)], cwd=job_file.parent, timeout=400)
     job = last_job()
-    assert result.returncode == 0, (result.stderr[-3000:], job)
+    assert result.returncode == 0, (why_it_failed(result.stderr), job)
 
     # One call started both nodes, in one zone.
     (launch,) = aws_lab.moto.calls("RunInstances")
@@ -421,7 +421,7 @@ def test_credentials_come_from_the_submit_or_the_files_when_the_job_needs_them(
         submit = ["submit", "--target", "cloud", "--provider", "aws", "--", "python", "-c"]
         # Keys exported afterwards, in the shell that submits, provision the job.
         result = run_cli([*submit, PRINT_HOST], env=keys, timeout=300)
-        assert result.returncode == 0, result.stderr[-3000:]
+        assert result.returncode == 0, why_it_failed(result.stderr)
         first = last_job()
         assert first["state"] == "succeeded", first
         wait_for_teardown(first["id"], cloud_init)
@@ -430,7 +430,7 @@ def test_credentials_come_from_the_submit_or_the_files_when_the_job_needs_them(
             f"[default]\naws_access_key_id = AKIAGPULAYERFILE\naws_secret_access_key = {secret}\n"
         )
         result = run_cli([*submit, PRINT_HOST], timeout=300)
-        assert result.returncode == 0, result.stderr[-3000:]
+        assert result.returncode == 0, why_it_failed(result.stderr)
         second = last_job()
         assert second["state"] == "succeeded", second
         wait_for_teardown(second["id"], cloud_init)

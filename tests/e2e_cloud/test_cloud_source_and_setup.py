@@ -141,8 +141,10 @@ def test_the_folder_is_taken_at_submit_so_later_edits_do_not_leak(
     job_id = submitted.stdout.strip().split()[-1]
     (project / "train.py").write_text("print('version', 2)\n")  # while the job is queued
     wait_until(
-        lambda: json.loads(run_cli(["status", job_id, "--json"]).stdout)["state"]
-        in ("succeeded", "failed"),
+        lambda: (
+            json.loads(run_cli(["status", job_id, "--json"]).stdout)["state"]
+            in ("succeeded", "failed")
+        ),
         timeout=300,
         what="the job to end",
     )
@@ -229,7 +231,6 @@ def test_a_package_the_index_lacks_fails_setup_naming_it(
     _torn_down(job["id"])
 
 
-
 def test_wheels_shipped_in_the_source_install_on_a_host_that_reaches_no_index(
     ssh_hosts: Any, cloud_home: Path, tmp_path: Path
 ) -> None:
@@ -238,8 +239,12 @@ def test_wheels_shipped_in_the_source_install_on_a_host_that_reaches_no_index(
     (host,) = ssh_hosts(1)
     write_providers(cloud_home, [host_entry(host, "box1", 0.5, tmp_path / "installs")])
     folder = tmp_path / "offline-project"
-    make_wheel(folder / "wheels", "gltest-offline", "2.0", {"gltest_offline.py": "WORDS = 'shipped 2.0'\n"})
-    (folder / "train.py").write_text("import gltest_offline\nprint(gltest_offline.WORDS, flush=True)\n")
+    make_wheel(
+        folder / "wheels", "gltest-offline", "2.0", {"gltest_offline.py": "WORDS = 'shipped 2.0'\n"}
+    )
+    (folder / "train.py").write_text(
+        "import gltest_offline\nprint(gltest_offline.WORDS, flush=True)\n"
+    )
     spec = {
         "workload": {"kind": "command", "command": ["python", "train.py"]},
         "placement": {"target": "cloud"},
@@ -261,8 +266,18 @@ def test_a_scheduled_run_on_a_rented_host_runs_in_the_folder_taken_when_it_was_a
     project = _project(tmp_path / "project")
     write_providers(cloud_home, [host_entry(host, "box1", 0.5, tmp_path / "installs")])
     created = run_cli(
-        ["schedule", "create", "nightly", "--cron", "0 3 * * *", "--target", "cloud", "--",
-         "python", "train.py"],
+        [
+            "schedule",
+            "create",
+            "nightly",
+            "--cron",
+            "0 3 * * *",
+            "--target",
+            "cloud",
+            "--",
+            "python",
+            "train.py",
+        ],
         cwd=project,
     )
     assert created.returncode == 0, created.stderr
@@ -271,8 +286,10 @@ def test_a_scheduled_run_on_a_rented_host_runs_in_the_folder_taken_when_it_was_a
     assert triggered.returncode == 0, triggered.stderr
     job_id = json.loads(triggered.stdout)["job_id"]
     wait_until(
-        lambda: json.loads(run_cli(["status", job_id, "--json"]).stdout)["state"]
-        in ("succeeded", "failed"),
+        lambda: (
+            json.loads(run_cli(["status", job_id, "--json"]).stdout)["state"]
+            in ("succeeded", "failed")
+        ),
         timeout=240,
         what="the scheduled run",
     )

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e_cloud.journey import last_job, ledger, wait_until
+from tests.e2e_cloud.journey import last_job, ledger, wait_until, why_it_failed
 from tests.e2e_cloud.test_cloud_ssh_journey import host_entry, job_processes, write_providers
 from tests.support.cli import run_cli
 from tests.support.package_index import PackageIndex
@@ -131,7 +131,7 @@ def test_a_gang_runs_on_two_hosts_claimed_together_and_is_torn_down_together(
     job_file = gang_job(tmp_path / "src", max_hourly_cost=0.5, torch=torch_index)
     result = run_cli(["submit", "-f", str(job_file)], cwd=job_file.parent, timeout=400)
     job = last_job()
-    assert result.returncode == 0, (result.stderr[-3000:], job)
+    assert result.returncode == 0, (why_it_failed(result.stderr), job)
     assert job["state"] == "succeeded"
 
     reports = rank_reports(result.stdout + result.stderr)
@@ -253,7 +253,7 @@ def test_rank_zero_runs_on_node_zero_when_node_one_reaches_the_rendezvous_first(
     finally:
         arrivals.close()
     job = last_job()
-    assert result.returncode == 0, (result.stderr[-3000:], job)
+    assert result.returncode == 0, (why_it_failed(result.stderr), job)
     assert job["state"] == "succeeded"
     assert arrivals.order == ["1", "0"]  # node 1's agent started first
     instances = {i["node_rank"]: i["instance_id"] for i in ledger(job["id"])["instances"]}

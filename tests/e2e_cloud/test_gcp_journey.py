@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e_cloud.journey import last_job, ledger, wait_for_teardown, wait_until
+from tests.e2e_cloud.journey import last_job, ledger, wait_for_teardown, wait_until, why_it_failed
 from tests.e2e_cloud.test_aws_journey import (
     UBUNTU_AMIS,
     AwsLab,
@@ -248,7 +248,7 @@ def test_a_gang_runs_on_two_gce_instances_in_one_zone_and_ends_together(
     job_file = gang_job(tmp_path / "src", provider="gcp", torch=torch_index)
     result = run_cli(["submit", "-f", str(job_file)], cwd=job_file.parent, timeout=400)
     job = last_job()
-    assert result.returncode == 0, (result.stderr[-3000:], job)
+    assert result.returncode == 0, (why_it_failed(result.stderr), job)
 
     # Two nodes, each inserted with a request id of its own, in one zone, under one tag.
     inserts = gcp_lab.calls("instances.insert")

@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from gpulayer.errors import ForbiddenError, StaleAttemptError
+from gpulayer.protocol.bundle import create_bundle
 from gpulayer.protocol.client import ControlClient, Unauthorized
 from tests.support.cluster import Cluster, command_job, submit
 from tests.support.fault_proxy import LossyProxy
@@ -163,6 +164,47 @@ def test_a_lost_claim_reply_is_retried_not_left_running(
         assert job["state"] == "succeeded", job
         assert [a["reason"] for a in job["attempts"]] == ["worker_lost", None]
         assert ledger.read_text().split() == ["2"]
+    finally:
+        proxy.stop()
+
+
+def test_a_bundle_fetch_cut_off_is_retried_and_the_job_runs_once(
+    cluster_factory: Any, tmp_path: Path
+) -> None:
+    """The control plane is away while a worker fetches a job's source (a restart, a tunnel
+    being reopened): the fetch waits it out rather than failing the job as the worker's error."""
+    cluster = cluster_factory(0)
+    client = cluster.client
+    cut_off = {"left": 2}  # one more than the client's own retry of a dropped keep-alive connection
+
+    def lose(method: str, path: str, body: bytes) -> bool:
+        if method == "GET" and path.split("?")[0].endswith("/bundle") and cut_off["left"]:
+            cut_off["left"] -= 1
+            return True
+        return False
+
+    upstream = int(cluster.server.url.rsplit(":", 1)[1])
+    proxy = LossyProxy(upstream, lose).start()
+    try:
+        worker = WorkerProcess(proxy.url, cluster.worker_token, tmp_path / "w", "fetching")
+        cluster.workers.append(worker.start())
+        wait_for_workers(client, 1)
+        source = tmp_path / "source"
+        source.mkdir()
+        ledger = tmp_path / "ledger"
+        (source / "job.py").write_text(
+            f"open({str(ledger)!r}, 'a').write(__import__('os').environ['GPULAYER_ATTEMPT'])"
+        )
+        bundle = tmp_path / "source.tar.gz"
+        create_bundle(source, bundle)
+        spec = command_job(["python", "job.py"])
+        job_id = client.submit(spec, bundle_id=client.upload_bundle(bundle))["id"]
+        job = wait_for_job(client, job_id, {"succeeded", "failed"}, timeout=90)
+        assert cut_off["left"] == 0, "the proxy never cut a bundle fetch off"
+        assert job["state"] == "succeeded", job
+        assert [a["state"] for a in job["attempts"]] == ["succeeded"]
+        assert ledger.read_text() == "1"  # the body ran once, in its first attempt
+        assert "fetching the job's source" in (worker.home / "worker.log").read_text()
     finally:
         proxy.stop()
 
