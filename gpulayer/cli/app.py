@@ -17,7 +17,8 @@ from gpulayer.cli import (
     spec_commands,
     ui_commands,
 )
-from gpulayer.errors import GpulayerError, SpecError
+from gpulayer.cli.exits import leave_with
+from gpulayer.errors import GpulayerError
 
 app = typer.Typer(
     name="gpulayer",
@@ -56,13 +57,5 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except typer.Abort:
         sys.exit(130)
-    except SpecError as exc:
-        for line in exc.lines:
-            print(f"error: {line}", file=sys.stderr)
-        sys.exit(exc.exit_code)
-    except GpulayerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
+    except (GpulayerError, KeyboardInterrupt) as exc:
+        leave_with(exc)

@@ -125,20 +125,13 @@ def main(args: list[str]) -> bool:
     found = parse(args)
     if found is None:
         return False
-    from gpulayer.errors import GpulayerError, SpecError
+    from gpulayer.cli.exits import leave_with
+    from gpulayer.errors import GpulayerError
 
     try:
         code = run(found)
-    except SpecError as exc:
-        for line in exc.lines:
-            print(f"error: {line}", file=sys.stderr)
-        sys.exit(exc.exit_code)
-    except GpulayerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
+    except (GpulayerError, KeyboardInterrupt) as exc:
+        leave_with(exc)
     if code is None:
         return False
     sys.exit(code)
