@@ -34,6 +34,7 @@ from gpulayer.cloud.lifecycle.placement import candidates, fallback_target
 from gpulayer.cloud.lifecycle.states import (
     GONE,
     HOLDS_WORKER,
+    PROVISIONING_STATES,
     check_transition,
     stuck_move,
     timed_out,
@@ -1145,10 +1146,6 @@ class Reconciler:
         # Powering off is how a cloud instance stops billing; on a host we do not own (an ssh
         # host, a Slurm node, whose allocation ends by its time limit), only the worker stops.
         return "stop" if provider in ("ssh", "slurm") else "poweroff"
-
-
-PROVISIONING_STATES = frozenset({"launching", "booting", "bootstrapping"})
-"""States a job's own provisioning_timeout_seconds may hold an instance in beyond the table."""
 
 
 def _end_key(request_id: str) -> str:

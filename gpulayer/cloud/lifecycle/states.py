@@ -117,6 +117,9 @@ _STUCK: dict[str, tuple[InstanceState, str, bool]] = {
 
 STUCK_STATES: frozenset[str] = frozenset(_STUCK)
 
+PROVISIONING_STATES: frozenset[str] = frozenset({"launching", "booting", "bootstrapping"})
+"""States a job's own provisioning_timeout_seconds may hold an instance in beyond the table."""
+
 
 @dataclass(frozen=True)
 class StuckMove:
