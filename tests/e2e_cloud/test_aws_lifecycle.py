@@ -34,6 +34,7 @@ from tests.e2e_cloud.test_cloud_ssh_lifecycle import (
 )
 from tests.support.cli import run_cli
 from tests.support.moto_lab import CloudInit
+from tests.support.package_index import PackageIndex
 
 __all__ = ["aws_environment", "aws_lab", "cloud_init", "moto", "offer_cache"]
 
@@ -226,3 +227,48 @@ def test_controller_killed_mid_job_on_moto_resumes_it(
     assert held_in_moto(aws_lab.ec2()) == {"instances": [], "key_pairs": [], "security_groups": []}
     assert json.loads(run_cli(["instances", "--json"]).stdout) == []
     assert ledger(job_id)["instances"][0]["state"] == "terminated"
+
+
+def test_a_reclaim_of_one_gang_node_ends_the_whole_gang_as_preempted(
+    aws_lab: AwsLab,
+    cloud_init: CloudInit,
+    cloud_home: Path,
+    tmp_path: Path,
+    torch_index: PackageIndex,
+) -> None:
+    """A spot reclaim of node 1 alone: the gang's attempt ends as preempted on every node and
+    both machines go. (A distributed job takes no retry, by the JobSpec; the reclaimed offer is
+    held for the next job.)"""
+    from tests.e2e_cloud.test_cloud_ssh_gang import gang_job
+
+    write_providers(cloud_home, aws_lab, tmp_path)
+    # Slow epochs (the fixture's marker): long enough for the reclaim to land mid-run.
+    job_file = gang_job(tmp_path / "src", provider="aws", torch=torch_index, args=("400", "slow"))
+    result = run_cli(["submit", "-d", "-f", str(job_file)], cwd=job_file.parent)
+    assert result.returncode == 0, result.stderr
+    job_id = result.stdout.strip()
+
+    wait_until(lambda: status(job_id)["state"] == "running", timeout=400, what="the gang to run")
+    wait_until(
+        lambda: "torch.distributed.run" in logs(job_id),
+        timeout=400,
+        what="the gang's torchrun to start (after its setup)",
+    )
+    first = {i["node_rank"]: i for i in instances("--job", job_id) if i["state"] == "in_use"}
+    assert sorted(first) == [0, 1], first
+    aws_lab.ec2().terminate_instances(InstanceIds=[first[1]["instance_id"]])  # node 1 only
+
+    wait_until(lambda: status(job_id)["state"] == "failed", timeout=240, what="the gang to end")
+    job = status(job_id)
+    assert job["reason"] == "preempted", job
+    attempts = job["attempts"]
+    assert sorted(a["node_rank"] for a in attempts) == [0, 1]
+    assert {a["state"] for a in attempts} == {"failed"}  # node 0 did not run on alone
+
+    rows = wait_for_teardown(job_id, cloud_init)
+    assert len(rows) == 2 and {i["state"] for i in rows} == {"terminated"}
+    by_id = {i["instance_id"]: i for i in instances("--job", job_id)}
+    reclaimed = by_id[first[1]["instance_id"]]
+    assert reclaimed["outcome"] == "reclaimed" and reclaimed["offer_held_until"], reclaimed
+    assert held_in_moto(aws_lab.ec2()) == {"instances": [], "key_pairs": [], "security_groups": []}
+    assert not list((cloud_home / "keys").glob("r-*"))
