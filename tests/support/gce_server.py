@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from tests.support.shutdown import stop_services
 from tests.support.sshd_hosts import LastLook, SshdHost, SshdLab
 
 log = logging.getLogger(__name__)
@@ -289,6 +290,10 @@ class ComputeServer:
             host = self._hosts.pop(key, None)
         if host is None or self.lab is None:
             return
+        try:
+            stop_services(self.lab.pids_of(host))
+        except Exception as exc:
+            self.errors.append(f"{key}: stopping its services failed: {exc}")
         try:
             self.last_look.take(host)
             self.lab.remove_host(host)
