@@ -103,6 +103,7 @@ if TYPE_CHECKING:
     from gpulayer.ssh.hostkeys import HostKey as HostKey
     from gpulayer.ssh.hostkeys import JsonHostKeyStore as JsonHostKeyStore
     from gpulayer.ssh.hostkeys import parse_host_key as parse_host_key
+    from gpulayer.ssh.hostkeys import valid_host_key_line as valid_host_key_line
     from gpulayer.ssh.keys import KeyPair as KeyPair
     from gpulayer.ssh.keys import generate_keypair as generate_keypair
     from gpulayer.ssh.session import SshSession as SshSession
@@ -204,6 +205,7 @@ _EXPORTS = {
     "authorized_key_marker": "gpulayer.ssh.authorized_keys",
     "remove_authorized_key_command": "gpulayer.ssh.authorized_keys",
     "generate_keypair": "gpulayer.ssh.keys",
+    "valid_host_key_line": "gpulayer.ssh.hostkeys",
     "parse_host_key": "gpulayer.ssh.hostkeys",
     "wait_for_ssh": "gpulayer.ssh.wait",
     # How a provider waits and tries again.

@@ -65,6 +65,17 @@ def parse_host_key(line: str) -> HostKey:
     raise InvalidHostKey(f"host key {line.strip()[:60]!r} is not an OpenSSH public key line")
 
 
+def valid_host_key_line(value: str | None) -> str | None:
+    """A settings validator's form of :func:`parse_host_key`: the line as given, or
+    ValueError (which pydantic reports under the field's name)."""
+    if value is not None:
+        try:
+            parse_host_key(value)
+        except InvalidHostKey as exc:
+            raise ValueError(str(exc)) from None
+    return value
+
+
 def parse_host_keys(text: str) -> list[HostKey]:
     """All keys in ``text``, one per line; blank lines and ``#`` comments are skipped."""
     keys = [

@@ -97,15 +97,9 @@ class SshHost(BaseModel):
     @field_validator("host_key")
     @classmethod
     def _host_key(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        from gpulayer.cloud import InvalidHostKey, parse_host_key
+        from gpulayer.cloud import valid_host_key_line
 
-        try:
-            parse_host_key(value)
-        except InvalidHostKey as exc:
-            raise ValueError(str(exc)) from None
-        return value
+        return valid_host_key_line(value)
 
     @field_validator("install_root")
     @classmethod
