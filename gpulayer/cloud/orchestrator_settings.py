@@ -31,8 +31,9 @@ class OrchestratorSettings(BaseModel):
     """How long a search for offers waits for a provider's API (all providers are asked at
     once) before it gives that provider up with a one-line reason: `gpulayer offers` and
     `gpulayer plan` then list its catalog instead, and a job's placement goes on without its
-    offers (ending with that reason when no other provider has any). At most 240, so the
-    CLI's own wait for the control plane outlasts it."""
+    offers (ending with that reason when no other provider has any). `gpulayer catalog
+    refresh` gives each request to a price source this long. At most 240, so the CLI's own
+    wait for the control plane outlasts it."""
     state_timeouts: dict[str, Annotated[float, Field(gt=0, le=30 * 86400)]] = Field(
         default_factory=dict
     )
