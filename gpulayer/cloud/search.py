@@ -51,6 +51,8 @@ class Gathered:
     enabled: frozenset[str] = frozenset()
     """Providers whose offers a job may rent (listed in providers.yaml and installed)."""
     notes: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    """One line per provider whose offers could not be had (its notes among ``notes``)."""
     catalogs: list[CatalogInfo] = field(default_factory=list)
 
 
@@ -71,6 +73,7 @@ def gather(
     asked side by side, and one that has not answered within ``wait_seconds`` counts as
     failed (:class:`~gpulayer.cloud.deadline.CloudWaitTimeout`)."""
     notes: list[str] = []
+    failed: list[str] = []
 
     def say(text: str) -> None:
         notes.append(text)
@@ -95,7 +98,8 @@ def gather(
             sources[name] = "live"
         except ProviderError as exc:
             if not (catalog_fallback and has_catalog(provider)):
-                say(f"{name}: no offers ({exc})")
+                failed.append(f"{name}: no offers ({exc})")
+                say(failed[-1])
                 continue
             found = provider.catalog_offers(query, everywhere=False)
             catalogs[name] = provider.catalog_info()
@@ -119,6 +123,7 @@ def gather(
         sources=sources,
         enabled=frozenset(enabled),
         notes=notes,
+        failed=failed,
         catalogs=list(catalogs.values()),
     )
 

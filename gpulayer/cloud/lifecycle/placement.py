@@ -75,7 +75,7 @@ def candidates(
         return Candidates(fitting=list(fitting.offers), busy=busy)
     # With no offer from anyone, the providers' own failures (a timeout, missing credentials)
     # say more than "no offers at all".
-    why = "; ".join(gathered.notes) if not len(ranked) and gathered.notes else None
+    why = "; ".join(gathered.failed) if not len(ranked) and gathered.failed else None
     why = why or why_nothing_fits(ranked, query, placement, fitting)
     if nodes > 1:
         why = f"{why} (a gang of {nodes} is priced per node: max_hourly_cost caps each machine)"
