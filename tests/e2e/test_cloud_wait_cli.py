@@ -94,6 +94,20 @@ def test_offers_give_a_silent_cloud_up_and_list_its_catalog(silent_aws: SilentLi
 
 
 @pytest.mark.slow
+def test_a_plan_gives_a_silent_cloud_up_and_plans_from_its_catalog(
+    silent_aws: SilentListener,
+) -> None:
+    args = ["plan", "--target", "cloud", "--accelerator", "cuda", "--gpus", "1", "--json"]
+    result = run_cli([*args, "--", "true"], timeout=CLI_LIMIT_SECONDS)
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert silent_aws.accepted
+    assert "gpulayer: waiting for the providers' offers for the plan" in result.stderr
+    planned = json.dumps(json.loads(result.stdout))  # stdout is the plan alone
+    assert f"aws: no answer within {WAIT_SECONDS} s while listing offers" in planned
+    assert "listing its catalog" in planned
+
+
+@pytest.mark.slow
 def test_a_cloud_job_with_only_a_silent_cloud_fails_with_the_reason(
     silent_aws: SilentListener,
 ) -> None:
