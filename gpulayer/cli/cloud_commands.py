@@ -60,23 +60,27 @@ def offers(
         regions=region,
     )
     spec = validate_spec(apply_flags(base, flags))
-    listing = connect(server).client.offers(
-        spec.model_dump(mode="json"),
-        # A file's gpu_count is what submit would rent; without one, list every count.
-        gpu_count_exact=gpus is not None or bool(file),
-        include_disabled=not enabled_only,
-        limit=limit,
-        # Names given by a flag are refused under the flag's name; a file's under its field.
-        names={
-            field: flag
-            for field, flag, given in (
-                ("gpu_models", "--gpu", gpu),
-                ("regions", "--region", region),
-                ("providers", "--provider", provider),
-            )
-            if given
-        },
-    )
+    from gpulayer.cli.waiting import ASKING_CLOUDS, progress_after
+
+    client = connect(server).client
+    with progress_after(ASKING_CLOUDS.format(what="offers")):
+        listing = client.offers(
+            spec.model_dump(mode="json"),
+            # A file's gpu_count is what submit would rent; without one, list every count.
+            gpu_count_exact=gpus is not None or bool(file),
+            include_disabled=not enabled_only,
+            limit=limit,
+            # Names given by a flag are refused under the flag's name; a file's under its field.
+            names={
+                field: flag
+                for field, flag, given in (
+                    ("gpu_models", "--gpu", gpu),
+                    ("regions", "--region", region),
+                    ("providers", "--provider", provider),
+                )
+                if given
+            },
+        )
     if as_json:
         # The offers alone, each with "enabled" and "source"; why and what else go to stderr.
         print_json(listing["offers"])
@@ -151,14 +155,20 @@ def catalog_refresh(
     refresh = getattr(plugin, "refresh_catalog", None)
     if refresh is None:
         raise UsageError(f"PROVIDER: {provider} has no price catalog to refresh")
-    from rich.console import Console
+    import inspect
 
-    console = Console(stderr=True, highlight=False)
-    with console.status(f"reading {provider} prices") as status:
+    from gpulayer.cli.waiting import progress_after
+    from gpulayer.cloud.config import orchestrator_section
+
+    bound = {}
+    if "wait_seconds" in inspect.signature(refresh).parameters:
+        bound["wait_seconds"] = float(orchestrator_section(home().root)["cloud_wait_seconds"])
+    with progress_after(f"reading {provider} prices") as progress:
         path = refresh(
             region or None,
             source=source,
-            on_region=lambda name: status.update(f"reading {provider} prices for {name}"),
+            on_region=lambda name: progress.update(f"reading {provider} prices for {name}"),
+            **bound,
         )
     typer.echo(f"catalog written to {path}")
 

@@ -44,8 +44,11 @@ def run_submit(
 
         return submit_array(connection, data, tasks, detach=detach)
     from gpulayer.cli.submit_flow import describe_end, exit_code_of, send_job, stream_until_done
+    from gpulayer.cli.waiting import progress_after
 
-    job = send_job(connection, data)
+    # A gang's offers are searched before it is accepted, which may take the providers' time.
+    with progress_after("waiting for the control plane to accept the job"):
+        job = send_job(connection, data)
     for warning in job.get("warnings", []):
         sys.stderr.write(f"warning: {warning}\n")
     if detach:
@@ -78,6 +81,9 @@ def job_data(file: Path | None, flags: SubmitFlags) -> dict[str, Any]:
 def plan_job_data(connection: Any, data: dict[str, Any]) -> dict[str, Any]:
     """The control plane's plan for ``data``; the local one also checks, as a submit would,
     that the job's local inputs are there."""
+    from gpulayer.cli.waiting import ASKING_CLOUDS, progress_after
+
     working_dir = os.getcwd() if connection.embedded else None
-    result: dict[str, Any] = connection.client.plan(data, working_dir=working_dir)
+    with progress_after(ASKING_CLOUDS.format(what="offers for the plan")):
+        result: dict[str, Any] = connection.client.plan(data, working_dir=working_dir)
     return result

@@ -63,6 +63,23 @@ def orchestrator_settings(root: Path) -> Mapping[str, Any]:
     return check_config(root).orchestrator.model_dump()
 
 
+def orchestrator_section(root: Path) -> Mapping[str, Any]:
+    """The ``gpulayer:`` section alone, validated, every default filled in: for readers that
+    go on past problems of other sections (`gpulayer offers` notes an unknown provider)."""
+    from pydantic import ValidationError
+
+    from gpulayer.cloud.orchestrator_settings import OrchestratorSettings
+    from gpulayer.cloud.settings import settings_problems
+
+    section = load_config(root).get(ORCHESTRATOR_KEY) or {}
+    try:
+        return OrchestratorSettings.model_validate(section).model_dump()
+    except ValidationError as exc:
+        lines = settings_problems(OrchestratorSettings, exc)
+        path = providers_file(root)
+        raise ConfigError([f"{path}: {ORCHESTRATOR_KEY}.{line}" for line in lines]) from None
+
+
 @dataclass
 class CheckedConfig:
     path: Path

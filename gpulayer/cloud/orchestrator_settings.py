@@ -27,6 +27,13 @@ class OrchestratorSettings(BaseModel):
     hold_reclaimed_seconds: Annotated[float, Strict(), Field(ge=0)] = 600
     """How long an offer whose spot instance the provider reclaimed is held back before a
     retried job may rent it again."""
+    cloud_wait_seconds: Annotated[float, Strict(), Field(gt=0, le=240)] = 30
+    """How long a search for offers waits for a provider's API (all providers are asked at
+    once) before it gives that provider up with a one-line reason: `gpulayer offers` and
+    `gpulayer plan` then list its catalog instead, and a job's placement goes on without its
+    offers (ending with that reason when no other provider has any). `gpulayer catalog
+    refresh` gives each request to a price source this long. At most 240, so the CLI's own
+    wait for the control plane outlasts it."""
     state_timeouts: dict[str, Annotated[float, Field(gt=0, le=30 * 86400)]] = Field(
         default_factory=dict
     )

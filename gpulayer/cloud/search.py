@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulayer.cloud.catalogs import CatalogInfo, has_catalog
+from gpulayer.cloud.deadline import DEFAULT_WAIT_SECONDS, call_each_within
 from gpulayer.cloud.errors import ProviderError
 from gpulayer.cloud.offer import Offer, OfferQuery
 from gpulayer.cloud.ranking import (
@@ -50,6 +51,8 @@ class Gathered:
     enabled: frozenset[str] = frozenset()
     """Providers whose offers a job may rent (listed in providers.yaml and installed)."""
     notes: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    """One line per provider whose offers could not be had (its notes among ``notes``)."""
     catalogs: list[CatalogInfo] = field(default_factory=list)
 
 
@@ -60,13 +63,17 @@ def gather(
     disabled: Mapping[str, Any] | None = None,
     catalog_fallback: bool = False,
     note: Note | None = None,
+    wait_seconds: float = DEFAULT_WAIT_SECONDS,
 ) -> Gathered:
     """Offers of the ``enabled`` providers (name -> provider object) for ``query``.
 
     ``catalog_fallback``: when a provider's API fails, list its catalog's offers instead of
     none (for listing; a launch needs the API anyway). ``disabled`` providers contribute
-    their catalogs' offers in every region, for listing only."""
+    their catalogs' offers in every region, for listing only. The enabled providers are
+    asked side by side, and one that has not answered within ``wait_seconds`` counts as
+    failed (:class:`~gpulayer.cloud.deadline.CloudWaitTimeout`)."""
     notes: list[str] = []
+    failed: list[str] = []
 
     def say(text: str) -> None:
         notes.append(text)
@@ -76,13 +83,23 @@ def gather(
     offers: list[Offer] = []
     sources: dict[str, str] = {}
     catalogs: dict[str, CatalogInfo] = {}
+    answers = call_each_within(
+        {name: _offers_of(provider, query) for name, provider in enabled.items()},
+        wait_seconds,
+        "listing offers",
+        on_slow=_slow_note(note, wait_seconds),
+    )
     for name, provider in enabled.items():
         try:
-            found = provider.offers(query)
+            answer = answers[name]
+            if isinstance(answer, BaseException):
+                raise answer
+            found = answer
             sources[name] = "live"
         except ProviderError as exc:
             if not (catalog_fallback and has_catalog(provider)):
-                say(f"{name}: no offers ({exc})")
+                failed.append(f"{name}: no offers ({exc})")
+                say(failed[-1])
                 continue
             found = provider.catalog_offers(query, everywhere=False)
             catalogs[name] = provider.catalog_info()
@@ -106,8 +123,26 @@ def gather(
         sources=sources,
         enabled=frozenset(enabled),
         notes=notes,
+        failed=failed,
         catalogs=list(catalogs.values()),
     )
+
+
+def _slow_note(note: Note | None, wait_seconds: float) -> Callable[[list[str]], None] | None:
+    """What a job's log says while its offer search waits on providers."""
+    if note is None:
+        return None
+    told = note
+
+    def tell(pending: list[str]) -> None:
+        names = ", ".join(pending)
+        told(f"waiting for {names} to list offers (given up after {wait_seconds:g} s)")
+
+    return tell
+
+
+def _offers_of(provider: Any, query: OfferQuery) -> Callable[[], list[Offer]]:
+    return lambda: list(provider.offers(query))
 
 
 def select(
@@ -253,7 +288,7 @@ def list_offers(
     ``limit`` 0: every offer. A GPU model, region or provider no offer could have is a
     UsageError naming the closest known names, under the field's name in ``names`` (else
     FIELD_NAMES), before any provider is asked."""
-    from gpulayer.cloud.config import provider_settings, providers_file
+    from gpulayer.cloud.config import orchestrator_section, provider_settings, providers_file
     from gpulayer.cloud.registry import available_providers, get_provider
 
     named = {**FIELD_NAMES, **(names or {})}
@@ -277,7 +312,8 @@ def list_offers(
     check_regions(spec.placement.regions, {**enabled, **buildable}, named["regions"])
     disabled = buildable if include_disabled else {}
     query = OfferQuery.from_spec(spec, gpu_count_exact=gpu_count_exact)
-    gathered = gather(enabled, query, disabled=disabled, catalog_fallback=True)
+    wait = float(orchestrator_section(root)["cloud_wait_seconds"])
+    gathered = gather(enabled, query, disabled=disabled, catalog_fallback=True, wait_seconds=wait)
     result = select(gathered.ranked, query, spec.placement)
     notes += gathered.notes
     hints = [enable_hint(n, path, one_line=has_catalog(disabled.get(n))) for n in unconfigured]
@@ -310,7 +346,13 @@ def list_offers(
 # --- planning: `gpulayer plan` ------------------------------------------------------------------
 
 
-def plan_cloud(spec: JobSpec, providers: Mapping[str, Any], *, nodes: int = 1) -> dict[str, Any]:
+def plan_cloud(
+    spec: JobSpec,
+    providers: Mapping[str, Any],
+    *,
+    nodes: int = 1,
+    wait_seconds: float = DEFAULT_WAIT_SECONDS,
+) -> dict[str, Any]:
     """What the cloud target would rent for ``spec`` (a gang of ``nodes`` machines) from the
     enabled ``providers`` (see :func:`gpulayer.cloud.offer_plan.plan_offers`), read as
     `gpulayer offers` reads them: a provider whose API cannot be reached is planned from its
@@ -318,7 +360,7 @@ def plan_cloud(spec: JobSpec, providers: Mapping[str, Any], *, nodes: int = 1) -
     from gpulayer.cloud.offer_plan import plan_offers
 
     query = OfferQuery.from_spec(spec)
-    gathered = gather(providers, query, catalog_fallback=True)
+    gathered = gather(providers, query, catalog_fallback=True, wait_seconds=wait_seconds)
     planned = plan_offers(
         gathered.ranked,
         query,

@@ -111,3 +111,8 @@ def test_limit_zero_lists_every_offer(shared_home: Path) -> None:
     rows = json.loads(everything.stdout)
     assert len(default) == 30 and len(rows) > 30
     assert rows[:30] == default
+    # The table too: every row, and no "N more" line.
+    table = run_cli(["offers", "--provider", "aws", "-n", "0"], env={"COLUMNS": "200"})
+    assert table.returncode == 0, table.stderr
+    listed = [line for line in table.stdout.splitlines() if line.startswith("aws* ")]
+    assert len(listed) == len(rows) and "--limit to see them" not in table.stdout

@@ -88,6 +88,7 @@ def test_a_valid_file_shows_every_default(tmp_path: Path, monkeypatch: pytest.Mo
         "deadman_action": None,
         "system_site_packages": False,
         "hold_reclaimed_seconds": 600.0,
+        "cloud_wait_seconds": 30.0,
         "state_timeouts": {},
     }
     assert orchestrator_settings(root)["deadman_seconds"] == 120.0
@@ -119,3 +120,21 @@ def test_install_hints_name_a_command_that_works() -> None:
     assert (directory / "pyproject.toml").is_file()
     typo = not_installed_line("shh", ["aws", "ssh"])
     assert "did you mean 'ssh'?" in typo and "pip install" not in typo
+
+
+def test_the_cloud_wait_is_bounded_and_read_past_other_sections_problems(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpulayer.cloud.config import orchestrator_section
+
+    root = _write(tmp_path, "azur: {}\ngpulayer: {cloud_wait_seconds: 7}\n", monkeypatch)
+    assert orchestrator_section(root)["cloud_wait_seconds"] == 7
+    assert orchestrator_section(_write(tmp_path, "aws: {}\n", monkeypatch))[
+        "cloud_wait_seconds"
+    ] == pytest.approx(30)
+    for bad in ("0", "241"):
+        root = _write(tmp_path, f"gpulayer: {{cloud_wait_seconds: {bad}}}\n", monkeypatch)
+        with pytest.raises(ConfigError) as caught:
+            orchestrator_section(root)
+        assert len(caught.value.lines) == 1
+        assert "gpulayer.cloud_wait_seconds" in caught.value.lines[0]

@@ -47,7 +47,8 @@ def test_the_shipped_catalog_is_dated_sourced_and_consistent(catalog: PriceCatal
             assert accelerator in catalog.accelerators
             assert set(zones) <= set(prices.zones)
             on_demand, spot = prices.gpus[accelerator]
-            assert on_demand and spot and spot < on_demand
+            # A GPU may lack a public spot price (then it is rented on demand only).
+            assert on_demand and (spot is None or 0 < spot < on_demand), (region, accelerator)
 
 
 def test_catalog_offers_cover_the_families(catalog: PriceCatalog) -> None:
@@ -116,21 +117,55 @@ def test_added_machine_types_are_the_facts_they_record(
     assert priced == [pytest.approx(host[0] + shape.accelerator_count * per_gpu, abs=1e-6)]
 
 
-def test_b200_and_rtx_pro_6000_machines_are_known_but_unpriced(catalog: PriceCatalog) -> None:
+def test_b200_is_known_but_unpriced_for_it_is_not_sold_on_demand(catalog: PriceCatalog) -> None:
     from gpulayer.cloud import gpu_facts
 
-    for name, gpu, count in (
-        ("a4-highgpu-8g", "B200", 8),
-        ("g4-standard-48", "RTX PRO Server 6000", 1),
-        ("g4-standard-384", "RTX PRO Server 6000", 8),
-    ):
-        shape = catalog.machine_types[name]
-        facts = catalog.accelerators[shape.accelerator or ""]
-        assert (facts.gpu, shape.accelerator_count) == (gpu, count)
-        assert facts.memory_gb == gpu_facts(gpu).memory_gb  # type: ignore[union-attr]
-        # No public per-region price: listed nowhere offline, and it says so.
-        assert all(name not in prices.machines for prices in catalog.regions.values())
-        assert "no public per-region price" in catalog.price_sources[name]
+    shape = catalog.machine_types["a4-highgpu-8g"]
+    facts = catalog.accelerators[shape.accelerator or ""]
+    assert (facts.gpu, shape.accelerator_count) == ("B200", 8)
+    assert facts.memory_gb == gpu_facts("B200").memory_gb  # type: ignore[union-attr]
+    # No on-demand price exists: listed nowhere offline, and the catalog says why.
+    assert all("a4-highgpu-8g" not in prices.machines for prices in catalog.regions.values())
+    assert "not on demand" in catalog.price_sources["a4-highgpu-8g"]
+    assert "no public per-region price" in catalog.price_sources["a4-highgpu-8g"].lower()
+
+
+SKYPILOT_G4 = "https://github.com/skypilot-org/skypilot/pull/10533"
+DSTACK_G4 = "https://github.com/dstackai/dstack/pull/3213"
+# As read from SKYPILOT_G4: us-west1 on-demand, g4-standard-48 host and one RTX PRO 6000.
+G4_HOST_48, RTX_PRO_6000 = 3.40428, 1.09565
+# As read from DSTACK_G4: on-demand totals in us-central1, by GPU count.
+G4_US_CENTRAL1 = {1: 4.5001, 2: 9.0002, 4: 18.0003, 8: 36.0006}
+
+
+@pytest.mark.parametrize("count", [1, 2, 4, 8])
+def test_rtx_pro_6000_machines_are_the_facts_they_record(catalog: PriceCatalog, count: int) -> None:
+    from gpulayer.cloud import gpu_facts
+
+    name = f"g4-standard-{48 * count}"
+    shape = catalog.machine_types[name]
+    facts = catalog.accelerators[shape.accelerator or ""]
+    assert (facts.gpu, shape.accelerator_count) == ("RTX PRO Server 6000", count)
+    assert facts.memory_gb == gpu_facts("RTX PRO Server 6000").memory_gb  # type: ignore[union-attr]
+    assert (shape.vcpus, shape.memory_gb) == (48 * count, 180 * count)
+    source = catalog.price_sources[name]
+    assert SKYPILOT_G4 in source and DSTACK_G4 in source
+    west = catalog.regions["us-west1"]
+    assert west.machines[name] == (pytest.approx(G4_HOST_48 * count), None)
+    assert west.gpus["nvidia-rtx-pro-6000"] == (RTX_PRO_6000, None)
+    offers = build_offers(
+        catalog_zones(catalog, "us-west1"), catalog, "us-west1", accelerator="cuda", allow_spot=True
+    )
+    mine = [o for o in offers if o.instance_type == name]
+    # Offered on demand only, in the zone the source saw it, at host plus GPUs.
+    assert [(o.zone, o.spot) for o in mine] == [("us-west1-a", False)]
+    expected = count * (G4_HOST_48 + RTX_PRO_6000)
+    assert mine[0].hourly_price == pytest.approx(expected, abs=1e-6)
+    # The second source's us-central1 totals agree to within 0.01 %.
+    assert expected == pytest.approx(G4_US_CENTRAL1[count], rel=1e-4)
+    # Other regions have no split of their own: unpriced there, not guessed.
+    others = [r for r in catalog.regions if r != "us-west1"]
+    assert all(name not in catalog.regions[r].machines for r in others)
 
 
 def test_instance_type_names_round_trip(catalog: PriceCatalog) -> None:

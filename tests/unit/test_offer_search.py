@@ -103,6 +103,22 @@ def test_why_nothing_fits_names_the_cap_or_the_nearest_count() -> None:
     )
 
 
+def test_a_job_no_provider_could_answer_for_is_told_each_providers_failure() -> None:
+    from gpulayer.cloud.lifecycle.placement import candidates
+
+    spec = _spec(gpu_count=1)
+    old = (date.today() - timedelta(days=90)).isoformat()
+    refused = CatalogCloud(AuthError("fake", "no credentials"), [], TODAY)
+    found = candidates(spec, {"fake": refused}, [], "j-1", lambda text: None)
+    assert found.never is not None and found.never.startswith("fake: no offers (")
+    assert "no credentials" in found.never
+    # A provider that answered with nothing, from an old catalog, fails nobody: the old
+    # catalog's note is not the reason.
+    empty = CatalogCloud([], [], old)
+    found = candidates(spec, {"fake": empty}, [], "j-1", lambda text: None)
+    assert found.never == "no offers at all"
+
+
 def _spec(**resources: Any) -> JobSpec:
     placement = {
         k: resources.pop(k) for k in ("max_hourly_cost", "providers", "regions") if k in resources

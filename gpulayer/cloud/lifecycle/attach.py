@@ -53,7 +53,12 @@ def attach_lifecycle(service: ControlService, control_port: int) -> Reconciler:
 
         chosen = enabled_providers(root, tuple(spec.placement.providers))
         if nodes_of(spec) > 1:
-            return gang_refusal(spec, chosen, service.store.list_instances(live_only=True))
+            return gang_refusal(
+                spec,
+                chosen,
+                service.store.list_instances(live_only=True),
+                wait_seconds=orchestrator_settings(root)["cloud_wait_seconds"],
+            )
         return cap_refusal(spec, chosen)
 
     service.cloud_refusal = cloud_refusal
@@ -63,7 +68,8 @@ def attach_lifecycle(service: ControlService, control_port: int) -> Reconciler:
         from gpulayer.cloud.search import plan_cloud
 
         chosen = enabled_providers(root, tuple(spec.placement.providers))
-        return plan_cloud(spec, chosen, nodes=nodes_of(spec))
+        wait = orchestrator_settings(root)["cloud_wait_seconds"]
+        return plan_cloud(spec, chosen, nodes=nodes_of(spec), wait_seconds=wait)
 
     service.cloud_plan = cloud_plan
     service.provisioner = reconciler

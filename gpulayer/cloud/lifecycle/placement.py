@@ -31,7 +31,10 @@ def candidates(
     live: Iterable[InstanceRecord],
     job_id: str,
     note: Callable[[str], None],
+    *,
+    wait_seconds: float | None = None,
 ) -> Candidates:
+    from gpulayer.cloud.deadline import DEFAULT_WAIT_SECONDS
     from gpulayer.cloud.offer import Offer, OfferQuery
     from gpulayer.cloud.protocol import can_launch_gangs
     from gpulayer.cloud.ranking import rank
@@ -53,7 +56,9 @@ def candidates(
         return Candidates(never="no cloud provider is installed or enabled")
     # The same pipeline `gpulayer offers` lists with: gather, then select for the placement.
     query = OfferQuery.from_spec(spec)
-    ranked = gather(providers, query, note=note).ranked
+    wait = wait_seconds or DEFAULT_WAIT_SECONDS
+    gathered = gather(providers, query, note=note, wait_seconds=wait)
+    ranked = gathered.ranked
     fitting = select(ranked, query, placement)
     holders: dict[planning.OfferKey, str] = {}
     theirs = []
@@ -68,19 +73,26 @@ def candidates(
     ]
     if fitting.offers or busy:
         return Candidates(fitting=list(fitting.offers), busy=busy)
-    why = why_nothing_fits(ranked, query, placement, fitting)
+    # With no offer from anyone, the providers' own failures (a timeout, missing credentials)
+    # say more than "no offers at all".
+    why = "; ".join(gathered.failed) if not len(ranked) and gathered.failed else None
+    why = why or why_nothing_fits(ranked, query, placement, fitting)
     if nodes > 1:
         why = f"{why} (a gang of {nodes} is priced per node: max_hourly_cost caps each machine)"
     return Candidates(never=why)
 
 
 def gang_refusal(
-    spec: JobSpec, providers: Mapping[str, Any], live: Iterable[InstanceRecord]
+    spec: JobSpec,
+    providers: Mapping[str, Any],
+    live: Iterable[InstanceRecord],
+    *,
+    wait_seconds: float | None = None,
 ) -> str | None:
     """Why no offer could ever take the gang, asked at submit (nothing is rented yet); None
     when one may. An offer search that fails here is left to the reconciler to retry."""
     try:
-        found = candidates(spec, providers, live, "", lambda text: None)
+        found = candidates(spec, providers, live, "", lambda text: None, wait_seconds=wait_seconds)
     except Exception:
         return None
     return found.never

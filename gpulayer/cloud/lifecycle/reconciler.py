@@ -485,6 +485,7 @@ class Reconciler:
             self.store.list_instances(live_only=True),
             job_id,
             lambda text: self._note(job_id, text),
+            wait_seconds=self.settings.get("cloud_wait_seconds"),
         )
         if found.never is not None:
             return self._next_target_or_fail(job, spec, found.never)

@@ -137,6 +137,7 @@ def refresh_catalog(
     instance_types: Iterable[str] | None = None,
     source: PriceSource = "api",
     on_region: Any = None,
+    wait_seconds: float | None = None,
 ) -> Path:
     """Rebuild the catalog for ``regions`` (default: the settings' regions) and write it to
     the cache directory, where offers read it from then on.
@@ -146,7 +147,8 @@ def refresh_catalog(
     what is kept (default: every GPU type and the CPU types the shipped catalog has). Regions
     not refreshed keep what they had; hardware and zones the price list does not tell are
     kept from the catalog in use. ``on_region(region)`` is called as each region starts.
-    Returns the file written."""
+    ``wait_seconds`` bounds each wait for an answer from the price source. Returns the file
+    written."""
     from gpulayer.cloud import load_settings
 
     config = load_settings(AwsSettings, settings, provider=PROVIDER)
@@ -167,7 +169,7 @@ def refresh_catalog(
     for region in wanted_regions:
         if on_region is not None:
             on_region(region)
-        found = _region_prices(config, region, source)
+        found = _region_prices(config, region, source, wait_seconds)
         if not found.on_demand:
             raise ProviderError(
                 f"the {_SOURCE_NAMES[source]} returned no prices for {region}", provider=PROVIDER
@@ -209,16 +211,28 @@ def _source_url(config: AwsSettings, source: PriceSource) -> str:
     return "AWS Pricing API get_products, ServiceCode AmazonEC2"
 
 
-def _region_prices(config: AwsSettings, region: str, source: PriceSource) -> RegionPrices:
+def _region_prices(
+    config: AwsSettings, region: str, source: PriceSource, wait_seconds: float | None
+) -> RegionPrices:
     if source == "bulk":
         from gpulayer_aws.price_list import fetch_region_price_list
 
-        return fetch_region_price_list(config.price_list_url, region)
+        return fetch_region_price_list(config.price_list_url, region, wait_seconds=wait_seconds)
+    from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
+
     from gpulayer_aws.pricing import fetch_on_demand
     from gpulayer_aws.session import Clients
 
     with aws_errors(region):
-        return RegionPrices(on_demand=fetch_on_demand(Clients(config).pricing(), region))
+        pricing = Clients(config, wait_seconds=wait_seconds).pricing()
+        try:
+            return RegionPrices(on_demand=fetch_on_demand(pricing, region))
+        except (ReadTimeoutError, ConnectTimeoutError):
+            if wait_seconds is None:
+                raise
+            raise ProviderError(
+                f"no answer within {wait_seconds:g} s from the Pricing API", provider=PROVIDER
+            ) from None
 
 
 # Instance families with GPUs are named g* and p* (AMD ones such as g4ad are dropped later by

@@ -40,13 +40,26 @@ def price_list_url(base: str, region: str) -> str:
     return f"{base.rstrip('/')}/offers/v1.0/aws/AmazonEC2/current/{region}/index.csv"
 
 
-def fetch_region_price_list(base: str, region: str) -> RegionPrices:
+def fetch_region_price_list(
+    base: str, region: str, *, wait_seconds: float | None = None
+) -> RegionPrices:
+    """One region's prices. ``wait_seconds`` bounds each wait for the server (to connect, and
+    for the next bytes), not the whole download, which is large."""
     url = price_list_url(base, region)
+    limit = wait_seconds or _TIMEOUT_SECONDS
     try:
-        with urllib.request.urlopen(url, timeout=_TIMEOUT_SECONDS) as response:
+        with urllib.request.urlopen(url, timeout=limit) as response:
             text = io.TextIOWrapper(response, encoding="utf-8", newline="")
             return parse_price_list(text, region)
+    except TimeoutError:
+        raise ProviderError(
+            f"no answer within {limit:g} s from the price list {url}", provider=PROVIDER
+        ) from None
     except OSError as exc:
+        if isinstance(getattr(exc, "reason", None), TimeoutError):  # urllib wraps a connect's
+            raise ProviderError(
+                f"no answer within {limit:g} s from the price list {url}", provider=PROVIDER
+            ) from None
         raise ProviderError(f"price list {url}: {exc}", provider=PROVIDER) from None
 
 

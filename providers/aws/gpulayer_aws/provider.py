@@ -102,11 +102,16 @@ class AwsProvider:
         *,
         source: catalog.PriceSource = "api",
         on_region: Any = None,
+        wait_seconds: float | None = None,
     ) -> Path:
         """Rebuild the catalog from the public bulk price list or the Pricing API (see
         :func:`gpulayer_aws.catalog.refresh_catalog`)."""
         return catalog.refresh_catalog(
-            self.settings, regions=regions, source=source, on_region=on_region
+            self.settings,
+            regions=regions,
+            source=source,
+            on_region=on_region,
+            wait_seconds=wait_seconds,
         )
 
     # --- helpers --------------------------------------------------------------------------

@@ -32,8 +32,10 @@ class Clients:
     Credentials come from :func:`gpulayer.cloud.credentials_environment` (the environment of
     the submit a job came from, else this process's), read when a client is first needed."""
 
-    def __init__(self, settings: AwsSettings) -> None:
+    def __init__(self, settings: AwsSettings, *, wait_seconds: float | None = None) -> None:
         self._settings = settings
+        # Bounds each request's connect and read, without retries; None: boto3's usual.
+        self._wait_seconds = wait_seconds
         self._lock = threading.Lock()
         self._sessions: dict[tuple[str, ...], Any] = {}
         self._clients: dict[tuple[str, str, tuple[str, ...]], Any] = {}
@@ -67,10 +69,12 @@ class Clients:
     def _make(self, service: str, region: str, credentials: tuple[str, ...]) -> Any:
         from botocore.config import Config
 
+        # A bounded wait is given up, not retried: retries would multiply the bound.
+        attempts = 1 if self._wait_seconds else self._settings.max_attempts
         config = Config(
-            retries={"mode": "standard", "max_attempts": self._settings.max_attempts},
-            connect_timeout=10,
-            read_timeout=60,
+            retries={"mode": "standard", "max_attempts": attempts},
+            connect_timeout=min(10, self._wait_seconds or 10),
+            read_timeout=self._wait_seconds or 60,
             user_agent_extra="gpulayer",
         )
         return self._session(credentials).client(

@@ -135,7 +135,7 @@ def reprice(
     )
 
 
-def fetch_skus(settings: Any) -> list[dict[str, Any]]:
+def fetch_skus(settings: Any, *, wait_seconds: float | None = None) -> list[dict[str, Any]]:
     """Compute Engine's SKUs as dicts, from the disk cache while younger than the settings'
     ``catalog_ttl_seconds``, else from the Cloud Billing Catalog API."""
     from gpulayer.cloud import DiskCache
@@ -143,28 +143,45 @@ def fetch_skus(settings: Any) -> list[dict[str, Any]]:
     cache = DiskCache(settings.default_cache_dir())
     key = f"billing-skus|{settings.endpoint_url or 'google'}"
     result: list[dict[str, Any]] = cache.get_or_fetch(
-        key, settings.catalog_ttl_seconds, lambda: _list_skus(settings)
+        key, settings.catalog_ttl_seconds, lambda: _list_skus(settings, wait_seconds)
     )
     return result
 
 
-def _list_skus(settings: Any) -> list[dict[str, Any]]:
+def _list_skus(settings: Any, wait_seconds: float | None = None) -> list[dict[str, Any]]:
     from google.cloud import billing_v1
 
-    from gpulayer_gcp.errors import gcp_errors
+    from gpulayer.cloud import ProviderError
+    from gpulayer_gcp.errors import PROVIDER, gcp_errors
     from gpulayer_gcp.session import Clients
 
     credentials = Clients(settings).credentials()
     options = {"api_endpoint": settings.endpoint_url} if settings.endpoint_url else {}
+    import requests
+
     with gcp_errors():
         client = billing_v1.CloudCatalogClient(
             transport="rest", credentials=credentials, client_options=options
         )
-        return [
-            billing_v1.Sku.to_dict(sku)
-            for sku in client.list_skus(parent=COMPUTE_SERVICE)
-            if _compute_sku(sku.category.resource_family)
-        ]
+        try:
+            return [
+                billing_v1.Sku.to_dict(sku)
+                for sku in client.list_skus(parent=COMPUTE_SERVICE, **_bounded(wait_seconds))
+                if _compute_sku(sku.category.resource_family)
+            ]
+        except requests.exceptions.Timeout:
+            if wait_seconds is None:
+                raise
+            raise ProviderError(
+                f"no answer within {wait_seconds:g} s from the Cloud Billing Catalog API",
+                provider=PROVIDER,
+            ) from None
+
+
+def _bounded(wait_seconds: float | None) -> dict[str, Any]:
+    """A request bounded to ``wait_seconds``, given up rather than retried (the client's own
+    retries would multiply the bound); {} keeps the client's defaults."""
+    return {} if wait_seconds is None else {"timeout": wait_seconds, "retry": None}
 
 
 def _compute_sku(family: str) -> bool:
@@ -176,12 +193,14 @@ def refresh_catalog(
     *,
     regions: Iterable[str] | None = None,
     skus: Iterable[Mapping[str, Any]] | None = None,
+    wait_seconds: float | None = None,
 ) -> Path:
     """Reprice the catalog from the Cloud Billing Catalog API for ``regions`` (default: the
     settings' regions and those the catalog has) and write it to the cache directory, where
     offers read it from then on. The SKU list is kept in the disk cache for the settings'
     ``catalog_ttl_seconds``; ``skus`` replaces the API (tests, an exported list). Machine
-    types, GPUs and zones stay as the current catalog has them. Returns the file written."""
+    types, GPUs and zones stay as the current catalog has them. ``wait_seconds`` bounds each
+    request to the API. Returns the file written."""
     from gpulayer.cloud import load_settings
     from gpulayer_gcp.errors import PROVIDER
     from gpulayer_gcp.settings import GcpSettings
@@ -189,6 +208,6 @@ def refresh_catalog(
     config = load_settings(GcpSettings, settings, provider=PROVIDER)
     current = load_catalog(config.default_cache_dir())
     wanted = list(dict.fromkeys([*(regions or config.regions), *current.regions]))
-    listed = list(skus) if skus is not None else fetch_skus(config)
+    listed = list(skus) if skus is not None else fetch_skus(config, wait_seconds=wait_seconds)
     catalog = reprice(current, listed, wanted)
     return save_catalog(catalog, config.default_cache_dir())

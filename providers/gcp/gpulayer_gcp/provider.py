@@ -125,6 +125,7 @@ class GcpProvider:
         *,
         source: str = "api",
         on_region: Callable[[str], None] | None = None,
+        wait_seconds: float | None = None,
     ) -> Path:
         """Reprice the catalog from the Cloud Billing Catalog API (see
         :func:`gpulayer_gcp.billing.refresh_catalog`). GCP publishes its prices through that
@@ -133,7 +134,7 @@ class GcpProvider:
             on_region(", ".join(regions or self.settings.regions))
         from gpulayer_gcp.billing import refresh_catalog
 
-        return refresh_catalog(self.settings, regions=regions)
+        return refresh_catalog(self.settings, regions=regions, wait_seconds=wait_seconds)
 
     def _instance(self, raw: Any) -> Instance:
         return to_instance(
