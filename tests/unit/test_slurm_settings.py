@@ -52,6 +52,10 @@ from gpulayer.cloud import ProviderSettingsError
             {"clusters": {"lab": {"login": "a@b", "user": "u", "key_file": "k"}}},
             "clusters.lab.login:",
         ),
+        (
+            {"clusters": {"lab": {"login": "local", "host_key": "not a key"}}},
+            "clusters.lab.host_key: host key 'not a key' is not an OpenSSH public key line",
+        ),
     ],
 )
 def test_bad_settings_are_refused_naming_the_field(section: dict[str, Any], message: str) -> None:

@@ -14,6 +14,19 @@ def test_key_path_starting_with_a_tilde_is_in_the_home(monkeypatch: pytest.Monke
     assert host.key_path == Path("/home/alice/.ssh/gpulayer_try")
 
 
+def test_a_host_key_that_is_no_openssh_line_is_refused_naming_the_field() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as caught:
+        SshHost(name="box", address="127.0.0.1", key_path=Path("k"), host_key="ssh-ed25519")
+    (error,) = caught.value.errors()
+    assert error["loc"] == ("host_key",)
+    assert "is not an OpenSSH public key line" in error["msg"]
+    line = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
+    host = SshHost(name="box", address="127.0.0.1", key_path=Path("k"), host_key=line)
+    assert host.host_key == line
+
+
 def test_offers_say_why_no_host_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every host unreachable (here: nothing listens on the port) is a reason on the
     listing, not an ssh provider that silently offers nothing."""
