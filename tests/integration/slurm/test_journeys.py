@@ -25,10 +25,17 @@ pytestmark = pytest.mark.slow
 
 
 def write_providers(
-    home: Path, cluster: SlurmCluster, tmp_path: Path, *, torch: bool = False, **extra: Any
+    home: Path,
+    cluster: SlurmCluster,
+    tmp_path: Path,
+    *,
+    torch: bool = False,
+    provider: dict[str, Any] | None = None,
+    **extra: Any,
 ) -> None:
     """The test cluster with a priced cpu partition. With ``torch``, the nodes' worker runs on
-    this machine's python (the nodes share its disk) and sees its torch."""
+    this machine's python (the nodes share its disk) and sees its torch. ``provider``: more
+    settings of the slurm section (``extra``: of the cluster)."""
     section = slurm_section(
         cluster,
         authorized_keys=str(cluster.shared_authorized_keys),
@@ -38,6 +45,7 @@ def write_providers(
         **extra,
     )
     section["state_dir"] = str(tmp_path / "slurm-state")
+    section.update(provider or {})
     config = {
         "slurm": section,
         "gpulayer": {
@@ -288,6 +296,29 @@ def test_an_allocation_slurm_ends_under_the_job_is_a_lost_worker(
     wait_until(lambda: slurm_cluster.queue() == [], timeout=30, what="an empty queue")
     wait_until(lambda: no_job_keys(slurm_cluster), timeout=30, what="the jobs' keys to go")
     # The worker, started inside the allocation, is stopped with it.
+    wait_until(
+        lambda: not processes_with(str(tmp_path / "installs")), timeout=30, what="the worker"
+    )
+
+
+def test_a_job_past_its_timeout_ends_timeout_within_an_allocation_limited_to_it(
+    slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
+) -> None:
+    # timeout_seconds 8 + a margin of 172 s: Slurm's limit is 3 minutes (600 s by default).
+    write_providers(slurm_home, slurm_cluster, tmp_path, provider={"time_margin_seconds": 172})
+    script = "import time; print('started', flush=True); time.sleep(300)"
+    job_id = submit_detached("python3", "-c", script, timeout=8)
+    (allocation,) = wait_until(slurm_cluster.queue, timeout=60, what="the allocation")
+    shown = slurm_cluster.command("scontrol", "-o", "show", "job", allocation.split()[0])
+    assert " TimeLimit=00:03:00 " in shown, shown
+    wait_until(lambda: status(job_id)["state"] == "failed", timeout=180, what="the job to end")
+    ended = status(job_id)
+    assert ended["reason"] == "timeout", ended
+    assert "started" in run_cli(["logs", job_id]).stdout  # it ran, then was stopped
+    wait_until(lambda: ledger(job_id)["instances"][0]["state"] == "terminated", what="teardown")
+    # Ended by gpulayer's scancel, well before Slurm's own limit.
+    wait_until(lambda: slurm_cluster.queue() == [], timeout=30, what="an empty queue")
+    wait_until(lambda: no_job_keys(slurm_cluster), timeout=30, what="the job's key to go")
     wait_until(
         lambda: not processes_with(str(tmp_path / "installs")), timeout=30, what="the worker"
     )
