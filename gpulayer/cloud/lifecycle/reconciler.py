@@ -1112,8 +1112,9 @@ class Reconciler:
     def _next_target_or_fail(self, job: JobRecord, spec: JobSpec, why: str) -> None:
         target, refused = fallback_target(spec, self.service.worker_views())
         if target is not None:
-            self._note(job.id, f"cloud: {why}; trying target {target}")
-            self.service.move_to_target(job.id, target)
+            moving = f"cloud: {why}; trying target {target}"
+            self._note(job.id, moving)
+            self.service.move_to_target(job.id, target, moving)
             return
         if refused:
             why = f"{why}; fallback: {'; '.join(refused)}"

@@ -322,3 +322,69 @@ def test_a_job_past_its_timeout_ends_timeout_within_an_allocation_limited_to_it(
     wait_until(
         lambda: not processes_with(str(tmp_path / "installs")), timeout=30, what="the worker"
     )
+
+
+def test_a_partition_without_capacity_falls_back_to_the_next_target(
+    slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
+) -> None:
+    """The job prefers Slurm (target cloud, provider slurm) and falls back to this machine
+    (``fallback_targets: [local]``): a rented cloud machine as the fallback would need moto and
+    its hosts beside the cluster, and the fallback path after the cloud target is the same."""
+    write_providers(slurm_home, slurm_cluster, tmp_path)
+    # Someone else's job holds every node of the one partition a cpu job fits.
+    holder = slurm_cluster.command(
+        "sbatch", "--parsable", "-p", "cpu", "-N", "2", "--exclusive", "-J", "someone-else",
+        "--wrap", "sleep 300",
+    ).strip()  # fmt: skip
+    try:
+        wait_until(
+            lambda: f"{holder} someone-else RUNNING" in slurm_cluster.queue(),
+            timeout=30,
+            what="the other job to run",
+        )
+        spec = {
+            "workload": {
+                "kind": "command",
+                "command": ["python3", "-c", "import os; print('ran on', os.uname().nodename)"],
+            },
+            "placement": {
+                "target": "cloud",
+                "fallback_targets": ["local"],
+                "providers": ["slurm"],
+                "max_hourly_cost": 1,  # the cpu partition only
+                "on_unschedulable": "fail",
+                "provisioning": {"provisioning_timeout_seconds": 5},
+            },
+        }
+        (tmp_path / "job.json").write_text(json.dumps(spec))
+        result = run_cli(["submit", "-f", str(tmp_path / "job.json")], timeout=180)
+        job = last_job()
+        assert result.returncode == 0, (result.stderr[-3000:], job)
+        assert (job["state"], job["target"]) == ("succeeded", "local")
+        assert f"ran on {os.uname().nodename}" in result.stdout
+        # Why Slurm was skipped, in Slurm's words, then where the job went: in its log and
+        # its status.
+        said = run_cli(["logs", job["id"]]).stderr
+        assert "waiting for capacity: slurm job" in said and "is pending (Resources)" in said
+        skipped = next(line for line in said.splitlines() if "trying target local" in line)
+        assert "still pending after 5 s (Resources)" in skipped, said
+        assert job["message"].startswith("cloud: no capacity: "), job["message"]
+        assert job["message"].endswith("still pending after 5 s (Resources)); trying target local")
+        # The allocation it waited in was cancelled; the other job's is untouched.
+        wait_until(
+            lambda: [line.split()[0] for line in slurm_cluster.queue()] == [holder],
+            timeout=30,
+            what="the job's allocation to leave the queue",
+        )
+        (tried,) = ledger(job["id"])["instances"]
+        # Never ran, so nothing is charged for it.
+        assert (tried["provider"], tried["zone"], tried["state"]) == (
+            "slurm",
+            "cpu",
+            "never_launched",
+        )
+        assert tried["cost"] == 0
+    finally:
+        slurm_cluster.command("scancel", holder)
+    wait_until(lambda: slurm_cluster.queue() == [], timeout=30, what="an empty queue")
+    wait_until(lambda: no_job_keys(slurm_cluster), timeout=30, what="the job's key to go")
