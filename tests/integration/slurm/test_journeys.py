@@ -31,11 +31,12 @@ def write_providers(
     *,
     torch: bool = False,
     provider: dict[str, Any] | None = None,
+    controller: dict[str, Any] | None = None,
     **extra: Any,
 ) -> None:
     """The test cluster with a priced cpu partition. With ``torch``, the nodes' worker runs on
     this machine's python (the nodes share its disk) and sees its torch. ``provider``: more
-    settings of the slurm section (``extra``: of the cluster)."""
+    settings of the slurm section (``extra``: of the cluster), ``controller``: of gpulayer's."""
     section = slurm_section(
         cluster,
         authorized_keys=str(cluster.shared_authorized_keys),
@@ -52,6 +53,7 @@ def write_providers(
             "deadman_seconds": 600,
             "ssh_cidr": f"{cluster.lab.gateway}/32",
             "system_site_packages": torch,
+            **(controller or {}),
         },
     }
     (home / "providers.yaml").write_text(yaml.safe_dump(config))
@@ -388,3 +390,61 @@ def test_a_partition_without_capacity_falls_back_to_the_next_target(
         slurm_cluster.command("scancel", holder)
     wait_until(lambda: slurm_cluster.queue() == [], timeout=30, what="an empty queue")
     wait_until(lambda: no_job_keys(slurm_cluster), timeout=30, what="the job's key to go")
+
+
+def test_more_jobs_than_launch_threads_on_a_busy_partition_all_run(
+    slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
+) -> None:
+    # The controller launches 8 at a time. Here 8 allocations wait in Slurm's queue, each
+    # inside its launch, a ninth launch waits for a thread well past the 5 s a record
+    # may stay `requested`, and when a node frees, the allocation that gets it must still have
+    # its worker started while the others wait on.
+    write_providers(
+        slurm_home, slurm_cluster, tmp_path, controller={"state_timeouts": {"requested": 5}}
+    )
+    holders = {
+        node: slurm_cluster.command(
+            "sbatch", "--parsable", "-p", "cpu", "-w", node, "--exclusive", "-J", "someone-else",
+            "--wrap", "sleep 300",
+        ).strip()
+        for node in ("cpu1", "cpu2")
+    }  # fmt: skip
+    try:
+        wait_until(
+            lambda: sum(1 for line in slurm_cluster.queue() if "someone-else RUNNING" in line) == 2,
+            timeout=30,
+            what="the other jobs to run",
+        )
+        jobs = [submit_detached("python3", "-c", "print('done')") for _ in range(9)]
+        wait_until(
+            lambda: sum(1 for line in slurm_cluster.queue() if " gpulayer-" in line) == 8,
+            timeout=60,
+            what="8 allocations pending",
+        )
+        slurm_cluster.command("scancel", holders["cpu1"])
+        wait_until(
+            lambda: any(status(job_id)["state"] == "succeeded" for job_id in jobs),
+            timeout=120,
+            what="a job to run on the node that freed",
+        )
+    finally:
+        slurm_cluster.command("scancel", *holders.values())
+    for job_id in jobs:
+        wait_until(
+            lambda job_id=job_id: status(job_id)["state"] in ("succeeded", "failed"),
+            timeout=180,
+            what=f"job {job_id} to end",
+        )
+    ended = {job_id: status(job_id) for job_id in jobs}
+    assert {j["state"] for j in ended.values()} == {"succeeded"}, ended
+    # Each ran in the one allocation it launched: none was given up as stuck and retried.
+    for job_id in jobs:
+        wait_until(
+            lambda job_id=job_id: (
+                [i["state"] for i in ledger(job_id)["instances"]] == ["terminated"]
+            ),
+            timeout=60,
+            what=f"job {job_id}'s one allocation to end",
+        )
+    wait_until(lambda: slurm_cluster.queue() == [], timeout=30, what="an empty queue")
+    wait_until(lambda: no_job_keys(slurm_cluster), timeout=30, what="the jobs' keys to go")
