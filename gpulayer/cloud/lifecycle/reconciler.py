@@ -211,9 +211,11 @@ class Reconciler:
             self._submit("reap", self._reap_unknown)
 
     def _move_on_if_stuck(self, r: InstanceRecord, now: float, limits: Mapping[str, float]) -> bool:
-        if r.state == "requested" and self._busy(_launch_key(r.request_id)):
-            # Its launch waits for a thread behind launches that wait on their provider (Slurm
-            # allocations pending in a busy queue): queued, not stuck.
+        if r.state == "requested" and any(
+            self._busy(_launch_key(node.request_id)) for node in self._gang(r)
+        ):
+            # Its launch (a gang's: node 0's) waits for a thread behind launches that wait on
+            # their provider (Slurm allocations pending in a busy queue): queued, not stuck.
             return False
         since = r.state_since or r.created_at
         move = stuck_move(r.state, since, now, limits)
