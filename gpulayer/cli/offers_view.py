@@ -3,7 +3,9 @@
 Narrow on purpose, so 80 columns hold a row without cutting a name or a price: the GPU count,
 model and memory share a column, a provider that is not enabled is starred (the footnote says
 how to enable it), the currency goes into the price header when all rows share one, and on a
-narrow terminal VCPU, RAM and then ZONE are left out before anything is cut.
+narrow terminal VCPU, RAM and then ZONE are left out before anything is cut. IDLE (machines free
+now) and LIMIT (the longest a machine may be held) appear only when some listed provider says
+them, as a Slurm partition does.
 """
 
 from __future__ import annotations
@@ -36,6 +38,22 @@ def _zone(row: dict[str, Any]) -> str:
     return f"{len(zones)} zones" if zones else "-"
 
 
+def _reads_a_queue(row: dict[str, Any]) -> bool:
+    # A batch queue's offer (a Slurm partition) says both; a cloud's says neither.
+    return row.get("idle_nodes") is not None or row.get("time_limit_seconds") is not None
+
+
+def time_limit_text(seconds: int | None) -> str:
+    """7200 -> ``2h``, 129600 -> ``1d12h``, 90 -> ``1m30s``; None -> ``none``."""
+    if seconds is None:
+        return "none"
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [(days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")]
+    return "".join(f"{value}{unit}" for value, unit in parts if value) or "0s"
+
+
 def offers_table(listing: dict[str, Any]) -> None:
     rows = listing["offers"]
     console = Console(highlight=False)
@@ -47,6 +65,7 @@ def offers_table(listing: dict[str, Any]) -> None:
         # Submit rents spot only where the provider allows it; with none listed the column
         # would say "no" on every row.
         any_spot = any(row["spot"] for row in rows)
+        any_queue = any(_reads_a_queue(row) for row in rows)
         columns = [
             Column("PROVIDER"),
             Column("REGION"),
@@ -57,6 +76,8 @@ def offers_table(listing: dict[str, Any]) -> None:
             Column("RAM", drop=2, justify="right"),
             Column(f"{single}/H" if single else "PRICE/H", justify="right"),
         ]
+        if any_queue:
+            columns += [Column("IDLE", drop=4, justify="right"), Column("LIMIT", drop=5)]
         if any_spot:
             columns.append(Column("SPOT"))
         cells = []
@@ -75,6 +96,13 @@ def offers_table(listing: dict[str, Any]) -> None:
                 "-" if row.get("memory_gb") is None else f"{row['memory_gb']:g}",
                 shown,
             ]
+            if any_queue:
+                if _reads_a_queue(row):
+                    idle = row.get("idle_nodes")
+                    line.append("?" if idle is None else str(idle))
+                    line.append(time_limit_text(row.get("time_limit_seconds")))
+                else:
+                    line += ["-", "-"]
             if any_spot:
                 line.append("yes" if row["spot"] else "no")
             cells.append(line)

@@ -129,6 +129,12 @@ class Offer(Hardware, _OfferPlace):
     spot: bool = False
     price_as_of: str | None = None
     """The date of the price catalog the price comes from; None for a price read live."""
+    idle_nodes: Annotated[int, Field(ge=0)] | None = None
+    """Machines of this offer free this moment (a Slurm partition's idle nodes of the shape);
+    None: the provider does not say (a cloud's capacity is known only by launching)."""
+    time_limit_seconds: Annotated[int, Field(gt=0)] | None = None
+    """Longest a machine of this offer may be held (a Slurm partition's MaxTime); None: no
+    limit."""
 
     @property
     def capability(self) -> tuple[int, int] | None:

@@ -38,8 +38,9 @@ class OrchestratorSettings(BaseModel):
         default_factory=dict
     )
     """Seconds a rented instance may stay in a state before it is moved on with the reason
-    recorded, per state: requested (60), launching (900), booting (900), bootstrapping (900),
-    draining (120). Unset states keep those limits."""
+    recorded, per state: requested (60; not counted while its launch waits for a launch
+    thread), launching (900), booting (900), bootstrapping (900), draining (120). Unset states
+    keep those limits."""
 
     @field_validator("ssh_cidr")
     @classmethod

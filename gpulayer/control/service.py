@@ -277,9 +277,7 @@ class ControlService:
             refuse_missing_inputs(spec, Path(working_dir))
         return plan_job(spec, views, decision, self.cloud_plan if cloud else None)
 
-    def _decide(
-        self, spec_data: dict[str, Any]
-    ) -> tuple[JobSpec, list[Any], TargetDecision, bool]:
+    def _decide(self, spec_data: dict[str, Any]) -> tuple[JobSpec, list[Any], TargetDecision, bool]:
         """The spec validated and its target chosen, as submit and plan both decide: with the
         workers seen and whether a cloud is at hand."""
         problems = unsafe_text(spec_data)
@@ -1118,11 +1116,15 @@ class ControlService:
         self.states.move_job(job_id, "queued", only_from=["provisioning"])
         self.dispatch()
 
-    def move_to_target(self, job_id: str, target: str) -> None:
-        """The cloud cannot run it: the next fallback target in its chain may."""
+    def move_to_target(self, job_id: str, target: str, why: str | None = None) -> None:
+        """The cloud cannot run it: the next fallback target in its chain may. ``why`` replaces
+        the job's message (the cloud's last word, "waiting for capacity", no longer holds)."""
+        values: dict[str, Any] = {"target": target}
+        if why is not None:
+            values["message"] = why
         self.states.move_job(
-            job_id, "queued", only_from=["provisioning"], target=target
-        ) or self.store.update_job(job_id, expect_states=["queued"], target=target)
+            job_id, "queued", only_from=["provisioning"], **values
+        ) or self.store.update_job(job_id, expect_states=["queued"], **values)
         self.dispatch()
 
     def fail_unplaced(self, job_id: str, reason: str, message: str) -> None:

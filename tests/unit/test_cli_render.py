@@ -135,6 +135,39 @@ def test_offers_have_a_spot_column_when_spot_is_listed(capsys: pytest.CaptureFix
     assert [line[-1] for line in body] == ["yes", "no"]
 
 
+def test_offers_of_a_batch_queue_show_idle_nodes_and_time_limit(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpulayer.cli.offers_view import offers_table, time_limit_text
+
+    monkeypatch.setenv("COLUMNS", "140")
+    partition = {**_offer_row("slurm", "lab", "gpu", False), "instance_type": "4cpu-16gb-2xa100"}
+    rows = [
+        {**partition, "idle_nodes": 3, "time_limit_seconds": 129600},
+        {**partition, "zone": "long", "idle_nodes": 0, "time_limit_seconds": None},
+        _offer_row("aws", "us-east-1", "us-east-1a", False),
+    ]
+    offers_table({"offers": rows, "total": 3})
+    out = capsys.readouterr().out
+    assert _header(out)[-2:] == ["IDLE", "LIMIT"]
+    body = {line.split()[2]: line.split() for line in out.splitlines()[1:] if line.strip()}
+    assert body["gpu"][-2:] == ["3", "1d12h"]
+    assert body["long"][-2:] == ["0", "none"]
+    # A cloud offer's capacity is known only by launching.
+    assert body["us-east-1a"][-2:] == ["-", "-"]
+    assert (time_limit_text(1800), time_limit_text(90)) == ("30m", "1m30s")
+
+
+def test_offers_of_clouds_alone_have_no_idle_or_limit_column(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from gpulayer.cli.offers_view import offers_table
+
+    offers_table({"offers": [_offer_row("aws", "us-east-1", "us-east-1a", False)], "total": 1})
+    header = _header(capsys.readouterr().out)
+    assert "IDLE" not in header and "LIMIT" not in header
+
+
 @pytest.mark.usefixtures("narrow")
 def test_jobs_keep_ids_whole(capsys: pytest.CaptureFixture[str]) -> None:
     jobs = [

@@ -3,6 +3,7 @@ queue entries and offers."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,59 @@ def test_offers_only_of_the_configured_partitions() -> None:
     assert [s.partition for s in shapes] == ["untyped"]
     # An untyped GRES without a configured model: a GPU offer of no named model.
     assert shapes[0].offer.gpu_name is None and shapes[0].offer.gpu_count == 4
+
+
+def _with_states(gpu1: str, gpu2: str) -> str:
+    # The recorded lines, with the two a100 nodes put in other states.
+    lines = []
+    for line in sample("scontrol_show_node.txt").splitlines():
+        for name, state in (("gpu1", gpu1), ("gpu2", gpu2)):
+            if line.startswith(f"NodeName={name} "):
+                line = re.sub(r" State=\S+ ", f" State={state} ", line)
+        lines.append(line)
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize(
+    ("gpu1", "gpu2", "nodes", "idle"),
+    [
+        ("MIXED", "IDLE+PLANNED", ("gpu1", "gpu2"), 0),  # as recorded
+        ("IDLE", "IDLE", ("gpu1", "gpu2"), 2),
+        ("IDLE", "ALLOCATED", ("gpu1", "gpu2"), 1),
+        ("IDLE+COMPLETING", "MIXED", ("gpu1", "gpu2"), 1),
+        ("IDLE+DRAIN", "IDLE", ("gpu2",), 1),
+        ("DOWN*", "ALLOCATED", ("gpu2",), 0),
+    ],
+)
+def test_an_offer_says_how_many_of_its_nodes_are_idle_now(
+    gpu1: str, gpu2: str, nodes: tuple[str, ...], idle: int
+) -> None:
+    shapes = partition_shapes(
+        "lab",
+        SlurmCluster(login="local", partitions=["gpu"]),
+        parsing.parse_partitions(sample("scontrol_show_partition.txt")),
+        parsing.parse_nodes(_with_states(gpu1, gpu2)),
+    )
+    (shape,) = shapes
+    assert shape.nodes == nodes
+    assert shape.offer.idle_nodes == idle
+    assert shape.offer.time_limit_seconds == 2 * 3600
+
+
+def test_an_offer_carries_its_partitions_time_limit() -> None:
+    partitions = sample("scontrol_show_partition.txt").replace(
+        "MaxTime=1-12:00:00", "MaxTime=UNLIMITED"
+    )
+    shapes = partition_shapes(
+        "lab",
+        SlurmCluster(login="local"),
+        parsing.parse_partitions(partitions),
+        parsing.parse_nodes(sample("scontrol_show_node.txt")),
+    )
+    limits = {s.partition: s.offer.time_limit_seconds for s in shapes}
+    assert limits == {"gpu": 7200, "untyped": None}
+    idle = {s.partition: s.offer.idle_nodes for s in shapes}
+    assert idle == {"gpu": 0, "untyped": 1}
+    # In the offer's JSON, as `gpulayer offers --json` prints it.
+    row = next(s for s in shapes if s.partition == "gpu").offer.model_dump(mode="json")
+    assert (row["idle_nodes"], row["time_limit_seconds"]) == (0, 7200)

@@ -75,6 +75,7 @@ class Reconciler:
         load_providers: ProvidersLoader,
         settings: Callable[[], Mapping[str, Any]] | None = None,
         parallel_steps: int = 8,
+        parallel_launches: int = 8,
         parallel_teardowns: int = 4,
     ) -> None:
         self.service = service
@@ -86,6 +87,12 @@ class Reconciler:
         self.keys_dir = service.layout.root / "keys"
         self.links = Links()
         self._pool = ThreadPoolExecutor(parallel_steps, thread_name_prefix="gpulayer-lifecycle")
+        # A launch may wait long inside its provider (a Slurm allocation pending in the queue
+        # behind others): launches have threads of their own, so machines already up are still
+        # prepared meanwhile, and their jobs end and free what the waiting launches wait for.
+        self._launch_pool = ThreadPoolExecutor(
+            parallel_launches, thread_name_prefix="gpulayer-launch"
+        )
         # Drains and terminates have threads of their own: slow bootstraps filling the pool
         # must not keep a machine billing after its job ended.
         self._teardown_pool = ThreadPoolExecutor(
@@ -125,6 +132,7 @@ class Reconciler:
         self._stop.set()
         self._wake.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._launch_pool.shutdown(wait=False, cancel_futures=True)
         self._teardown_pool.shutdown(wait=False, cancel_futures=True)
         self.links.close_all()
 
@@ -204,6 +212,12 @@ class Reconciler:
             self._submit("reap", self._reap_unknown)
 
     def _move_on_if_stuck(self, r: InstanceRecord, now: float, limits: Mapping[str, float]) -> bool:
+        if r.state == "requested" and any(
+            self._busy(_launch_key(node.request_id)) for node in self._gang(r)
+        ):
+            # Its launch (a gang's: node 0's) waits for a thread behind launches that wait on
+            # their provider (Slurm allocations pending in a busy queue): queued, not stuck.
+            return False
         since = r.state_since or r.created_at
         move = stuck_move(r.state, since, now, limits)
         if move is None:
@@ -255,9 +269,11 @@ class Reconciler:
         *args: Any,
         job_id: str | None = None,
         teardown: bool = False,
+        launch: bool = False,
     ) -> None:
-        """Run a step in the pool; a job's steps call its provider with the credentials of the
-        submit that sent it (see gpulayer.cloud.credentials)."""
+        """Run a step in the pool (a launch or a teardown in the pool of its kind); a job's
+        steps call its provider with the credentials of the submit that sent it (see
+        gpulayer.cloud.credentials)."""
         with self._lock:
             if key in self._inflight or self._stop.is_set():
                 return
@@ -276,7 +292,8 @@ class Reconciler:
                 self._wake.set()
 
         try:
-            (self._teardown_pool if teardown else self._pool).submit(run)
+            pool = self._teardown_pool if teardown else self._launch_pool if launch else self._pool
+            pool.submit(run)
         except RuntimeError:  # the pool is shut down: the controller is stopping
             with self._lock:
                 self._inflight.discard(key)
@@ -300,13 +317,13 @@ class Reconciler:
                 self._move(r, "never_launched", "its job ended before the launch", ended_at=now)
                 self._gone(r)
             elif launches:
-                self._submit(_launch_key(rid), self._launch, rid, job_id=r.job_id)
+                self._submit(_launch_key(rid), self._launch, rid, job_id=r.job_id, launch=True)
         elif r.state == "launching":
             if ended:
                 self._move(r, "terminating", "its job ended during the launch")
             elif launches:
                 # A launch is idempotent by request id.
-                self._submit(_launch_key(rid), self._launch, rid, job_id=r.job_id)
+                self._submit(_launch_key(rid), self._launch, rid, job_id=r.job_id, launch=True)
         elif r.state in ("booting", "bootstrapping"):
             if ended:
                 self._move(r, "draining", f"its job ended while {r.state}")
@@ -580,7 +597,7 @@ class Reconciler:
         what = offer.label if nodes == 1 else f"{nodes} x {offer.label}"
         if not self.service.begin_provisioning(job.id, f"provisioning {what}"):
             return  # cancelled meanwhile: the next pass ends the record as never launched
-        self._submit(_launch_key(request_id), self._launch, request_id, job_id=job.id)
+        self._submit(_launch_key(request_id), self._launch, request_id, job_id=job.id, launch=True)
 
     def _launch(self, request_id: str) -> None:
         from gpulayer.cloud.errors import ProviderError, ScopedProviderError
@@ -1114,8 +1131,9 @@ class Reconciler:
     def _next_target_or_fail(self, job: JobRecord, spec: JobSpec, why: str) -> None:
         target, refused = fallback_target(spec, self.service.worker_views())
         if target is not None:
-            self._note(job.id, f"cloud: {why}; trying target {target}")
-            self.service.move_to_target(job.id, target)
+            moving = f"cloud: {why}; trying target {target}"
+            self._note(job.id, moving)
+            self.service.move_to_target(job.id, target, moving)
             return
         if refused:
             why = f"{why}; fallback: {'; '.join(refused)}"

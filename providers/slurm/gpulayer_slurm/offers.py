@@ -1,7 +1,8 @@
 """A cluster's offers: one per partition and node shape. Pure.
 
 An offer's region is the cluster, its zone the partition and its instance type the node shape
-(``4cpu-16gb-2xa100``), so its label reads ``slurm/gpu/4cpu-16gb-2xa100``."""
+(``4cpu-16gb-2xa100``), so its label reads ``slurm/gpu/4cpu-16gb-2xa100``; it carries the
+partition's time limit and how many nodes of the shape are idle when it was read."""
 
 from __future__ import annotations
 
@@ -36,19 +37,25 @@ class Shape:
 
 @dataclass(frozen=True)
 class PartitionShape:
-    """One offer's facts, with what an Offer has no field for (time limit, idle nodes)."""
+    """One offer with the nodes it stands for."""
 
     cluster: str
     partition: str
     shape: Shape
     nodes: tuple[str, ...]
-    idle_nodes: int
-    max_time_seconds: int | None
     offer: Offer
 
     @property
     def instance_type(self) -> str:
         return self.offer.instance_type
+
+    @property
+    def idle_nodes(self) -> int:
+        return self.offer.idle_nodes or 0
+
+    @property
+    def max_time_seconds(self) -> int | None:
+        return self.offer.time_limit_seconds
 
 
 def partition_shapes(
@@ -80,9 +87,7 @@ def partition_shapes(
                     partition=part.name,
                     shape=shape,
                     nodes=tuple(n.name for n in members),
-                    idle_nodes=sum(1 for n in members if n.idle),
-                    max_time_seconds=part.max_time_seconds,
-                    offer=_offer(cluster_name, cluster, part.name, shape, members),
+                    offer=_offer(cluster_name, cluster, part, shape, members),
                 )
             )
     return found
@@ -91,7 +96,7 @@ def partition_shapes(
 def _offer(
     cluster_name: str,
     cluster: SlurmCluster,
-    partition: str,
+    partition: PartitionInfo,
     shape: Shape,
     members: Sequence[NodeInfo],
 ) -> Offer:
@@ -101,7 +106,7 @@ def _offer(
         provider=PROVIDER,
         instance_type=shape.name,
         region=cluster_name,
-        zone=partition,
+        zone=partition.name,
         accelerator="cuda" if shape.gpu_count else "cpu",
         gpu_name=facts.name if facts is not None else shape.gpu_type,
         gpu_count=shape.gpu_count,
@@ -111,6 +116,8 @@ def _offer(
         cpu_cores=shape.cpus,
         memory_gb=round(shape.memory_mb / 1024, 3),
         cpu_arch=normalize_cpu_arch(arch) if arch else "x86_64",
-        hourly_price=cluster.price(partition),
+        hourly_price=cluster.price(partition.name),
         currency=cluster.currency,
+        idle_nodes=sum(1 for n in members if n.idle),
+        time_limit_seconds=partition.max_time_seconds,
     )

@@ -25,10 +25,18 @@ pytestmark = pytest.mark.slow
 
 
 def write_providers(
-    home: Path, cluster: SlurmCluster, tmp_path: Path, *, torch: bool = False, **extra: Any
+    home: Path,
+    cluster: SlurmCluster,
+    tmp_path: Path,
+    *,
+    torch: bool = False,
+    provider: dict[str, Any] | None = None,
+    controller: dict[str, Any] | None = None,
+    **extra: Any,
 ) -> None:
     """The test cluster with a priced cpu partition. With ``torch``, the nodes' worker runs on
-    this machine's python (the nodes share its disk) and sees its torch."""
+    this machine's python (the nodes share its disk) and sees its torch. ``provider``: more
+    settings of the slurm section (``extra``: of the cluster), ``controller``: of gpulayer's."""
     section = slurm_section(
         cluster,
         authorized_keys=str(cluster.shared_authorized_keys),
@@ -38,12 +46,14 @@ def write_providers(
         **extra,
     )
     section["state_dir"] = str(tmp_path / "slurm-state")
+    section.update(provider or {})
     config = {
         "slurm": section,
         "gpulayer": {
             "deadman_seconds": 600,
             "ssh_cidr": f"{cluster.lab.gateway}/32",
             "system_site_packages": torch,
+            **(controller or {}),
         },
     }
     (home / "providers.yaml").write_text(yaml.safe_dump(config))
@@ -291,3 +301,150 @@ def test_an_allocation_slurm_ends_under_the_job_is_a_lost_worker(
     wait_until(
         lambda: not processes_with(str(tmp_path / "installs")), timeout=30, what="the worker"
     )
+
+
+def test_a_job_past_its_timeout_ends_timeout_within_an_allocation_limited_to_it(
+    slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
+) -> None:
+    # timeout_seconds 8 + a margin of 172 s: Slurm's limit is 3 minutes (600 s by default).
+    write_providers(slurm_home, slurm_cluster, tmp_path, provider={"time_margin_seconds": 172})
+    script = "import time; print('started', flush=True); time.sleep(300)"
+    job_id = submit_detached("python3", "-c", script, timeout=8)
+    (allocation,) = wait_until(slurm_cluster.queue, timeout=60, what="the allocation")
+    shown = slurm_cluster.command("scontrol", "-o", "show", "job", allocation.split()[0])
+    assert " TimeLimit=00:03:00 " in shown, shown
+    wait_until(lambda: status(job_id)["state"] == "failed", timeout=180, what="the job to end")
+    ended = status(job_id)
+    assert ended["reason"] == "timeout", ended
+    assert "started" in run_cli(["logs", job_id]).stdout  # it ran, then was stopped
+    wait_until(lambda: ledger(job_id)["instances"][0]["state"] == "terminated", what="teardown")
+    # Ended by gpulayer's scancel, well before Slurm's own limit.
+    wait_until(lambda: slurm_cluster.queue() == [], timeout=30, what="an empty queue")
+    wait_until(lambda: no_job_keys(slurm_cluster), timeout=30, what="the job's key to go")
+    wait_until(
+        lambda: not processes_with(str(tmp_path / "installs")), timeout=30, what="the worker"
+    )
+
+
+def test_a_partition_without_capacity_falls_back_to_the_next_target(
+    slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
+) -> None:
+    """The job prefers Slurm (target cloud, provider slurm) and falls back to this machine
+    (``fallback_targets: [local]``): a rented cloud machine as the fallback would need moto and
+    its hosts beside the cluster, and the fallback path after the cloud target is the same."""
+    write_providers(slurm_home, slurm_cluster, tmp_path)
+    # Someone else's job holds every node of the one partition a cpu job fits.
+    holder = slurm_cluster.command(
+        "sbatch", "--parsable", "-p", "cpu", "-N", "2", "--exclusive", "-J", "someone-else",
+        "--wrap", "sleep 300",
+    ).strip()  # fmt: skip
+    try:
+        wait_until(
+            lambda: f"{holder} someone-else RUNNING" in slurm_cluster.queue(),
+            timeout=30,
+            what="the other job to run",
+        )
+        spec = {
+            "workload": {
+                "kind": "command",
+                "command": ["python3", "-c", "import os; print('ran on', os.uname().nodename)"],
+            },
+            "placement": {
+                "target": "cloud",
+                "fallback_targets": ["local"],
+                "providers": ["slurm"],
+                "max_hourly_cost": 1,  # the cpu partition only
+                "on_unschedulable": "fail",
+                "provisioning": {"provisioning_timeout_seconds": 5},
+            },
+        }
+        (tmp_path / "job.json").write_text(json.dumps(spec))
+        result = run_cli(["submit", "-f", str(tmp_path / "job.json")], timeout=180)
+        job = last_job()
+        assert result.returncode == 0, (result.stderr[-3000:], job)
+        assert (job["state"], job["target"]) == ("succeeded", "local")
+        assert f"ran on {os.uname().nodename}" in result.stdout
+        # Why Slurm was skipped, in Slurm's words, then where the job went: in its log and
+        # its status.
+        said = run_cli(["logs", job["id"]]).stderr
+        assert "waiting for capacity: slurm job" in said and "is pending (Resources)" in said
+        skipped = next(line for line in said.splitlines() if "trying target local" in line)
+        assert "still pending after 5 s (Resources)" in skipped, said
+        assert job["message"].startswith("cloud: no capacity: "), job["message"]
+        assert job["message"].endswith("still pending after 5 s (Resources)); trying target local")
+        # The allocation it waited in was cancelled; the other job's is untouched.
+        wait_until(
+            lambda: [line.split()[0] for line in slurm_cluster.queue()] == [holder],
+            timeout=30,
+            what="the job's allocation to leave the queue",
+        )
+        (tried,) = ledger(job["id"])["instances"]
+        # Never ran, so nothing is charged for it.
+        assert (tried["provider"], tried["zone"], tried["state"]) == (
+            "slurm",
+            "cpu",
+            "never_launched",
+        )
+        assert tried["cost"] == 0
+    finally:
+        slurm_cluster.command("scancel", holder)
+    wait_until(lambda: slurm_cluster.queue() == [], timeout=30, what="an empty queue")
+    wait_until(lambda: no_job_keys(slurm_cluster), timeout=30, what="the job's key to go")
+
+
+def test_more_jobs_than_launch_threads_on_a_busy_partition_all_run(
+    slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
+) -> None:
+    # The controller launches 8 at a time. Here 8 allocations wait in Slurm's queue, each
+    # inside its launch, a ninth launch waits for a thread well past the 5 s a record
+    # may stay `requested`, and when a node frees, the allocation that gets it must still have
+    # its worker started while the others wait on.
+    write_providers(
+        slurm_home, slurm_cluster, tmp_path, controller={"state_timeouts": {"requested": 5}}
+    )
+    holders = {
+        node: slurm_cluster.command(
+            "sbatch", "--parsable", "-p", "cpu", "-w", node, "--exclusive", "-J", "someone-else",
+            "--wrap", "sleep 300",
+        ).strip()
+        for node in ("cpu1", "cpu2")
+    }  # fmt: skip
+    try:
+        wait_until(
+            lambda: sum(1 for line in slurm_cluster.queue() if "someone-else RUNNING" in line) == 2,
+            timeout=30,
+            what="the other jobs to run",
+        )
+        jobs = [submit_detached("python3", "-c", "print('done')") for _ in range(9)]
+        wait_until(
+            lambda: sum(1 for line in slurm_cluster.queue() if " gpulayer-" in line) == 8,
+            timeout=60,
+            what="8 allocations pending",
+        )
+        slurm_cluster.command("scancel", holders["cpu1"])
+        wait_until(
+            lambda: any(status(job_id)["state"] == "succeeded" for job_id in jobs),
+            timeout=120,
+            what="a job to run on the node that freed",
+        )
+    finally:
+        slurm_cluster.command("scancel", *holders.values())
+    for job_id in jobs:
+        wait_until(
+            lambda job_id=job_id: status(job_id)["state"] in ("succeeded", "failed"),
+            timeout=180,
+            what=f"job {job_id} to end",
+        )
+    ended = {job_id: status(job_id) for job_id in jobs}
+    assert {j["state"] for j in ended.values()} == {"succeeded"}, ended
+    # Each ran in the one allocation it launched: none was given up as stuck and retried.
+    for job_id in jobs:
+        wait_until(
+            lambda job_id=job_id: (
+                [i["state"] for i in ledger(job_id)["instances"]] == ["terminated"]
+            ),
+            timeout=60,
+            what=f"job {job_id}'s one allocation to end",
+        )
+    wait_until(lambda: slurm_cluster.queue() == [], timeout=30, what="an empty queue")
+    wait_until(lambda: no_job_keys(slurm_cluster), timeout=30, what="the jobs' keys to go")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e_cloud.journey import wait_until
 from tests.support.cli import run_cli
 from tests.support.slurm_cluster import SlurmCluster
 
@@ -24,6 +25,38 @@ def test_offers_list_one_row_per_partition_and_shape(
     assert (gpu["region"], gpu["zone"], gpu["gpu_count"]) == (slurm_cluster.name, "gpu", 2)
     assert "A100" in gpu["gpu_name"] and gpu["hourly_price"] == 2.5
     assert rows["cpu", "2cpu-2gb"]["hourly_price"] == 0
+    # Nothing runs: every node is idle; the partitions' MaxTime (2:00:00 and 30:00).
+    assert (gpu["idle_nodes"], gpu["time_limit_seconds"]) == (2, 7200)
+    cpu = rows["cpu", "2cpu-2gb"]
+    assert (cpu["idle_nodes"], cpu["time_limit_seconds"]) == (2, 1800)
+
+
+def test_offers_count_the_idle_nodes_of_the_moment(
+    slurm_cluster: SlurmCluster, slurm_home: Path
+) -> None:
+    holder = slurm_cluster.command(
+        "sbatch", "--parsable", "-p", "cpu", "-N", "1", "--exclusive", "-J", "someone-else",
+        "--wrap", "sleep 300",
+    ).strip()  # fmt: skip
+    try:
+        wait_until(
+            lambda: f"{holder} someone-else RUNNING" in slurm_cluster.queue(),
+            timeout=30,
+            what="the other job to run",
+        )
+        listed = run_cli(["offers", "--provider", "slurm", "--json", "-n", "50"])
+        assert listed.returncode == 0, listed.stderr
+        idle = {row["zone"]: row["idle_nodes"] for row in json.loads(listed.stdout)}
+        assert idle == {"gpu": 2, "cpu": 1}
+        table = run_cli(["offers", "--provider", "slurm"], env={"COLUMNS": "160"})
+        assert table.returncode == 0, table.stderr
+        header = next(line for line in table.stdout.splitlines() if line.startswith("PROVIDER"))
+        assert header.split()[-2:] == ["IDLE", "LIMIT"]
+        cpu_row = next(line for line in table.stdout.splitlines() if " cpu " in line)
+        assert cpu_row.split()[-2:] == ["1", "30m"]
+    finally:
+        slurm_cluster.command("scancel", holder)
+        wait_until(lambda: slurm_cluster.queue() == [], timeout=30, what="an empty queue")
 
 
 def test_offers_filter_like_cloud_offers(slurm_home: Path) -> None:
