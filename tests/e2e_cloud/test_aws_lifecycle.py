@@ -239,23 +239,10 @@ def test_a_reclaim_of_one_gang_node_ends_the_whole_gang_as_preempted(
     """A spot reclaim of node 1 alone: the gang's attempt ends as preempted on every node and
     both machines go. (A distributed job takes no retry, by the JobSpec; the reclaimed offer is
     held for the next job.)"""
-    from tests.e2e_cloud.test_cloud_ssh_gang import gang_job
+    from tests.e2e_cloud.test_cloud_ssh_gang import gang_in_torchrun
 
     write_providers(cloud_home, aws_lab, tmp_path)
-    # Slow epochs (the fixture's marker): long enough for the reclaim to land mid-run.
-    job_file = gang_job(tmp_path / "src", provider="aws", torch=torch_index, args=("400", "slow"))
-    result = run_cli(["submit", "-d", "-f", str(job_file)], cwd=job_file.parent)
-    assert result.returncode == 0, result.stderr
-    job_id = result.stdout.strip()
-
-    wait_until(lambda: status(job_id)["state"] == "running", timeout=400, what="the gang to run")
-    wait_until(
-        lambda: "torch.distributed.run" in logs(job_id),
-        timeout=400,
-        what="the gang's torchrun to start (after its setup)",
-    )
-    first = {i["node_rank"]: i for i in instances("--job", job_id) if i["state"] == "in_use"}
-    assert sorted(first) == [0, 1], first
+    job_id, first = gang_in_torchrun(tmp_path / "src", "aws", torch_index)
     aws_lab.ec2().terminate_instances(InstanceIds=[first[1]["instance_id"]])  # node 1 only
 
     wait_until(lambda: status(job_id)["state"] == "failed", timeout=240, what="the gang to end")

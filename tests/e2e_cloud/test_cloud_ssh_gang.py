@@ -67,6 +67,29 @@ def gang_job(
     return path
 
 
+def gang_in_torchrun(
+    folder: Path, provider: str, torch: PackageIndex
+) -> tuple[str, dict[int, Any]]:
+    """A slow 2-node gang submitted with -d and waited for until its torchrun has started on
+    its rented machines: (the job's id, its live instances by node rank)."""
+    from tests.e2e_cloud.test_cloud_ssh_lifecycle import instances, logs, status
+
+    # Slow epochs (the fixture's marker): long enough for what a test does to it mid-run.
+    job_file = gang_job(folder, provider=provider, torch=torch, args=("400", "slow"))
+    result = run_cli(["submit", "-d", "-f", str(job_file)], cwd=job_file.parent)
+    assert result.returncode == 0, result.stderr
+    job_id = result.stdout.strip()
+    wait_until(lambda: status(job_id)["state"] == "running", timeout=400, what="the gang to run")
+    wait_until(
+        lambda: "torch.distributed.run" in logs(job_id),
+        timeout=400,
+        what="the gang's torchrun to start (after its setup)",
+    )
+    nodes = {i["node_rank"]: i for i in instances("--job", job_id) if i["state"] == "in_use"}
+    assert sorted(nodes) == [0, 1], nodes
+    return job_id, nodes
+
+
 def rank_reports(text: str) -> list[dict[str, Any]]:
     return [
         json.loads(line.split("RANKINFO ", 1)[1])
