@@ -59,7 +59,9 @@ MARKER = "GPULAYER_TEST_SSHD"
 MODE_ENV = "GPULAYER_TEST_SSHD_MODE"
 PREFIX = "gls"  # gpulayer sshd: every bridge, veth and namespace name starts with it
 _SUBNET_SECOND_OCTET = 231  # 10.231.<n>.0/24; rarely used by real networks
-_READY_SECONDS = 10.0
+# How long a host may take to boot and its sshd to answer: seconds where the machine is idle,
+# and more than 10 were seen once on a 2-core machine busy with the suite's journeys.
+_READY_SECONDS = 30.0
 # Where a rootfs host's sshd keeps its config, keys and pid: on the host's own disk, so that no
 # path of the controller has to exist there.
 HOST_SSHD_DIR = PurePosixPath("/etc/ssh/gpulayer-test")
@@ -189,13 +191,15 @@ def _write_file(path: Path, data: bytes, *, append: bool = False) -> None:
         handle.write(data)
 
 
-def _banner(address: str, port: int, timeout: float) -> bool:
+def _banner(address: str, port: int, timeout: float) -> str | None:
+    """None once sshd answers with its banner; else what happened instead."""
     try:
         with socket.create_connection((address, port), timeout=timeout) as sock:
             sock.settimeout(timeout)
-            return sock.recv(64).startswith(b"SSH-")
-    except OSError:
-        return False
+            first = sock.recv(64)
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None if first.startswith(b"SSH-") else f"answered {first[:20]!r}"
 
 
 # -- runs: ownership and stale cleanup ------------------------------------------------------------
@@ -704,14 +708,20 @@ class SshdHost:
 
     def wait_ready(self, timeout: float = _READY_SECONDS) -> None:
         deadline = time.monotonic() + timeout
+        last = "not started"
         while time.monotonic() < deadline:
             process = self._process
             if process is not None and process.poll() is not None:
                 raise SshdHostError(f"sshd of {self.name} exited: {self.log_tail()}")
-            if process is not None and _banner(self.address, self.port, 1.0):
-                return
+            if process is not None:
+                problem = _banner(self.address, self.port, 1.0)
+                if problem is None:
+                    return
+                last = problem
             time.sleep(0.02)
-        raise SshdHostError(f"sshd of {self.name} not ready after {timeout}s: {self.log_tail()}")
+        raise SshdHostError(
+            f"sshd of {self.name} not ready after {timeout}s (last try: {last}): {self.log_tail()}"
+        )
 
     def stop(self) -> None:
         """Kill sshd and everything its sessions started; a pending delayed start is cancelled."""
