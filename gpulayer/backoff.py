@@ -83,6 +83,9 @@ WORKER_REPORT = BackoffPolicy("worker-report", initial=0.2, maximum=10.0, jitter
 # What an attempt cannot start without (its source, its inputs), while the control plane is away.
 WORKER_PREPARE = BackoffPolicy("worker-prepare", initial=0.2, maximum=10.0, give_up_after=300.0)
 WORKER_OUTPUTS = BackoffPolicy("worker-outputs", initial=0.2, maximum=10.0, give_up_after=300.0)
+# A command channel sshd refused to start while its session limit (MaxSessions, 10 by default)
+# still counted channels just closed: the command never ran, so starting it again is safe.
+SSH_CHANNEL_START = BackoffPolicy("ssh-channel-start", initial=0.05, maximum=1.0, give_up_after=5.0)
 WORKER_CLAIM = BackoffPolicy("worker-claim", initial=1.0, maximum=1.0)
 CONTROL_PLANE_START = BackoffPolicy("control-plane-start", initial=0.01, maximum=0.2)
 CLOUD_TEARDOWN_POLL = BackoffPolicy("cloud-teardown-poll", initial=2.0, maximum=15.0)

@@ -191,10 +191,7 @@ class SshSession:
 
         line = render_command(command, env)
         try:
-            channel = self.transport.open_session(timeout=self._timeout)
-            channel.exec_command(line)
-            # No input is ever sent: commands that read stdin see EOF instead of waiting forever.
-            channel.shutdown_write()
+            channel = self._start(line)
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise SshConnectionError(f"cannot start command on {self.target}: {exc}") from exc
         try:
@@ -203,6 +200,29 @@ class SshSession:
             raise SshConnectionError(f"lost {self.target} while running a command: {exc}") from exc
         finally:
             channel.close()
+
+    def _start(self, line: str) -> paramiko.Channel:
+        """A channel running ``line``. sshd may refuse a channel while closed ones still count
+        against its session limit; such a start is tried again while the connection lives."""
+        import paramiko
+
+        from gpulayer.backoff import SSH_CHANNEL_START
+
+        transport = self.transport
+        for attempt in SSH_CHANNEL_START.retrying(
+            retry_on=(paramiko.SSHException,), retry_if=lambda _: transport.is_active()
+        ):
+            with attempt:
+                channel = transport.open_session(timeout=self._timeout)
+                try:
+                    channel.exec_command(line)
+                except BaseException:
+                    channel.close()
+                    raise
+                # No input is ever sent: commands that read stdin see EOF, never wait forever.
+                channel.shutdown_write()
+                return channel
+        raise AssertionError("unreachable")  # tenacity re-raises the last error
 
     def run(
         self,

@@ -31,7 +31,7 @@ ALLOWED: dict[str, frozenset[str]] = {
         "protocol": {"errors"},
         "schedules": {"spec", "errors"},
         "scheduler": {"spec", "errors", "hardware"},
-        "ssh": {"errors"},
+        "ssh": {"errors", "backoff"},
         "cloud": {"spec", "ssh", "errors", "backoff", "hardware", "protocol", "control"},
         "control": {
             "spec", "protocol", "scheduler", "schedules", "cloud", "errors", "backoff", "procs",
