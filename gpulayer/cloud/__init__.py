@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from gpulayer.cloud.bootstrap import stop_command as stop_command
     from gpulayer.cloud.cache import DiskCache as DiskCache
     from gpulayer.cloud.cache import default_cache_dir as default_cache_dir
+    from gpulayer.cloud.cache import default_state_dir as default_state_dir
     from gpulayer.cloud.cache import write_json_atomically as write_json_atomically
     from gpulayer.cloud.catalogs import STALE_AFTER_DAYS as STALE_AFTER_DAYS
     from gpulayer.cloud.catalogs import CatalogInfo as CatalogInfo
@@ -162,6 +163,7 @@ _EXPORTS = {
     "load_settings": "gpulayer.cloud.settings",
     "DiskCache": "gpulayer.cloud.cache",
     "default_cache_dir": "gpulayer.cloud.cache",
+    "default_state_dir": "gpulayer.cloud.cache",
     "write_json_atomically": "gpulayer.cloud.cache",
     "STALE_AFTER_DAYS": "gpulayer.cloud.catalogs",
     "CatalogInfo": "gpulayer.cloud.catalogs",

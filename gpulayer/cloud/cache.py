@@ -28,6 +28,17 @@ def default_cache_dir(provider: str) -> Path:
     return Path(platformdirs.user_cache_dir("gpulayer")) / provider
 
 
+def default_state_dir(provider: str) -> Path:
+    """``$GPULAYER_HOME/<provider>-provider``, else the user data directory's: where a plugin
+    keeps what it must not lose (claims, allocations), unlike a cache."""
+    home = os.environ.get("GPULAYER_HOME")
+    if home:
+        return Path(home) / f"{provider}-provider"
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("gpulayer", appauthor=False)) / f"{provider}-provider"
+
+
 def write_json_atomically(path: Path, value: Any, *, indent: int | None = None) -> Path:
     """Write ``value`` as JSON to ``path`` through a temporary file in the same folder, so a
     concurrent reader sees the old file or the new one, never half of one."""

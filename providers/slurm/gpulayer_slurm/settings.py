@@ -7,7 +7,6 @@ user does and runs Slurm's own commands there (``scontrol``, ``sbatch``, ``squeu
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Annotated
@@ -21,16 +20,6 @@ CLUSTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 SLURM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}$")
 LOCAL_LOGIN = "local"
 _PATH_CHARS = re.compile(r"^[A-Za-z0-9_.@+/-]+$")
-
-
-def default_state_dir() -> Path:
-    """``$GPULAYER_HOME/slurm-provider``, else the user data directory's."""
-    home = os.environ.get("GPULAYER_HOME")
-    if home:
-        return Path(home) / "slurm-provider"
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("gpulayer", appauthor=False)) / "slurm-provider"
 
 
 def _slurm_name(value: str) -> str:
@@ -199,4 +188,6 @@ class SlurmProviderSettings(BaseModel):
         return values
 
     def resolved_state_dir(self) -> Path:
-        return self.state_dir or default_state_dir()
+        from gpulayer.cloud import default_state_dir
+
+        return self.state_dir or default_state_dir("slurm")

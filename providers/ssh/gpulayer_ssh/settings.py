@@ -8,7 +8,6 @@ login user's ``authorized_keys``.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Annotated, ClassVar
@@ -19,16 +18,6 @@ from gpulayer.cloud import Hardware, check_currency
 
 HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _PATH_CHARS = re.compile(r"^[A-Za-z0-9_.@+/-]+$")
-
-
-def default_state_dir() -> Path:
-    """``$GPULAYER_HOME/ssh-provider``, else the user data directory's."""
-    home = os.environ.get("GPULAYER_HOME")
-    if home:
-        return Path(home) / "ssh-provider"
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("gpulayer", appauthor=False)) / "ssh-provider"
 
 
 class HostHardware(Hardware):
@@ -153,7 +142,9 @@ class SshProviderSettings(BaseModel):
         return self
 
     def resolved_state_dir(self) -> Path:
-        return self.state_dir or default_state_dir()
+        from gpulayer.cloud import default_state_dir
+
+        return self.state_dir or default_state_dir("ssh")
 
     def host(self, name: str) -> SshHost | None:
         return next((h for h in self.hosts if h.name == name), None)
