@@ -98,6 +98,9 @@ class WorkerAgent:
         self._runs: dict[int, object] = {}
         self._held: set[int] = set()  # claimed, from the claim's reply until the report lands
         self._runs_lock = threading.Lock()
+        # One fetch per source digest at a time: a burst of jobs from one submit would
+        # otherwise all download the bundle before the first copy reaches the cache.
+        self._bundle_locks: dict[str, threading.Lock] = {}
         self._stop = threading.Event()
         self._stopping_because = ("worker_lost", "the worker stopped")
         self._abandon = threading.Event()
@@ -415,14 +418,19 @@ class WorkerAgent:
         cached = cache / f"{digest}.tar.gz"
         if cached.is_file():
             return cached
-        fetch()
-        if _sha256_of(fetched) != digest:
-            return fetched  # not what it claims to be: use it for this job, cache nothing
-        cache.mkdir(mode=0o700, parents=True, exist_ok=True)
-        partial = cache / f".{digest}.{attempt_dir.name}.{threading.get_ident()}"
-        shutil.copyfile(fetched, partial)
-        os.replace(partial, cached)
-        return fetched
+        with self._runs_lock:
+            lock = self._bundle_locks.setdefault(digest, threading.Lock())
+        with lock:
+            if cached.is_file():
+                return cached
+            fetch()
+            if _sha256_of(fetched) != digest:
+                return fetched  # not what it claims to be: use it for this job, cache nothing
+            cache.mkdir(mode=0o700, parents=True, exist_ok=True)
+            partial = cache / f".{digest}.{attempt_dir.name}.{threading.get_ident()}"
+            shutil.copyfile(fetched, partial)
+            os.replace(partial, cached)
+            return fetched
 
     def _while_reachable(self, what: str, call: Callable[[], T]) -> T:
         """``call``, tried again while the control plane is out of reach (restarting, its

@@ -216,7 +216,9 @@ def test_launch_many_and_map_through_a_server(
         kept = list((tmp_path / "server" / "bundles").iterdir())
         assert len(kept) == 1  # one upload for twelve jobs of one source folder
         cache = list((tmp_path / "worker").rglob(".bundles/*.tar.gz"))
-        assert [p.name for p in cache] == [kept[0].name]  # the worker fetched it once
+        assert [p.name for p in cache] == [kept[0].name]
+        # Fetched once, though the twelve jobs started together: the rest waited for the cache.
+        assert len(list((tmp_path / "worker").rglob("attempt-*/source.tar.gz"))) == 1
 
         sys.modules.pop("mathfns", None)
         import mathfns  # type: ignore[import-not-found]
