@@ -13,8 +13,8 @@ import json
 import re
 import runpy
 import sys
-from collections import Counter
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any
 

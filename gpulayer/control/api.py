@@ -45,6 +45,9 @@ from gpulayer.errors import (
 from gpulayer.protocol.messages import (
     SETUP_LOG_PREFIX,
     AttemptReport,
+    FinishBatch,
+    FinishOutcome,
+    FinishReply,
     Heartbeat,
     LogBatch,
     Registration,
@@ -357,6 +360,26 @@ def create_app(
             raise SpecError(problems)
         service.finish_attempt(attempt_id, report, who)
         return {"ok": True}
+
+    # Logs are repaired like any of the job's output; the rest of each report is checked, and
+    # a report that fails the check is refused alone, not with the batch it came in.
+    @app.post("/v1/workers/{worker_id}/finish")
+    def finish_many(
+        worker_id: str, batch: FinishBatch, who: Principal = Depends(caller)
+    ) -> dict[str, Any]:
+        refused: dict[int, FinishOutcome] = {}
+        storable: list[tuple[int, AttemptReport]] = []
+        for index, item in enumerate(batch.reports):
+            problems = unsafe_text(item.report.model_dump(mode="json", exclude={"logs"}))
+            if problems:
+                refused[index] = FinishOutcome(
+                    attempt_id=item.attempt_id, outcome="refused", detail="; ".join(problems)
+                )
+            else:
+                storable.append((item.attempt_id, item.report))
+        recorded = iter(service.finish_attempts(worker_id, storable, who))
+        results = [refused.get(i) or next(recorded) for i in range(len(batch.reports))]
+        return FinishReply(results=results).model_dump()
 
     @app.get("/v1/jobs/{job_id}/bundle", dependencies=[checked])
     def bundle(job_id: str, who: Principal = Depends(caller)) -> FileResponse:

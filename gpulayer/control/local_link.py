@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from gpulayer.control.service import ControlService
 from gpulayer.protocol.messages import (
     AttemptReport,
     ClaimReply,
+    FinishOutcome,
     HeartbeatReply,
     Registration,
     split_job_reference,
@@ -39,6 +40,11 @@ class LocalLink:
 
     def finish(self, attempt_id: int, report: AttemptReport) -> None:
         self.service.finish_attempt(attempt_id, report)
+
+    def finish_many(
+        self, worker_id: str, reports: Sequence[tuple[int, AttemptReport]]
+    ) -> list[FinishOutcome]:
+        return self.service.finish_attempts(worker_id, reports)
 
     def fetch_bundle(self, job_id: str, destination: Path) -> None:
         shutil.copyfile(self.service.layout.bundle_file(job_id), destination)

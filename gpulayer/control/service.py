@@ -52,6 +52,7 @@ from gpulayer.protocol.messages import (
     Assignment,
     AttemptReport,
     ClaimReply,
+    FinishOutcome,
     HeartbeatReply,
     Registration,
 )
@@ -822,8 +823,41 @@ class ControlService:
         self.store.append_logs(attempt.job_id, attempt.number, storable, node=node)
         self.notify()
 
+    def finish_attempts(
+        self,
+        worker_id: str,
+        reports: Sequence[tuple[int, AttemptReport]],
+        caller: Principal | None = None,
+    ) -> list[FinishOutcome]:
+        """Several of one worker's attempts ending: each checked and recorded on its own, as
+        ``finish_attempt`` would, with one dispatch pass after them all."""
+        self._check_worker(caller, worker_id)
+        outcomes = []
+        try:
+            for attempt_id, report in reports:
+                try:
+                    self.finish_attempt(attempt_id, report, caller, dispatch=False)
+                except StaleAttemptError as exc:
+                    outcomes.append(
+                        FinishOutcome(attempt_id=attempt_id, outcome="stale", detail=str(exc))
+                    )
+                except (ForbiddenError, NotFoundError) as exc:
+                    outcomes.append(
+                        FinishOutcome(attempt_id=attempt_id, outcome="refused", detail=str(exc))
+                    )
+                else:
+                    outcomes.append(FinishOutcome(attempt_id=attempt_id, outcome="recorded"))
+        finally:
+            self.dispatch()
+        return outcomes
+
     def finish_attempt(
-        self, attempt_id: int, report: AttemptReport, caller: Principal | None = None
+        self,
+        attempt_id: int,
+        report: AttemptReport,
+        caller: Principal | None = None,
+        *,
+        dispatch: bool = True,
     ) -> None:
         attempt = self.own_attempt(attempt_id, caller)
         if report.logs:
@@ -861,7 +895,8 @@ class ControlService:
             )
         if self.is_terminal(attempt.job_id):
             self._forget_environment(attempt.job_id)
-        self.dispatch()
+        if dispatch:
+            self.dispatch()
 
     def record_outputs(
         self,

@@ -78,6 +78,32 @@ class AttemptReport(Message):
     its end travel in one request."""
 
 
+class AttemptFinish(Message):
+    attempt_id: Annotated[int, Field(ge=0, le=2**63 - 1)]
+    report: AttemptReport
+
+
+MAX_FINISHES_PER_BATCH = 500
+
+
+class FinishBatch(Message):
+    """Several of one worker's attempts ending at once: one request, each checked alone."""
+
+    reports: Annotated[list[AttemptFinish], Field(min_length=1, max_length=MAX_FINISHES_PER_BATCH)]
+
+
+class FinishOutcome(Message):
+    attempt_id: int
+    outcome: Literal["recorded", "stale", "refused"]
+    """recorded: the report is the attempt's end; stale: the attempt was given up on (fenced,
+    finished, an earlier life of its worker); refused: not this worker's, or not storable."""
+    detail: str | None = None
+
+
+class FinishReply(Message):
+    results: list[FinishOutcome]
+
+
 class Registration(Message):
     name: Annotated[str, Field(min_length=1, max_length=128)]
     kind: Literal["local", "remote", "cloud"] = "remote"

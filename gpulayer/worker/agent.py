@@ -13,7 +13,7 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
@@ -24,11 +24,13 @@ from gpulayer.protocol.messages import (
     Assignment,
     AttemptReport,
     ClaimReply,
+    FinishOutcome,
     HeartbeatReply,
     Registration,
 )
 from gpulayer.worker.containment import Containment, reap_orphans
 from gpulayer.worker.distributed import NodePlace
+from gpulayer.worker.finish_batch import FinishBatcher
 from gpulayer.worker.identities import UidPool, take_back
 from gpulayer.worker.logship import LogShipper
 from gpulayer.worker.outputs import DEFAULT_MAX_FILE_BYTES, gather_outputs
@@ -61,6 +63,9 @@ class ControlLink(Protocol):
     def claim(self, worker_id: str, wait: float) -> ClaimReply: ...
     def append_logs(self, attempt_id: int, lines: list[tuple[str, str]]) -> None: ...
     def finish(self, attempt_id: int, report: AttemptReport) -> None: ...
+    def finish_many(
+        self, worker_id: str, reports: Sequence[tuple[int, AttemptReport]]
+    ) -> list[FinishOutcome]: ...
     def fetch_bundle(self, job_id: str, destination: Path) -> None: ...
     def store_outputs(self, attempt_id: int, files: list[tuple[str, Path]]) -> None: ...
     def resolve_artifact(self, reference: str, scratch: Path) -> Path: ...
@@ -101,6 +106,7 @@ class WorkerAgent:
         # One fetch per source digest at a time: a burst of jobs from one submit would
         # otherwise all download the bundle before the first copy reaches the cache.
         self._bundle_locks: dict[str, threading.Lock] = {}
+        self._finishes = FinishBatcher(self._send_finishes)
         self._stop = threading.Event()
         self._stopping_because = ("worker_lost", "the worker stopped")
         self._abandon = threading.Event()
@@ -485,6 +491,10 @@ class WorkerAgent:
     def _cancelled(self, assignment: Assignment) -> bool:
         return assignment.attempt_id in self._cancel_requested
 
+    def _send_finishes(self, reports: Sequence[tuple[int, AttemptReport]]) -> list[FinishOutcome]:
+        assert self.worker_id is not None  # attempts are claimed after registration
+        return self.link.finish_many(self.worker_id, reports)
+
     def _report(self, attempt_id: int, report: AttemptReport) -> None:
         """Retry until the report lands, waiting out a control plane that is away; a report the
         control plane refuses as stale is dropped (the job has moved on)."""
@@ -497,14 +507,21 @@ class WorkerAgent:
                     if self._abandon.is_set():
                         return
                     try:
-                        self.link.finish(attempt_id, report)
-                        return
+                        outcome = self._finishes.finish(attempt_id, report)
                     except Unauthorized as exc:
                         self.credential_refused(exc)
                         return
                     except (StaleAttemptError, ForbiddenError) as exc:
                         log.warning("attempt %s: report refused (%s)", attempt_id, exc)
                         return
+                    if outcome.outcome != "recorded":
+                        log.warning(
+                            "attempt %s: report %s (%s)",
+                            attempt_id,
+                            outcome.outcome,
+                            outcome.detail,
+                        )
+                    return
         except Exception:
             return  # the worker gave up on its attempts (drain ran out)
 

@@ -5,17 +5,21 @@ from __future__ import annotations
 import logging
 import tarfile
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from urllib.parse import quote
 
-from gpulayer.errors import NotFoundError
+from gpulayer.errors import ForbiddenError, NotFoundError, StaleAttemptError
 from gpulayer.protocol.client import ControlClient
 from gpulayer.protocol.job_files import JobFileError, open_job_file, root_of
 from gpulayer.protocol.messages import (
     Assignment,
+    AttemptFinish,
     AttemptReport,
     ClaimReply,
+    FinishBatch,
+    FinishOutcome,
+    FinishReply,
     HeartbeatReply,
     Registration,
     split_job_reference,
@@ -43,6 +47,7 @@ class HttpLink:
     def __init__(self, client: ControlClient, *, identity_file: Path | None = None) -> None:
         self.client = client
         self.identity_file = identity_file
+        self._batched_finish = True
 
     def register(self, registration: Registration) -> str:
         """Register; every later call goes with the credential bound to this worker alone.
@@ -86,6 +91,22 @@ class HttpLink:
             "POST", f"/v1/attempts/{attempt_id}/finish", report.model_dump(mode="json")
         )
 
+    def finish_many(
+        self, worker_id: str, reports: Sequence[tuple[int, AttemptReport]]
+    ) -> list[FinishOutcome]:
+        if not self._batched_finish:
+            return finish_one_by_one(self, reports)
+        body = FinishBatch(
+            reports=[AttemptFinish(attempt_id=a, report=r) for a, r in reports]
+        ).model_dump(mode="json")
+        try:
+            reply = self.client.request("POST", f"/v1/workers/{worker_id}/finish", body)
+        except NotFoundError:
+            # A control plane from before batched reports has no such route.
+            self._batched_finish = False
+            return finish_one_by_one(self, reports)
+        return FinishReply.model_validate(reply).results
+
     def fetch_bundle(self, job_id: str, destination: Path) -> None:
         self.client.download(f"/v1/jobs/{quote(job_id, safe='')}/bundle", destination)
 
@@ -117,3 +138,21 @@ class HttpLink:
 
     def job_environment(self, job_id: str) -> Mapping[str, str] | None:
         return None
+
+
+def finish_one_by_one(
+    link: HttpLink, reports: Sequence[tuple[int, AttemptReport]]
+) -> list[FinishOutcome]:
+    outcomes = []
+    for attempt_id, report in reports:
+        try:
+            link.finish(attempt_id, report)
+        except StaleAttemptError as exc:
+            outcomes.append(FinishOutcome(attempt_id=attempt_id, outcome="stale", detail=str(exc)))
+        except ForbiddenError as exc:
+            outcomes.append(
+                FinishOutcome(attempt_id=attempt_id, outcome="refused", detail=str(exc))
+            )
+        else:
+            outcomes.append(FinishOutcome(attempt_id=attempt_id, outcome="recorded"))
+    return outcomes

@@ -1,7 +1,9 @@
 """Batch a job's output lines and ship them to the control plane a few times a second.
 
 One call per line would make a chatty job as slow as its control plane; one call per batch
-keeps `gpulayer logs -f` close to live. The queue between the job and the control plane is
+keeps `gpulayer logs -f` close to live. The first batch waits a little longer (``first_delay``):
+most short jobs have ended by then, and their lines travel with the outcome instead of costing
+requests of their own. The queue between the job and the control plane is
 bounded in bytes: when it is full, adding waits (and with it the thread reading the job's
 pipes, so the job itself blocks on its next write) until batches have left. A job printing
 faster than its control plane stores, or while the control plane is away, costs no memory.
@@ -29,12 +31,14 @@ class LogShipper:
         send: Sender,
         *,
         interval: float = 0.2,
+        first_delay: float = 1.0,
         max_batch: int = 500,
         max_pending_bytes: int = MAX_PENDING_BYTES,
         close_timeout: float = 60.0,
     ) -> None:
         self._send = send
         self._interval = interval
+        self._first_delay = max(first_delay, interval)
         self._max_batch = max_batch
         self._max_pending_bytes = max_pending_bytes
         self._close_timeout = close_timeout
@@ -137,7 +141,10 @@ class LogShipper:
         return min(self._interval * (2 ** min(self._failures, 10)), _MAX_RETRY_DELAY)
 
     def _loop(self) -> None:
+        # A full batch wakes the loop early, so the first delay holds back little output.
+        delay = self._first_delay
         while not self._closed.is_set():
-            self._wake.wait(self._retry_delay() if self._failures else self._interval)
+            self._wake.wait(self._retry_delay() if self._failures else delay)
+            delay = self._interval
             self._wake.clear()
             self.flush()

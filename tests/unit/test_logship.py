@@ -82,3 +82,26 @@ def test_close_gives_up_on_a_control_plane_that_never_answers() -> None:
     shipper.close()
     assert time.monotonic() - started < 10
     assert shipper.pending_bytes == 0
+
+
+def test_a_short_jobs_lines_wait_for_the_outcome_and_a_full_batch_does_not() -> None:
+    held: list[str] = []
+    live: list[str] = []
+    full: list[str] = []
+    patient = LogShipper(lambda b: held.extend(t for _, t in b), interval=0.01, first_delay=60)
+    prompt = LogShipper(lambda b: live.extend(t for _, t in b), interval=0.01, first_delay=0)
+    batched = LogShipper(
+        lambda b: full.extend(t for _, t in b), interval=0.01, first_delay=60, max_batch=3
+    )
+    for shipper in (patient, prompt, batched):
+        shipper.start()
+    patient.add("system", "running true\n")
+    prompt.add("system", "running true\n")
+    for i in range(3):
+        batched.add("stdout", f"{i}\n")
+    wait_until(lambda: live and len(full) == 3)  # the others' loops have run meanwhile
+    assert held == []
+    assert patient.take(1 << 20) == [("system", "running true\n")]  # goes with the outcome
+    for shipper in (patient, prompt, batched):
+        shipper.close()
+    assert held == []

@@ -1,0 +1,135 @@
+"""One request ends several of a worker's attempts, each checked as if it came alone: the
+worker's own current attempts are recorded, a ended one is stale, another worker's and one
+with unstorable text are refused, and a credential cannot report for another worker.
+
+Through the real API app (FastAPI's test client) on a real SQLite store."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpulayer.control.auth import TokenAuthority
+from gpulayer.control.paths import HomeLayout
+from gpulayer.control.service import ControlService
+from gpulayer.control.store import Store
+from tests.unit.test_scheduler_builders import caps
+
+ADMIN = "finish-batch-admin-token-0123456789"
+
+
+@pytest.fixture()
+def plane(tmp_path: Path) -> Iterator[tuple[Any, ControlService]]:
+    from fastapi.testclient import TestClient
+
+    from gpulayer.control.api import create_app
+
+    layout = HomeLayout(tmp_path / "home").ensure()
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    service = ControlService(store, layout)
+    app = create_app(service, TokenAuthority(store, local_admin_token=ADMIN), embedded=False)
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        yield client, service
+    store.close()
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _join(client: Any, name: str) -> tuple[str, str]:
+    join = client.post("/v1/tokens", json={"kind": "worker"}, headers=_bearer(ADMIN)).json()
+    body = {"name": name, "capabilities": caps(cpu_cores=8).model_dump(mode="json")}
+    reply = client.post("/v1/workers", json=body, headers=_bearer(join["token"])).json()
+    return reply["worker_id"], reply["token"]
+
+
+def _running(client: Any, service: ControlService, worker: str, token: str, n: int) -> list[Any]:
+    for _ in range(n):
+        service.submit(
+            {
+                "workload": {"kind": "command", "command": ["true"]},
+                "placement": {"target": "remote", "worker_ids": [worker]},
+            }
+        )
+    found = client.post(
+        f"/v1/workers/{worker}/claim", params={"signals": 1}, headers=_bearer(token)
+    ).json()["assignments"]
+    assert len(found) == n
+    return found
+
+
+def _report(attempt_id: int, **fields: Any) -> dict[str, Any]:
+    return {"attempt_id": attempt_id, "report": {"state": "succeeded", "exit_code": 0, **fields}}
+
+
+def test_each_report_in_a_batch_is_judged_alone(plane: tuple[Any, ControlService]) -> None:
+    client, service = plane
+    a, a_token = _join(client, "a")
+    b, b_token = _join(client, "b")
+    ended, kept, dirty, last = _running(client, service, a, a_token, 4)
+    (other,) = _running(client, service, b, b_token, 1)
+    first = client.post(
+        f"/v1/attempts/{ended['attempt_id']}/finish",
+        json=_report(ended["attempt_id"])["report"],
+        headers=_bearer(a_token),
+    )
+    assert first.status_code == 200  # ended already: a second report of it is stale
+    batch = [
+        _report(ended["attempt_id"]),
+        _report(kept["attempt_id"], logs=[["stdout", "kept-line\n"]]),
+        _report(other["attempt_id"]),
+        _report(dirty["attempt_id"], message="bad\u0000text"),
+        _report(last["attempt_id"]),
+    ]
+    answer = client.post(
+        f"/v1/workers/{a}/finish", json={"reports": batch}, headers=_bearer(a_token)
+    )
+    assert answer.status_code == 200, answer.text
+    outcomes = [(r["attempt_id"], r["outcome"]) for r in answer.json()["results"]]
+    assert outcomes == [
+        (ended["attempt_id"], "stale"),
+        (kept["attempt_id"], "recorded"),
+        (other["attempt_id"], "refused"),
+        (dirty["attempt_id"], "refused"),
+        (last["attempt_id"], "recorded"),
+    ]
+    assert "NUL" in answer.json()["results"][3]["detail"]
+    state = {j: service.store.get_job(j).state for j in (kept["job_id"], last["job_id"])}
+    assert state == {kept["job_id"]: "succeeded", last["job_id"]: "succeeded"}
+    assert service.store.get_job(other["job_id"]).state == "running"  # b's job untouched
+    assert service.store.get_job(dirty["job_id"]).state == "running"
+    lines = [line.text for line in service.store.read_logs(kept["job_id"])]
+    assert "kept-line\n" in lines
+
+
+def test_a_worker_credential_reports_for_its_own_worker_only(
+    plane: tuple[Any, ControlService],
+) -> None:
+    client, service = plane
+    _, a_token = _join(client, "a")
+    b, b_token = _join(client, "b")
+    (theirs,) = _running(client, service, b, b_token, 1)
+    answer = client.post(
+        f"/v1/workers/{b}/finish",
+        json={"reports": [_report(theirs["attempt_id"])]},
+        headers=_bearer(a_token),
+    )
+    assert answer.status_code == 403
+    assert service.store.get_job(theirs["job_id"]).state == "running"
+
+
+@pytest.mark.parametrize("reports", [[], [_report(1)] * 501, [{"attempt_id": -1}]])
+def test_a_malformed_batch_is_refused_whole(
+    plane: tuple[Any, ControlService], reports: list[Any]
+) -> None:
+    client, _ = plane
+    a, a_token = _join(client, "a")
+    answer = client.post(
+        f"/v1/workers/{a}/finish", json={"reports": reports}, headers=_bearer(a_token)
+    )
+    assert answer.status_code == 422
+    assert "reports" in answer.text
