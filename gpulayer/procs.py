@@ -41,8 +41,14 @@ def parse_stat(text: str) -> ProcStat:
 
 
 def read_stat(pid: int) -> ProcStat | None:
+    return _read_stat_at(f"{PROC}/{pid}/stat")
+
+
+def _read_stat_at(path: str) -> ProcStat | None:
+    # Plain open and bytes: a worker reads every process's line at each scan of the table.
     try:
-        return parse_stat((PROC / str(pid) / "stat").read_text())
+        with open(path, "rb") as stream:
+            return parse_stat(stream.read().decode(errors="replace"))
     except (OSError, ValueError, IndexError):
         return None
 
@@ -51,7 +57,7 @@ def proc_table() -> list[ProcStat]:
     table = []
     for entry in os.scandir(PROC):
         if entry.name.isdigit():
-            stat = read_stat(int(entry.name))
+            stat = _read_stat_at(f"{entry.path}/stat")
             if stat is not None:
                 table.append(stat)
     return table

@@ -507,7 +507,9 @@ class JobRun:
     def _wait(self, tree: ProcessTree) -> Literal["exited", "timeout", "cancelled"]:
         timeout = self.ctx.spec.timeout_seconds
         deadline = None if timeout is None else time.monotonic() + timeout
-        next_refresh = 0.0
+        # Not at once: the tree is its leader alone at first, and most short jobs end
+        # before a scan of every process on the machine would find anything more.
+        next_refresh = time.monotonic() + _REFRESH_SECONDS
         while True:
             if tree.exited() is not None:
                 return "exited"
