@@ -193,6 +193,11 @@ class AttemptGroup:
         if errors:
             raise errors[0]
 
+    def join(self, pid: int) -> None:
+        """Move a process (held before it execs the job) into the attempt's cgroup."""
+        assert self.directory is not None
+        (self.directory / "cgroup.procs").write_text(str(pid))
+
     def pids(self) -> set[int]:
         if self.directory is not None:
             return set(_read_pids(self.directory / "cgroup.procs"))
