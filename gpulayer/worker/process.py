@@ -125,24 +125,9 @@ class ProcessTree:
         if group is not None and group.directory is not None and _can_shim(argv):
             return cls._spawn_held(argv, cwd=cwd, env=env, group=group, run_as=run_as)
         entering = group.entering() if group is not None else contextlib.nullcontext(None)
-        # close_fds: nothing the worker opened (its logs, sockets, other jobs' pipes) reaches
-        # the job; only 0-2, the job's own pipes.
         with entering as enter:
             try:
-                popen = subprocess.Popen(
-                    list(argv),
-                    cwd=cwd,
-                    env=dict(env),
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    start_new_session=True,
-                    close_fds=True,
-                    preexec_fn=enter,
-                    user=run_as.uid if run_as is not None else None,
-                    group=run_as.gid if run_as is not None else None,
-                    extra_groups=[] if run_as is not None else None,
-                )
+                popen = _start(argv, cwd, env, run_as, stdin=subprocess.DEVNULL, hook=enter)
             except subprocess.SubprocessError as exc:  # the hook failed in the child
                 raise OSError(f"the job's process could not join its attempt: {exc}") from None
         return cls(popen, group)
@@ -162,19 +147,8 @@ class ProcessTree:
         Python hook between fork and exec, the fast spawn path stays open (a hook costs a
         worker about 4 ms of CPU a job)."""
         _check_runnable(argv[0], cwd, env, run_as)
-        popen = subprocess.Popen(
-            [_SHELL, "-c", _HOLD_UNTIL_JOINED, "gpulayer-job", *argv],
-            cwd=cwd,
-            env=dict(env),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            close_fds=True,
-            user=run_as.uid if run_as is not None else None,
-            group=run_as.gid if run_as is not None else None,
-            extra_groups=[] if run_as is not None else None,
-        )
+        held = [_SHELL, "-c", _HOLD_UNTIL_JOINED, "gpulayer-job", *argv]
+        popen = _start(held, cwd, env, run_as, stdin=subprocess.PIPE)
         assert popen.stdin is not None
         try:
             group.join(popen.pid)
@@ -271,6 +245,33 @@ class ProcessTree:
             if pipe is not None:
                 pipe.close()
         return code
+
+
+def _start(
+    argv: Sequence[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    run_as: RunAs | None,
+    *,
+    stdin: int,
+    hook: Callable[[], None] | None = None,
+) -> subprocess.Popen[bytes]:
+    # close_fds: nothing the worker opened (its logs, sockets, other jobs' pipes) reaches
+    # the job; only 0-2, the job's own pipes.
+    return subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=dict(env),
+        stdin=stdin,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        close_fds=True,
+        preexec_fn=hook,
+        user=run_as.uid if run_as is not None else None,
+        group=run_as.gid if run_as is not None else None,
+        extra_groups=[] if run_as is not None else None,
+    )
 
 
 _SHELL = "/bin/sh"

@@ -6,34 +6,15 @@ Through the real API app (FastAPI's test client) on a real SQLite store."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpulayer.control.auth import TokenAuthority
-from gpulayer.control.paths import HomeLayout
 from gpulayer.control.service import ControlService
-from gpulayer.control.store import Store
+from tests.integration.test_dashboard_http import ADMIN, plane
 from tests.unit.test_scheduler_builders import caps
 
-ADMIN = "finish-batch-admin-token-0123456789"
-
-
-@pytest.fixture()
-def plane(tmp_path: Path) -> Iterator[tuple[Any, ControlService]]:
-    from fastapi.testclient import TestClient
-
-    from gpulayer.control.api import create_app
-
-    layout = HomeLayout(tmp_path / "home").ensure()
-    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
-    service = ControlService(store, layout)
-    app = create_app(service, TokenAuthority(store, local_admin_token=ADMIN), embedded=False)
-    with TestClient(app, base_url="http://127.0.0.1") as client:
-        yield client, service
-    store.close()
+__all__ = ["plane"]  # the fixture, shared with the dashboard's tests
 
 
 def _bearer(token: str) -> dict[str, str]:
