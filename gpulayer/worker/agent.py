@@ -21,6 +21,7 @@ from gpulayer.backoff import WORKER_CLAIM, WORKER_OUTPUTS, WORKER_PREPARE, WORKE
 from gpulayer.errors import ControlPlaneError, ForbiddenError, StaleAttemptError, UsageError
 from gpulayer.protocol.client import Unauthorized
 from gpulayer.protocol.messages import (
+    SETUP_LOG_PREFIX,
     Assignment,
     AttemptReport,
     ClaimReply,
@@ -339,7 +340,7 @@ class WorkerAgent:
                 node=_node_place(assignment),
                 setup_cache=self.setup_cache,
             )
-            run = JobRun(context, on_log=shipper.add)
+            run = JobRun(context, on_log=functools.partial(_ship, shipper))
             with self._runs_lock:
                 self._runs[attempt_id] = run
             if attempt_id in self._fenced or attempt_id in self._cancel_requested:
@@ -524,6 +525,15 @@ class WorkerAgent:
                     return
         except Exception:
             return  # the worker gave up on its attempts (drain ran out)
+
+
+def _ship(shipper: LogShipper, stream: str, text: str) -> None:
+    """Only gpulayer's own notes wait for the first batch: the job's output goes at the usual
+    pace (whoever follows the logs sees it as soon as before), and so do setup's lines (the
+    setup phase's span is read from when they arrive)."""
+    shipper.add(stream, text)
+    if stream != "system" or text.startswith(SETUP_LOG_PREFIX):
+        shipper.hurry()
 
 
 def _refuses_worker(exc: BaseException) -> bool:

@@ -1,12 +1,16 @@
 """Batch a job's output lines and ship them to the control plane a few times a second.
 
 One call per line would make a chatty job as slow as its control plane; one call per batch
-keeps `gpulayer logs -f` close to live. The first batch waits a little longer (``first_delay``):
-most short jobs have ended by then, and their lines travel with the outcome instead of costing
-requests of their own. The queue between the job and the control plane is
-bounded in bytes: when it is full, adding waits (and with it the thread reading the job's
-pipes, so the job itself blocks on its next write) until batches have left. A job printing
-faster than its control plane stores, or while the control plane is away, costs no memory.
+keeps `gpulayer logs -f` close to live. The first batch waits a little longer
+(``first_delay``): most short jobs have ended by then, and their lines travel with the outcome
+instead of costing requests of their own. ``hurry()`` ends that wait: the worker calls it on
+the job's first output line, so only its own notes (a silent short job's "running ..." and exit
+lines) are held.
+
+The queue between the job and the control plane is bounded in bytes: when it is full, adding
+waits (and with it the thread reading the job's pipes, so the job itself blocks on its next
+write) until batches have left. A job printing faster than its control plane stores, or while
+the control plane is away, costs no memory.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ class LogShipper:
             threading.Lock()
         )  # one batch in flight: they leave in the order lines came
         self._wake = threading.Event()
+        self._hurried = False
         self._closed = threading.Event()
         self._abandoned = False
         self._failures = 0
@@ -140,11 +145,22 @@ class LogShipper:
     def _retry_delay(self) -> float:
         return min(self._interval * (2 ** min(self._failures, 10)), _MAX_RETRY_DELAY)
 
+    def hurry(self) -> None:
+        """Ship at the usual pace from now on, the first batch at once."""
+        if not self._hurried:
+            self._hurried = True
+            self._wake.set()
+
     def _loop(self) -> None:
         # A full batch wakes the loop early, so the first delay holds back little output.
-        delay = self._first_delay
+        first_until = time.monotonic() + self._first_delay
         while not self._closed.is_set():
-            self._wake.wait(self._retry_delay() if self._failures else delay)
-            delay = self._interval
+            if self._failures:
+                delay = self._retry_delay()
+            elif self._hurried:
+                delay = self._interval
+            else:
+                delay = max(self._interval, first_until - time.monotonic())
+            self._wake.wait(delay)
             self._wake.clear()
             self.flush()

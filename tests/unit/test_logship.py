@@ -105,3 +105,36 @@ def test_a_short_jobs_lines_wait_for_the_outcome_and_a_full_batch_does_not() -> 
     for shipper in (patient, prompt, batched):
         shipper.close()
     assert held == []
+
+
+def test_hurry_ends_the_first_wait() -> None:
+    sent: list[str] = []
+    shipper = LogShipper(lambda b: sent.extend(t for _, t in b), interval=0.01, first_delay=60)
+    shipper.start()
+    shipper.add("system", "[setup] installing torch\n")
+    shipper.hurry()
+    wait_until(lambda: sent == ["[setup] installing torch\n"])
+    shipper.add("system", "[setup] done\n")
+    wait_until(lambda: len(sent) == 2)  # at the usual pace from then on
+    shipper.close()
+
+
+def test_the_jobs_output_and_setup_lines_go_at_once_and_gpulayers_own_notes_wait() -> None:
+    from gpulayer.worker.agent import _ship
+
+    shippers = {}
+    sent: dict[str, list[str]] = {}
+    for name in ("output", "setup", "note"):
+        box = sent.setdefault(name, [])
+        shippers[name] = LogShipper(
+            lambda b, box=box: box.extend(t for _, t in b), interval=0.01, first_delay=60
+        )
+        shippers[name].start()
+    _ship(shippers["output"], "stdout", "epoch 1\n")
+    _ship(shippers["setup"], "system", "[setup] installing torch\n")
+    _ship(shippers["note"], "system", "running python train.py in /w\n")
+    wait_until(lambda: sent["output"] and sent["setup"])
+    assert sent["note"] == []
+    for shipper in shippers.values():
+        shipper.close()
+    assert sent["note"] == ["running python train.py in /w\n"]  # on close, at the latest
