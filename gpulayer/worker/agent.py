@@ -512,7 +512,9 @@ class WorkerAgent:
                     except Unauthorized as exc:
                         self.credential_refused(exc)
                         return
-                    except (StaleAttemptError, ForbiddenError) as exc:
+                    except (
+                        ForbiddenError
+                    ) as exc:  # the request itself: a stale report is an outcome
                         log.warning("attempt %s: report refused (%s)", attempt_id, exc)
                         return
                     if outcome.outcome != "recorded":

@@ -213,7 +213,9 @@ def run_worker(options: WorkerOptions) -> int:
         # On a rented machine nothing of gpulayer's stops the worker while a job runs: a
         # SIGTERM then is the machine shutting down under it (a spot reclaim, a stop from the
         # cloud's console), and the job's attempt ends as preempted once it saved its work.
-        agent.stop(cancel_running=True, reason="preempted", message="the machine is shutting down")
+        agent.stop(
+            cancel_running=True, reason="preempted", message="the machine is shutting down"
+        )
     else:
         agent.stop(cancel_running=True)
     agent.drain(timeout=30 + grace)
