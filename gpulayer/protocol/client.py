@@ -6,6 +6,7 @@ API is a handful of JSON calls on a keep-alive connection.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import select
@@ -88,8 +89,21 @@ class ControlClient:
         timeout: float | None = None,
     ) -> Any:
         response = self._send(method, path, body, params=params, raw=raw, timeout=timeout)
-        data = response.read()
+        with self._reading(method, path):
+            data = response.read()
         return self._decode(response.status, data)
+
+    @contextlib.contextmanager
+    def _reading(self, method: str, path: str) -> Iterator[None]:
+        """An answer cut off midway (the server died, its tunnel closed) is the control plane
+        going out of reach, as a refused connection is: callers retry both alike."""
+        try:
+            yield
+        except (OSError, http.client.HTTPException) as exc:
+            self._drop_connection()
+            raise ControlPlaneError(
+                f"control plane at {self.base_url} broke off its answer to {method} {path}: {exc!r}"
+            ) from None
 
     def _send(
         self,
@@ -330,11 +344,29 @@ class ControlClient:
         """Stream a GET answer into a file."""
         response = self._send("GET", path)
         if response.status >= 400:
-            self._decode(response.status, response.read())
+            with self._reading("GET", path):
+                data = response.read()
+            self._decode(response.status, data)
         destination.parent.mkdir(parents=True, exist_ok=True)
-        with destination.open("wb") as out:
-            while chunk := response.read(1 << 16):
-                out.write(chunk)
+        expected = response.length  # None when the answer is chunked
+        received = 0
+        try:
+            with destination.open("wb") as out:
+                # A full disk here is this machine's error, not the control plane's.
+                while chunk := self._read_some(response, "GET", path):
+                    out.write(chunk)
+                    received += len(chunk)
+            if expected is not None and received < expected:
+                # http.client's read(n) ends quietly at a short body; only a count shows it.
+                with self._reading("GET", path):
+                    raise http.client.IncompleteRead(b"", expected - received)
+        except BaseException:
+            destination.unlink(missing_ok=True)  # half a file must not pass for the whole
+            raise
+
+    def _read_some(self, response: http.client.HTTPResponse, method: str, path: str) -> bytes:
+        with self._reading(method, path):
+            return response.read(1 << 16)
 
     def workers(self, *, include_gone: bool = False) -> list[dict[str, Any]]:
         params = {"all": "true"} if include_gone else None

@@ -30,7 +30,7 @@ from typing import Literal
 
 from pydantic import JsonValue
 
-from gpulayer.errors import GpulayerError
+from gpulayer.errors import ControlPlaneError, GpulayerError
 from gpulayer.protocol.bundle import BundleError, extract_bundle
 from gpulayer.protocol.job_files import JobFileError, read_job_file
 from gpulayer.spec.models import (
@@ -385,6 +385,8 @@ class JobRun:
                 self._run_setup(self.ctx.spec.setup, cwd, env)
                 argv, workload_env = self._launch()  # now with the setup's interpreter
                 env = self._environment(secrets, workload_env)
+        except ControlPlaneError:
+            raise  # its worker reports the attempt lost with its control plane
         except (OSError, GpulayerError) as exc:
             failed = _SetupFailed("setup_failed", f"preparing the job failed: {exc}")
             self._system(failed.message)

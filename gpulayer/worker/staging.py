@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpulayer.errors import GpulayerError, NotFoundError, UsageError
+from gpulayer.errors import ControlPlaneError, GpulayerError, NotFoundError, UsageError
 from gpulayer.protocol.bundle import shipped_input
 from gpulayer.spec.models import InputRef
 
@@ -142,6 +142,8 @@ def stage_input(
             local = resolve_artifact(artifact)
         except (FileNotFoundError, NotFoundError) as exc:
             raise InputMissingError(f"{field}.artifact: {artifact!r}: {_first_line(exc)}") from exc
+        except ControlPlaneError:
+            raise  # the control plane went, not the input: the attempt is lost, not failed
         except Exception as exc:
             raise StagingError(f"{field}.artifact: {artifact!r}: {_first_line(exc)}") from exc
         if not local.exists():

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from gpulayer.errors import ControlPlaneError
 from gpulayer.protocol.bundle import create_bundle
 from gpulayer.spec import JobSpec
 from gpulayer.worker.runner import JobRun, RunContext, RunOutcome
@@ -396,6 +397,24 @@ def test_inputs_are_staged_before_the_job_runs(tmp_path: Path) -> None:
     files = ["conf/config.yaml", "data/train/part-0", "model.bin"]
     assert logs.text("stdout") == f"{files}\nlr: 0.1\nrows\nweights\n"
     assert asked == ["job:abc123/model.bin"]
+
+
+def test_an_input_out_of_reach_with_the_control_plane_passes_the_error_on(
+    tmp_path: Path,
+) -> None:
+    # Its worker reports the attempt lost (retryable), rather than a setup failure.
+    marker = tmp_path / "ran"
+    spec = py(
+        f"open({str(marker)!r}, 'w')",
+        inputs=[{"artifact": "job:abc123/model.bin", "path": "model.bin"}],
+    )
+
+    def resolve(reference: str) -> Path:
+        raise ControlPlaneError("control plane at http://127.0.0.1:1 broke off its answer")
+
+    with pytest.raises(ControlPlaneError, match="broke off"):
+        run(spec, tmp_path, resolve_artifact=resolve)
+    assert not marker.exists()
 
 
 def test_missing_input_fails_before_anything_runs(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulayer.errors import NotFoundError
+from gpulayer.errors import ControlPlaneError, NotFoundError
 from gpulayer.spec import InputRef
 from gpulayer.worker.staging import (
     FetcherUnavailableError,
@@ -90,6 +90,20 @@ def test_job_ref_the_resolver_cannot_find_is_missing(dirs: tuple[Path, Path]) ->
 
     with pytest.raises(InputMissingError, match=r"inputs\[0\]\.artifact: 'job:abc/x': job abc"):
         stage_inputs([ref("job:abc/x", "x")], input_dir, resolve_artifact=resolve)
+
+
+def test_job_ref_whose_control_plane_is_out_of_reach_is_not_a_staging_failure(
+    dirs: tuple[Path, Path],
+) -> None:
+    # The attempt is lost with its control plane (and may retry), not failed by its input.
+    _, input_dir = dirs
+
+    def resolve(artifact: str) -> Path:
+        raise ControlPlaneError("control plane at http://127.0.0.1:1 is unreachable")
+
+    with pytest.raises(ControlPlaneError, match="unreachable"):
+        stage_inputs([ref("job:abc/x", "x")], input_dir, resolve_artifact=resolve)
+    assert list(input_dir.iterdir()) == []
 
 
 def test_job_ref_without_a_resolver(dirs: tuple[Path, Path]) -> None:
