@@ -15,11 +15,15 @@ import pytest
 import yaml
 
 from tests.e2e_cloud.journey import last_job, ledger, wait_until
+from tests.e2e_cloud.test_cloud_ssh_journey import host_entry, job_processes
 from tests.integration.slurm.conftest import slurm_section
 from tests.support.cli import run_cli
 from tests.support.daemon import pid_alive
 from tests.support.procs import processes_with
 from tests.support.slurm_cluster import SlurmCluster
+from tests.support.sshd_hosts import HostFactory, ssh_hosts, sshd_lab
+
+__all__ = ["ssh_hosts", "sshd_lab"]  # a rented machine beside the cluster, in a lab of its own
 
 pytestmark = pytest.mark.slow
 
@@ -32,11 +36,13 @@ def write_providers(
     torch: bool = False,
     provider: dict[str, Any] | None = None,
     controller: dict[str, Any] | None = None,
+    others: dict[str, Any] | None = None,
     **extra: Any,
 ) -> None:
     """The test cluster with a priced cpu partition. With ``torch``, the nodes' worker runs on
     this machine's python (the nodes share its disk) and sees its torch. ``provider``: more
-    settings of the slurm section (``extra``: of the cluster), ``controller``: of gpulayer's."""
+    settings of the slurm section (``extra``: of the cluster), ``controller``: of gpulayer's,
+    ``others``: other providers' sections."""
     section = slurm_section(
         cluster,
         authorized_keys=str(cluster.shared_authorized_keys),
@@ -48,6 +54,7 @@ def write_providers(
     section["state_dir"] = str(tmp_path / "slurm-state")
     section.update(provider or {})
     config = {
+        **(others or {}),
         "slurm": section,
         "gpulayer": {
             "deadman_seconds": 600,
@@ -329,9 +336,9 @@ def test_a_job_past_its_timeout_ends_timeout_within_an_allocation_limited_to_it(
 def test_a_partition_without_capacity_falls_back_to_the_next_target(
     slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
 ) -> None:
-    """The job prefers Slurm (target cloud, provider slurm) and falls back to this machine
-    (``fallback_targets: [local]``): a rented cloud machine as the fallback would need moto and
-    its hosts beside the cluster, and the fallback path after the cloud target is the same."""
+    """The job prefers Slurm (target cloud, provider slurm) and, with no other cloud offer
+    left, falls back to its next target, this machine (``fallback_targets: [local]``). A rented
+    machine as the next offer within the cloud target: the journey after this one."""
     write_providers(slurm_home, slurm_cluster, tmp_path)
     # Someone else's job holds every node of the one partition a cpu job fits.
     holder = slurm_cluster.command(
@@ -386,6 +393,77 @@ def test_a_partition_without_capacity_falls_back_to_the_next_target(
             "never_launched",
         )
         assert tried["cost"] == 0
+    finally:
+        slurm_cluster.command("scancel", holder)
+    wait_until(lambda: slurm_cluster.queue() == [], timeout=30, what="an empty queue")
+    wait_until(lambda: no_job_keys(slurm_cluster), timeout=30, what="the job's key to go")
+
+
+def test_a_busy_partition_gives_way_to_a_rented_machine(
+    slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path, ssh_hosts: HostFactory
+) -> None:
+    """Slurm's partition is the cheaper offer, but someone else's job holds its nodes: once the
+    allocation has pended its ``pending_timeout_seconds``, the next offer, a rented machine of
+    the ssh provider (a host of its own, sharing nothing with this machine), runs the job."""
+    (rented,) = ssh_hosts(1, names=["rented"])
+    installs = tmp_path / "rented-installs"  # a path on the rented host
+    ssh_section = {
+        "hosts": [host_entry(rented, "rented-box", 0.9, installs)],
+        "state_dir": str(tmp_path / "ssh-provider-state"),
+    }
+    write_providers(
+        slurm_home,
+        slurm_cluster,
+        tmp_path,
+        provider={"pending_timeout_seconds": 5},
+        others={"ssh": ssh_section},
+    )
+    holder = slurm_cluster.command(
+        "sbatch", "--parsable", "-p", "cpu", "-N", "2", "--exclusive", "-J", "someone-else",
+        "--wrap", "sleep 300",
+    ).strip()  # fmt: skip
+    try:
+        wait_until(
+            lambda: f"{holder} someone-else RUNNING" in slurm_cluster.queue(),
+            timeout=30,
+            what="the other job to run",
+        )
+        spec = {
+            "workload": {
+                "kind": "command",
+                "command": ["python3", "-c", "import os; print('ran in', os.getcwd())"],
+            },
+            "placement": {
+                "target": "cloud",
+                "providers": ["slurm", "ssh"],
+                "max_hourly_cost": 1,  # the cpu partition (0.6) and the rented box (0.9)
+                "provisioning": {"provisioning_timeout_seconds": 240},
+            },
+        }
+        (tmp_path / "job.json").write_text(json.dumps(spec))
+        result = run_cli(["submit", "-f", str(tmp_path / "job.json")], timeout=300)
+        job = last_job()
+        assert result.returncode == 0, (result.stderr[-3000:], job)
+        assert (job["state"], job["target"]) == ("succeeded", "cloud")
+        assert f"ran in {installs}" in result.stdout, result.stdout
+        tried, rented_try = ledger(job["id"])["instances"]
+        # The cheaper partition first, never run and never charged; then the rented box.
+        assert (tried["provider"], tried["zone"], tried["state"]) == (
+            "slurm",
+            "cpu",
+            "never_launched",
+        )
+        assert tried["cost"] == 0
+        assert (rented_try["provider"], rented_try["instance_type"]) == ("ssh", "rented-box")
+        said = run_cli(["logs", job["id"]]).stderr
+        assert "still pending after 5 s (Resources)" in said, said
+        wait_until(
+            lambda: ledger(job["id"])["instances"][1]["state"] == "terminated",
+            what="the rented machine's teardown",
+        )
+        wait_until(lambda: not job_processes(installs, rented), what="the worker to go")
+        # The other job's allocation is untouched; the job's own left the queue.
+        assert [line.split()[0] for line in slurm_cluster.queue()] == [holder]
     finally:
         slurm_cluster.command("scancel", holder)
     wait_until(lambda: slurm_cluster.queue() == [], timeout=30, what="an empty queue")
