@@ -194,6 +194,13 @@ def offers_are_machines(provider: object) -> bool:
     return bool(getattr(provider, "offers_are_machines", False))
 
 
+def machines_outlive_reclaim(provider: object) -> bool:
+    """Whether a machine the provider took back keeps running with gpulayer's worker on it (a
+    Slurm node handed to a preempting job; class attribute ``machines_outlive_reclaim = True``).
+    A cloud's reclaimed instance powers off by itself, and its link is not waited on."""
+    return bool(getattr(provider, "machines_outlive_reclaim", False))
+
+
 def node_install_dir(install_root: str, job_id: str, node_rank: int = 0) -> str:
     """Where node ``node_rank`` of a job installs its worker below a host's install root. The
     nodes get a dir each, so hosts that share a filesystem do not share an install."""

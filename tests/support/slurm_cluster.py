@@ -208,6 +208,10 @@ class SlurmCluster:
             "KillWait=2",
             "MinJobAge=2",
             "GresTypes=gpu",
+            # A job of a partition with a higher PriorityTier (a test makes one) takes a lower
+            # one's nodes by cancelling its jobs, which end PREEMPTED.
+            "PreemptType=preempt/partition_prio",
+            "PreemptMode=CANCEL",
         ]
         for node in self.nodes:
             host = self.hosts[node.name]

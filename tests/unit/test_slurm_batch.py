@@ -85,3 +85,19 @@ def test_squeue_states(state: str, ran: bool, expected: tuple[str, bool]) -> Non
 
 def test_gone_from_the_queue_is_terminated() -> None:
     assert _instance_state(None, ran=True) == ("terminated", False)
+
+
+def test_squeue_asks_for_ended_jobs_only_when_told() -> None:
+    # squeue leaves ended jobs out by default; how one ended (PREEMPTED) needs --states=all.
+    assert "--states=all" in shlex.split(batch.squeue_command(ended_too=True))
+    assert "--states=all" not in shlex.split(batch.squeue_command())
+    assert "--me" in shlex.split(batch.squeue_command(ended_too=True))
+
+
+def test_a_preempted_node_outlives_its_allocation() -> None:
+    from gpulayer_slurm.provider import SlurmProvider
+
+    from gpulayer.cloud.protocol import machines_outlive_reclaim
+
+    assert machines_outlive_reclaim(SlurmProvider)
+    assert not machines_outlive_reclaim(object())

@@ -39,7 +39,7 @@ from gpulayer.cloud.lifecycle.states import (
     stuck_move,
     timed_out,
 )
-from gpulayer.cloud.protocol import node_install_dir, offers_are_machines
+from gpulayer.cloud.protocol import machines_outlive_reclaim, node_install_dir, offers_are_machines
 from gpulayer.errors import UsageError
 
 if TYPE_CHECKING:
@@ -926,7 +926,9 @@ class Reconciler:
         reservation = self.store.reservation(request_id)
         worker_id = reservation.worker_id if reservation is not None else None
         where = f"{r.provider} {r.instance_id}"
-        if instance is None or instance.reclaimed:
+        # Seen reclaimed once, reclaimed still: a provider may show it as merely ended later
+        # (Slurm forgets a PREEMPTED job after MinJobAge).
+        if instance is None or instance.reclaimed or r.outcome == "reclaimed":
             if request_id not in self._reclaimed_since:
                 self._remember_reclaim(r)
             if worker_id is not None and self._saving_its_work(r, worker_id):
@@ -1001,7 +1003,10 @@ class Reconciler:
         r = self._fresh(request_id)
         if r.state != "draining":
             return
-        self._abandon_worker(request_id, stop=r.outcome != "reclaimed")
+        reclaimed = r.outcome == "reclaimed"
+        self._abandon_worker(
+            request_id, stop=not reclaimed or machines_outlive_reclaim(self._provider(r))
+        )
         reservation = self.store.reservation(request_id)
         if reservation is not None and reservation.worker_id:
             self.service.retire_worker(reservation.worker_id)

@@ -68,9 +68,15 @@ def sbatch_command(
     return shlex.join(args)
 
 
-def squeue_command(*, name: str | None = None, user_only: bool = True) -> str:
-    """Every job of the login user (or of one job name) as :func:`parsing.parse_squeue` reads."""
+def squeue_command(
+    *, name: str | None = None, user_only: bool = True, ended_too: bool = False
+) -> str:
+    """Every job of the login user (or of one job name) as :func:`parsing.parse_squeue` reads.
+    ``ended_too``: jobs that ended within the cluster's MinJobAge as well, with the state they
+    ended in (PREEMPTED, NODE_FAIL, TIMEOUT...), which squeue leaves out by default."""
     args = ["squeue", "-h", "-o", SQUEUE_FORMAT]
+    if ended_too:
+        args.append("--states=all")
     if user_only:
         args.append("--me")
     if name:

@@ -75,6 +75,8 @@ class SlurmProvider:
     """What providers.yaml's section for this provider is validated into."""
 
     name = PROVIDER
+    # A preempted allocation's node runs on (for another job): the worker is stopped over SSH.
+    machines_outlive_reclaim = True
 
     def __init__(self, settings: SlurmProviderSettings | Mapping[str, Any] | None = None) -> None:
         self.settings = load_settings(SlurmProviderSettings, settings, provider=PROVIDER)
@@ -349,7 +351,8 @@ class SlurmProvider:
                 continue
             cluster, job_id, rank = parts
             if cluster not in queues:
-                queued = self._queued(self.login(cluster))
+                # How it ended tells a preemption (PREEMPTED) from a loss (NODE_FAIL...).
+                queued = self._queued(self.login(cluster), ended_too=True)
                 queues[cluster] = {j.job_id: j for j in queued}
             record = self.allocations.by_slurm_job(cluster, job_id)
             job = queues[cluster].get(job_id)
@@ -478,8 +481,10 @@ class SlurmProvider:
                     found.append(self._described(given, cluster, rank, record, job))
         return found
 
-    def _queued(self, login: LoginNode, *, name: str | None = None) -> list[parsing.QueuedJob]:
-        text = login.checked(batch.squeue_command(name=name), what="squeue")
+    def _queued(
+        self, login: LoginNode, *, name: str | None = None, ended_too: bool = False
+    ) -> list[parsing.QueuedJob]:
+        text = login.checked(batch.squeue_command(name=name, ended_too=ended_too), what="squeue")
         try:
             return parsing.parse_squeue(text)
         except ValueError as exc:

@@ -310,6 +310,88 @@ def test_an_allocation_slurm_ends_under_the_job_is_a_lost_worker(
     )
 
 
+def test_a_preempted_allocation_is_a_preempted_attempt_that_runs_again(
+    slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
+) -> None:
+    """A job of a higher-tier partition takes the node: Slurm cancels the allocation as
+    PREEMPTED, the attempt ends ``preempted`` (not a lost worker) and, as its retry_on asks,
+    the job runs again in a new allocation."""
+    # Only the partitions offers were made of: the urgent one is someone else's. The retry
+    # may queue on the same partition at once (by default a reclaimed offer is held back).
+    write_providers(
+        slurm_home,
+        slurm_cluster,
+        tmp_path,
+        controller={"hold_reclaimed_seconds": 0},
+        partitions=["gpu", "cpu"],
+    )
+    marker = tmp_path / "first-attempt-ran"  # the nodes share this machine's disk
+    script = (
+        "import pathlib, time\n"
+        f"marker = pathlib.Path({str(marker)!r})\n"
+        "if not marker.exists():\n"
+        "    marker.write_text('x')\n"
+        "    print('first attempt', flush=True)\n"
+        "    time.sleep(300)\n"
+        "print('second attempt')\n"
+    )
+    spec = {
+        "workload": {"kind": "command", "command": ["python3", "-c", script]},
+        "placement": {"target": "cloud", "providers": ["slurm"], "max_hourly_cost": 1},
+        "retry": {"max_attempts": 2, "retry_on": ["preempted"]},
+        "grace_seconds": 1,
+        "timeout_seconds": 600,
+    }
+    (tmp_path / "job.json").write_text(json.dumps(spec))
+    sent = run_cli(["submit", "-d", "-f", str(tmp_path / "job.json")])
+    assert sent.returncode == 0, sent.stderr
+    job_id = sent.stdout.strip()
+    wait_until(marker.exists, timeout=120, what="the first attempt to run")
+    (allocation,) = slurm_cluster.queue()
+    first = allocation.split()[0]
+    node = slurm_cluster.command("squeue", "-h", "-o", "%N", "-j", first).strip()
+    slurm_cluster.command(
+        "scontrol", "create", "PartitionName=urgent", "Nodes=cpu1,cpu2", "PriorityTier=2",
+        "MaxTime=30:00", "State=UP",
+    )  # fmt: skip
+    urgent = ""
+    try:
+        urgent = slurm_cluster.command(
+            "sbatch", "--parsable", "-p", "urgent", "-w", node, "--exclusive", "-J", "urgent",
+            "--wrap", "sleep 20",
+        ).strip()  # fmt: skip
+        wait_until(
+            lambda: status(job_id)["state"] in ("succeeded", "failed"),
+            timeout=180,
+            what="the job to end",
+        )
+        ended = status(job_id)
+        assert ended["state"] == "succeeded", ended
+        reasons = [(a["number"], a["state"], a["reason"]) for a in ended["attempts"]]
+        assert reasons == [(1, "failed", "preempted"), (2, "succeeded", None)], reasons
+        said = run_cli(["logs", job_id])
+        assert "second attempt" in said.stdout, said.stdout
+        instances = ledger(job_id)["instances"]
+        assert len(instances) == 2, instances
+        wait_until(
+            lambda: {i["state"] for i in ledger(job_id)["instances"]} == {"terminated"},
+            what="both allocations to end",
+        )
+        # The first attempt's worker went with its allocation's node.
+        wait_until(
+            lambda: not processes_with(str(tmp_path / "installs")),
+            timeout=60,
+            what="the workers",
+        )
+        assert all(line.split()[0] == urgent for line in slurm_cluster.queue())
+    finally:
+        if urgent:
+            slurm_cluster.command("scancel", urgent)
+        wait_until(lambda: slurm_cluster.queue() == [], timeout=30, what="an empty queue")
+        slurm_cluster.command("scontrol", "delete", "PartitionName=urgent")
+    wait_until(lambda: no_job_keys(slurm_cluster), timeout=30, what="the jobs' keys to go")
+
+
 def test_a_job_past_its_timeout_ends_timeout_within_an_allocation_limited_to_it(
     slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
 ) -> None:
