@@ -206,7 +206,9 @@ class SlurmCluster:
             "SlurmdTimeout=30",
             "InactiveLimit=0",
             "KillWait=2",
-            "MinJobAge=2",
+            # How long an ended job stays in squeue --states=all (300 s by default): long enough
+            # for the lifecycle to read how it ended (PREEMPTED) on its next check.
+            "MinJobAge=60",
             "GresTypes=gpu",
             # A job of a partition with a higher PriorityTier (a test makes one) takes a lower
             # one's nodes by cancelling its jobs, which end PREEMPTED.

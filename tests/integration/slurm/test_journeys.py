@@ -366,9 +366,13 @@ def test_a_preempted_allocation_is_a_preempted_attempt_that_runs_again(
             what="the job to end",
         )
         ended = status(job_id)
-        assert ended["state"] == "succeeded", ended
         reasons = [(a["number"], a["state"], a["reason"]) for a in ended["attempts"]]
-        assert reasons == [(1, "failed", "preempted"), (2, "succeeded", None)], reasons
+        assert reasons == [(1, "failed", "preempted"), (2, "succeeded", None)], (
+            reasons,
+            ended["message"],
+            run_cli(["logs", job_id]).stderr[-2000:],
+        )
+        assert ended["state"] == "succeeded"
         said = run_cli(["logs", job_id])
         assert "second attempt" in said.stdout, said.stdout
         instances = ledger(job_id)["instances"]
