@@ -381,6 +381,21 @@ class SlurmCluster:
         out = self.command("squeue", "-h", "-o", "%i %j %T")
         return [line.strip() for line in out.splitlines() if line.strip()]
 
+    def hold_nodes(self, partition: str, nodes: int, timeout: float = 30) -> str:
+        """Someone else's job holding ``nodes`` whole nodes of ``partition``, running once this
+        returns; its Slurm job id."""
+        held = self.command(
+            "sbatch", "--parsable", "-p", partition, "-N", str(nodes), "--exclusive",
+            "-J", "someone-else", "--wrap", "sleep 300",
+        ).strip()  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while f"{held} someone-else RUNNING" not in self.queue():
+            if time.monotonic() > deadline:
+                self.command("scancel", held)
+                raise SlurmClusterError(f"someone else's job {held} did not run: {self.queue()}")
+            time.sleep(0.2)
+        return held
+
 
 def _free_port(address: str) -> int:
     with socket.socket() as probe:

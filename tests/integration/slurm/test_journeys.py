@@ -427,16 +427,8 @@ def test_a_partition_without_capacity_falls_back_to_the_next_target(
     machine as the next offer within the cloud target: the journey after this one."""
     write_providers(slurm_home, slurm_cluster, tmp_path)
     # Someone else's job holds every node of the one partition a cpu job fits.
-    holder = slurm_cluster.command(
-        "sbatch", "--parsable", "-p", "cpu", "-N", "2", "--exclusive", "-J", "someone-else",
-        "--wrap", "sleep 300",
-    ).strip()  # fmt: skip
+    holder = slurm_cluster.hold_nodes("cpu", 2)
     try:
-        wait_until(
-            lambda: f"{holder} someone-else RUNNING" in slurm_cluster.queue(),
-            timeout=30,
-            what="the other job to run",
-        )
         spec = {
             "workload": {
                 "kind": "command",
@@ -504,16 +496,8 @@ def test_a_busy_partition_gives_way_to_a_rented_machine(
         provider={"pending_timeout_seconds": 5},
         others={"ssh": ssh_section},
     )
-    holder = slurm_cluster.command(
-        "sbatch", "--parsable", "-p", "cpu", "-N", "2", "--exclusive", "-J", "someone-else",
-        "--wrap", "sleep 300",
-    ).strip()  # fmt: skip
+    holder = slurm_cluster.hold_nodes("cpu", 2)
     try:
-        wait_until(
-            lambda: f"{holder} someone-else RUNNING" in slurm_cluster.queue(),
-            timeout=30,
-            what="the other job to run",
-        )
         spec = {
             "workload": {
                 "kind": "command",

@@ -34,16 +34,8 @@ def test_offers_list_one_row_per_partition_and_shape(
 def test_offers_count_the_idle_nodes_of_the_moment(
     slurm_cluster: SlurmCluster, slurm_home: Path
 ) -> None:
-    holder = slurm_cluster.command(
-        "sbatch", "--parsable", "-p", "cpu", "-N", "1", "--exclusive", "-J", "someone-else",
-        "--wrap", "sleep 300",
-    ).strip()  # fmt: skip
+    holder = slurm_cluster.hold_nodes("cpu", 1)
     try:
-        wait_until(
-            lambda: f"{holder} someone-else RUNNING" in slurm_cluster.queue(),
-            timeout=30,
-            what="the other job to run",
-        )
         listed = run_cli(["offers", "--provider", "slurm", "--json", "-n", "50"])
         assert listed.returncode == 0, listed.stderr
         idle = {row["zone"]: row["idle_nodes"] for row in json.loads(listed.stdout)}
