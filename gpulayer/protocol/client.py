@@ -99,6 +99,12 @@ class ControlClient:
         going out of reach, as a refused connection is: callers retry both alike."""
         try:
             yield
+        except TimeoutError:
+            self._drop_connection()
+            raise ControlPlaneError(
+                f"control plane at {self.base_url} did not finish its answer to {method} {path} "
+                "in time"
+            ) from None
         except (OSError, http.client.HTTPException) as exc:
             self._drop_connection()
             raise ControlPlaneError(

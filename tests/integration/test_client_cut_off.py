@@ -18,8 +18,10 @@ from gpulayer.protocol.client import ControlClient
 class CutOffServer:
     """Answers every request with ``head`` then ``body``, then closes the connection."""
 
-    def __init__(self, head: bytes, body: bytes) -> None:
+    def __init__(self, head: bytes, body: bytes, *, stall: bool = False) -> None:
         self.answer = head + body
+        self.stall = stall  # keep the connection open, silent, after the answer's start
+        self._release = threading.Event()
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.requests = 0
@@ -41,8 +43,11 @@ class CutOffServer:
                     request += data
                 self.requests += 1
                 conn.sendall(self.answer)
+                if self.stall:
+                    self._release.wait(30)
 
     def close(self) -> None:
+        self._release.set()
         # close() alone leaves a thread blocked in accept(); shutdown wakes it.
         with contextlib.suppress(OSError):
             self.listener.shutdown(socket.SHUT_RDWR)
@@ -55,8 +60,8 @@ def cut_off() -> Iterator[type[CutOffServer]]:
     servers: list[CutOffServer] = []
 
     class Tracked(CutOffServer):
-        def __init__(self, head: bytes, body: bytes) -> None:
-            super().__init__(head, body)
+        def __init__(self, head: bytes, body: bytes, *, stall: bool = False) -> None:
+            super().__init__(head, body, stall=stall)
             servers.append(self)
 
     yield Tracked
@@ -108,3 +113,13 @@ def test_a_json_answer_cut_short_is_out_of_reach(cut_off: type[CutOffServer]) ->
     server = cut_off(head, b'{"id": "j-1", "sta')
     with pytest.raises(ControlPlaneError, match="broke off its answer to GET /v1/jobs"):
         _client(server).request("GET", "/v1/jobs")
+
+
+def test_an_answer_that_stops_midway_is_out_of_reach_after_the_timeout(
+    cut_off: type[CutOffServer], tmp_path: Path
+) -> None:
+    server = cut_off(SHORT, b"z" * 10, stall=True)
+    client = ControlClient(f"http://127.0.0.1:{server.port}", "token", timeout=0.5)
+    with pytest.raises(ControlPlaneError, match="did not finish its answer to GET /v1/x in time"):
+        client.download("/v1/x", tmp_path / "x.bin")
+    assert not (tmp_path / "x.bin").exists()
