@@ -25,8 +25,8 @@ class OrchestratorSettings(BaseModel):
     """Let jobs on rented machines see the packages their python has system-wide (an image's
     preinstalled torch, say), besides the worker's own."""
     hold_reclaimed_seconds: Annotated[float, Strict(), Field(ge=0)] = 600
-    """How long an offer whose spot instance the provider reclaimed is held back before a
-    retried job may rent it again."""
+    """How long an offer whose instance the provider reclaimed (a spot reclaim, a Slurm
+    preemption) is held back before a retried job may rent it again."""
     cloud_wait_seconds: Annotated[float, Strict(), Field(gt=0, le=240)] = 30
     """How long a search for offers waits for a provider's API (all providers are asked at
     once) before it gives that provider up with a one-line reason: `gpulayer offers` and
