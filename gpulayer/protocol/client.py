@@ -364,8 +364,11 @@ class ControlClient:
                     received += len(chunk)
             if expected is not None and received < expected:
                 # http.client's read(n) ends quietly at a short body; only a count shows it.
-                with self._reading("GET", path):
-                    raise http.client.IncompleteRead(b"", expected - received)
+                self._drop_connection()
+                raise ControlPlaneError(
+                    f"control plane at {self.base_url} broke off its answer to GET {path}: "
+                    f"{received} of {expected} bytes"
+                )
         except BaseException:
             destination.unlink(missing_ok=True)  # half a file must not pass for the whole
             raise
