@@ -24,6 +24,9 @@ def offers(
     accelerator: Optional[str] = typer.Option(
         None, "--accelerator", help="cpu, cuda, mps or rocm."
     ),
+    gpu_slices: bool = typer.Option(
+        False, "--gpu-slices", help="List slices of one GPU (AWS g6f) too, as submit would rent."
+    ),
     provider: list[str] = typer.Option([], "--provider", help="Only this provider (repeatable)."),
     region: list[str] = typer.Option([], "--region", help="Only this region (repeatable)."),
     max_hourly_cost: Optional[float] = typer.Option(
@@ -55,6 +58,7 @@ def offers(
         accelerator=accelerator or ("cuda" if gpus and not file else None),
         gpus=gpus,
         gpu_models=gpu,
+        gpu_slices=gpu_slices,
         max_hourly_cost=max_hourly_cost,
         providers=provider,
         regions=region,

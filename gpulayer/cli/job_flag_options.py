@@ -27,6 +27,12 @@ GpuModelFlag = Annotated[
     list[str],
     typer.Option("--gpu", help="GPU model, e.g. H100 or A100-80GB (repeatable: any of them fits)."),
 ]
+GpuSlicesFlag = Annotated[
+    bool,
+    typer.Option(
+        "--gpu-slices", help="A slice of one GPU (AWS g6f: 1/8 to 1/2 of an L4) counts as a GPU."
+    ),
+]
 EnvFlag = Annotated[list[str], typer.Option("--env", help="K=V environment entry (repeatable).")]
 SecretFlag = Annotated[
     list[str], typer.Option("--secret", help="NAME[=KEY] read from the worker's environment.")
@@ -61,6 +67,7 @@ _JOB_FLAGS: tuple[tuple[str, Any, Any], ...] = (
     ("accelerator", AcceleratorFlag, None),
     ("gpus", GpusFlag, None),
     ("gpu", GpuModelFlag, []),
+    ("gpu_slices", GpuSlicesFlag, False),
     ("env", EnvFlag, []),
     ("secret", SecretFlag, []),
     ("input_", InputFlag, []),
@@ -121,6 +128,7 @@ def submit_flags(
     accelerator: Optional[str],
     gpus: Optional[int],
     gpu: list[str],
+    gpu_slices: bool,
     env: list[str],
     secret: list[str],
     input_: list[str],
@@ -140,6 +148,7 @@ def submit_flags(
         accelerator=accelerator,
         gpus=gpus,
         gpu_models=list(gpu),
+        gpu_slices=gpu_slices,
         env=list(env),
         secrets=list(secret),
         inputs=list(input_),

@@ -10,6 +10,7 @@ them, as a Slurm partition does.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 from rich.console import Console
@@ -19,13 +20,18 @@ from gpulayer.cloud.ranking import format_price
 from gpulayer.hardware.gpus import nominal_memory_gb
 
 
-def _gpus(row: dict[str, Any]) -> str:
+def gpus_text(row: dict[str, Any], *, memory: bool = True) -> str:
+    """ "1x A10G 24GB"; a slice of one GPU says which part: "1x 1/8 L4 2.79GB"."""
     if not row["gpu_count"]:
         return "-"
+    part = row.get("gpu_slice")
+    model = f"{Fraction(part).limit_denominator(64)} {row['gpu_name']}" if part else row["gpu_name"]
+    if not memory:
+        return f"{row['gpu_count']}x {model}"
     # The size the GPU is sold with (24GB for an A10G), as jobs ask for it.
     size = nominal_memory_gb(row["gpu_name"], row.get("gpu_memory_gb"))
-    memory = f" {size:g}GB" if size else ""
-    return f"{row['gpu_count']}x {row['gpu_name']}{memory}"
+    sized = f" {size:g}GB" if size else ""
+    return f"{row['gpu_count']}x {model}{sized}"
 
 
 def _zone(row: dict[str, Any]) -> str:
@@ -91,7 +97,7 @@ def offers_table(listing: dict[str, Any]) -> None:
                 row["region"],
                 _zone(row),
                 row["instance_type"],
-                _gpus(row),
+                gpus_text(row),
                 f"{row['cpu_cores']:g}",
                 "-" if row.get("memory_gb") is None else f"{row['memory_gb']:g}",
                 shown,

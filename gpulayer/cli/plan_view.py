@@ -15,6 +15,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 from gpulayer.cli.fit import Column, fitted_table
+from gpulayer.cli.offers_view import gpus_text
 from gpulayer.cli.output import print_json
 from gpulayer.cloud.ranking import format_price
 
@@ -122,7 +123,7 @@ def _cloud(console: Console, cloud: dict[str, Any] | None) -> None:
             [
                 (
                     escape(o["label"]),
-                    f"{o['gpu_count']}x {o['gpu_name']}" if o["gpu_count"] else "-",
+                    gpus_text(o, memory=False),
                     _price(o),
                     _worst(o),
                 )

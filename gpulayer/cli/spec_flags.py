@@ -20,6 +20,7 @@ class SubmitFlags:
     accelerator: str | None = None
     gpus: int | None = None
     gpu_models: list[str] = field(default_factory=list)
+    gpu_slices: bool = False
     env: list[str] = field(default_factory=list)
     secrets: list[str] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)
@@ -78,6 +79,10 @@ def apply_flags(base: dict[str, Any] | None, flags: SubmitFlags) -> dict[str, An
         resources["gpu_models"] = list(flags.gpu_models)
         if "accelerator" not in resources and "profile" not in resources:
             resources["accelerator"] = "cuda"  # a GPU model named is a CUDA GPU unless told
+    if flags.gpu_slices:
+        resources["gpu_slices"] = True
+        if "accelerator" not in resources and "profile" not in resources:
+            resources["accelerator"] = "cuda"
 
     placement = _section(data, "placement")
     if flags.target is not None:

@@ -63,6 +63,9 @@ class Hardware(BaseModel):
     """GPUs on the machine; at least 1 unless the accelerator is cpu."""
     gpu_memory_gb: Annotated[float, Field(gt=0)] | None = None
     """Memory per GPU in GB."""
+    gpu_slice: Annotated[float, Field(gt=0, lt=1)] | None = None
+    """Each GPU is this part of one physical GPU, with that part's memory (AWS g6f: 0.125 of an
+    L4); None: whole GPUs. Only jobs that accept slices (``resources.gpu_slices``) get one."""
     gpu_memory_kind: MemoryKind | None = None
     """dedicated (a discrete GPU) or unified (shared with the CPU)."""
     cuda_compute_capability: str | None = None
@@ -101,6 +104,8 @@ class Hardware(BaseModel):
             raise ValueError(f"gpu_count: a cpu {noun} has no GPUs; set its accelerator")
         if self.accelerator != "cpu" and not self.gpu_count:
             raise ValueError(f"gpu_count: a {self.accelerator} {noun} needs at least 1 GPU")
+        if self.gpu_slice is not None and not self.gpu_count:
+            raise ValueError(f"gpu_slice: a {noun} without GPUs has no slice of one")
         return self
 
 
@@ -186,6 +191,9 @@ class OfferQuery(BaseModel):
     ("a100" matches "A100"; "A100-80GB" also needs 80 GB); empty: any."""
     spot: bool | None = None
     """True: spot offers only; False: on-demand only; None: either."""
+    gpu_slices: bool = False
+    """True: a slice of one GPU (an offer's ``gpu_slice``) counts as a GPU; False: whole GPUs
+    only."""
     regions: tuple[str, ...] = ()
     """Where a provider needs to look; empty means its configured regions."""
 
@@ -264,5 +272,6 @@ class OfferQuery(BaseModel):
             gpu_models=models,
             gpu_count_exact=gpu_count_exact,
             spot=spot,
+            gpu_slices=res.gpu_slices,
             regions=tuple(spec.placement.regions),
         )

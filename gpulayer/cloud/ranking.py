@@ -29,7 +29,7 @@ from gpulayer.hardware.gpus import (
 # Row layout: one tuple per offer, positions below.
 _POSITION, _PROVIDER, _REGION, _ZONE, _ACCELERATOR, _GPU_NAME, _GPU_COUNT = range(7)
 _GPU_MEMORY, _MEMORY_KIND, _CAPABILITY, _CPU_CORES, _MEMORY, _DISK = range(7, 13)
-_OS, _ARCH, _PRICE, _CURRENCY, _SPOT, _GPU_KIND = range(13, 19)
+_OS, _ARCH, _PRICE, _CURRENCY, _SPOT, _GPU_KIND, _GPU_SLICE = range(13, 20)
 
 Row = tuple[Any, ...]
 Step = Callable[[list[Row]], list[Row]]
@@ -90,6 +90,7 @@ class RankedOffers(Sequence[Offer]):
                     o.currency,
                     o.spot,
                     kind,
+                    o.gpu_slice,
                 )
             )
         self._rows = rows
@@ -224,6 +225,13 @@ def _hardware_steps(q: OfferQuery) -> list[tuple[str, Step]]:
     elif q.gpu_count:
         steps.append(
             (f"gpu_count: fewer than {q.gpu_count} GPUs", _at_least(_GPU_COUNT, q.gpu_count))
+        )
+    if q.gpu_count and not q.gpu_slices:
+        steps.append(
+            (
+                "gpu_slices: a slice of one GPU (resources.gpu_slices accepts it)",
+                _equal(_GPU_SLICE, None),
+            )
         )
     if q.gpu_models:
         models = describe_models([parse_gpu_name(n) for n in q.gpu_models])

@@ -214,6 +214,9 @@ class ResourceRequest(StrictModel):
     """GPU models any of which fits ("H100", "A100-80GB": a size asks for that memory too),
     compared with what offers and workers report after one normalization; empty: any."""
     gpu_memory_gb: Annotated[Number, Field(gt=0, le=MAX_GPU_MEMORY_GB)] | None = None
+    gpu_slices: Annotated[bool, STRICT] = False
+    """A rented machine whose GPU is a slice of one physical GPU (AWS g6f: an eighth, a quarter
+    or half of an L4, with that part's memory) counts as one GPU; false: whole GPUs only."""
     gpu_memory_kind: Literal["dedicated", "unified"] | None = None
     min_cuda_compute_capability: str | None = None
     cpu_cores: Annotated[Number, Field(gt=0, le=MAX_CPU_CORES)] = 1
@@ -297,6 +300,8 @@ class ResourceRequest(StrictModel):
                     raise ValueError(f"{name}: only meaningful with a GPU accelerator")
             if self.gpu_models:
                 raise ValueError("gpu_models: only meaningful with a GPU accelerator")
+            if self.gpu_slices:
+                raise ValueError("gpu_slices: only meaningful with a GPU accelerator")
             self.gpu_count = 0
         else:
             if self.gpu_count is None:

@@ -201,6 +201,7 @@ def _resources(resources: Schema) -> None:
                     "gpu_count": {"enum": [0, None], "default": 0},
                     "gpu_memory_gb": no_gpu,
                     "gpu_memory_kind": no_gpu,
+                    "gpu_slices": {"const": False},
                 }
             },
             "else": {"properties": {"gpu_count": {"not": {"const": 0}, "default": 1}}},

@@ -115,8 +115,55 @@ def test_added_families_say_where_their_prices_came_from() -> None:
             for region, price in catalog.on_demand[name].items():
                 assert 0 < catalog.spot[name][region] < price, (name, region)
                 assert catalog.zones[name][region], (name, region)
-    # Slices of a GPU are not whole GPUs: a job asking for one is never given a g6f.
-    assert not any(family_of(n) in ("g6f", "gr6f") for n in catalog.hardware)
+    assert "g6f" in catalog.price_sources
+
+
+# (type, part of one L4, MiB of GPU memory, vCPUs, RAM GB, us-east-1 on-demand USD/h), from the
+# sources the catalog records for g6f: SkyPilot's catalog at e385a0d, Karpenter's generated
+# price table at 6fc13b5, AWS's ECS guide for the parts.
+SLICE_FACTS = [
+    ("g6f.large", 0.125, 2861, 2, 8, 0.202),
+    ("g6f.xlarge", 0.125, 2861, 4, 16, 0.2375),
+    ("g6f.2xlarge", 0.25, 5722, 8, 32, 0.475),
+    ("g6f.4xlarge", 0.5, 11444, 16, 64, 0.95),
+    ("gr6f.4xlarge", 0.5, 11444, 16, 128, 1.066),
+]
+
+
+@pytest.mark.parametrize(("name", "part", "mib", "vcpus", "memory", "price"), SLICE_FACTS)
+def test_slices_of_an_l4_are_the_facts_they_were_built_from(
+    name: str, part: float, mib: int, vcpus: int, memory: float, price: float
+) -> None:
+    catalog = shipped_catalog()
+    shape = catalog.hardware[name]
+    assert (shape.gpu_name, shape.gpu_count, shape.gpu_slice) == ("L4", 1, part)
+    assert (shape.gpu_memory_gb, shape.vcpus, shape.memory_gb) == (
+        round(mib / 1024, 2),
+        vcpus,
+        memory,
+    )
+    assert catalog.on_demand[name]["us-east-1"] == price
+    assert "e385a0d348eda9cefd9806423e7725944dc249e4" in catalog.price_sources["g6f"]
+
+
+def test_a_slice_of_a_gpu_is_rented_only_to_a_job_that_accepts_one() -> None:
+    provider = AwsProvider({"regions": ["us-east-1"]})
+    whole = OfferQuery(accelerator="cuda", gpu_count=1, gpu_models=("L4",))
+    fitting, rejected = filter_offers(provider.catalog_offers(whole), whole)
+    assert fitting[0].instance_type == "g6.xlarge"
+    assert all(o.gpu_slice is None for o in fitting)
+    assert rejected["gpu_slices: a slice of one GPU (resources.gpu_slices accepts it)"] == 5
+    sliced = whole.model_copy(update={"gpu_slices": True})
+    offers = filter_offers(provider.catalog_offers(sliced), sliced).offers
+    assert (offers[0].instance_type, offers[0].gpu_slice, offers[0].hourly_price) == (
+        "g6f.large",
+        0.125,
+        0.202,
+    )
+    # A slice holds its part's memory, so a job naming 4 GB of GPU memory skips the 1/8 ones.
+    roomy = sliced.model_copy(update={"gpu_memory_gb": 4})
+    first = filter_offers(provider.catalog_offers(roomy), roomy).offers[0]
+    assert (first.instance_type, first.gpu_memory_gb) == ("g6f.2xlarge", 5.59)
 
 
 def test_an_rtx_pro_6000_job_rents_the_smallest_g7e() -> None:
@@ -199,6 +246,7 @@ PRICE_LIST = [
     _row("g5g.xlarge", "0.4100000000", **{"Physical Processor": "AWS Graviton2 Processor"}),
     _row("m6i.large", "0.0900000000", **{"GPU": "NA", "GPU Memory": "NA", "Memory": "8 GiB"}),
     _row("r7iz.large", "0.1860000000", **{"GPU": "NA", "GPU Memory": "NA"}),
+    _row("g6f.large", "0.2020000000", **{"vCPU": "2", "Memory": "8 GiB", "GPU": "0.125"}),
 ]
 
 
@@ -261,6 +309,11 @@ def test_refresh_from_the_bulk_price_list(
         16,
     )
     assert data["hardware"]["g5g.xlarge"]["cpu_arch"] == "aarch64"
+    # The price list names a slice of one GPU by its part ("0.125"); given the whole GPU's
+    # memory, the slice holds its part of it.
+    g6f = data["hardware"]["g6f.large"]
+    assert (g6f["gpu_count"], g6f["gpu_slice"], g6f["gpu_memory_gb"]) == (1, 0.125, 3.0)
+    assert data["on_demand"]["g6f.large"]["us-east-1"] == 0.202
     assert data["on_demand"]["p4d.24xlarge"] == {
         r: p for r, p in shipped.on_demand["p4d.24xlarge"].items() if r != "us-east-1"
     }

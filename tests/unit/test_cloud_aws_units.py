@@ -56,8 +56,14 @@ def test_shapes_from_describe_instance_types() -> None:
     assert m6i == Shape("m6i.large", 2, 8.0, "x86_64")
     amd = shape_from_api(_type("g4ad.xlarge", 4, 16384, gpus=[_gpu("V520", 1, 8192, "AMD")]))
     assert amd is not None and not amd.nvidia
-    # Fractional GPUs and Mac hosts are not offered.
-    assert shape_from_api(_type("g6f.large", 2, 8192, gpus=[_gpu("L4", 0, 2861)])) is None
+    # A slice of one GPU is no whole GPU (Count 0) but one device holding that part of it.
+    part = {**_gpu("L4", 0, 2861), "GpuPartitionSize": 0.125, "LogicalGpuCount": 1}
+    g6f = shape_from_api(_type("g6f.large", 2, 8192, gpus=[part]))
+    assert g6f == Shape("g6f.large", 2, 8.0, "x86_64", "L4", "NVIDIA", 1, 2.79, 0.125)
+    whole = {**_gpu("L4", 1, 22888), "GpuPartitionSize": 1.0, "LogicalGpuCount": 1}
+    g6 = shape_from_api(_type("g6.xlarge", 4, 16384, gpus=[whole]))
+    assert g6 is not None and (g6.gpu_count, g6.gpu_slice) == (1, None)
+    # Mac hosts are not offered.
     assert shape_from_api(_type("mac2.metal", 8, 16384, "arm64_mac")) is None
     assert Shape.from_json(p4d.to_json()) == p4d
 

@@ -110,6 +110,15 @@ def test_gpu_flag_is_repeatable_and_implies_cuda() -> None:
     assert mps["resources"]["accelerator"] == "mps"
 
 
+def test_gpu_slices_flag_accepts_slices_and_implies_cuda() -> None:
+    data = apply_flags(None, SubmitFlags(argv=["serve"], gpu_models=["L4"], gpu_slices=True))
+    assert data["resources"] == {"gpu_models": ["L4"], "accelerator": "cuda", "gpu_slices": True}
+    assert validate_spec(data).resources.gpu_slices is True
+    alone = apply_flags(None, SubmitFlags(argv=["serve"], gpu_slices=True))
+    assert alone["resources"] == {"gpu_slices": True, "accelerator": "cuda"}
+    assert "gpu_slices" not in apply_flags(None, SubmitFlags(argv=["serve"])).get("resources", {})
+
+
 # --- workers ---------------------------------------------------------------------------------
 
 

@@ -165,6 +165,28 @@ def test_offline_without_providers_yaml_aws_lists_a100_from_its_catalog(
     assert any(f"add `aws: {{}}` to {path}" in n for n in listing["notes"])
 
 
+def test_slices_of_a_gpu_are_listed_for_a_job_that_accepts_them(
+    no_aws_credentials: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    whole = list_offers(_home(), _spec(gpu_models=["L4"], providers=["aws"], regions=["us-east-1"]))
+    assert whole["offers"] and not any(r["gpu_slice"] for r in whole["offers"])
+    sliced = list_offers(
+        _home(),
+        _spec(gpu_models=["L4"], gpu_slices=True, providers=["aws"], regions=["us-east-1"]),
+    )
+    first = sliced["offers"][0]
+    assert (first["instance_type"], first["gpu_slice"], first["hourly_price"]) == (
+        "g6f.large",
+        0.125,
+        0.202,
+    )
+    from gpulayer.cli.offers_view import offers_table
+
+    offers_table(sliced)
+    row = next(line for line in capsys.readouterr().out.splitlines() if "g6f.large" in line)
+    assert "1x 1/8 L4 2.79GB" in row
+
+
 def test_exactly_one_a100_names_the_nearest_machine(no_aws_credentials: None) -> None:
     listing = list_offers(_home(), _spec(gpu_models=["A100"], providers=["aws"]))
     assert listing["offers"] == []

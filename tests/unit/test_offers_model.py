@@ -113,7 +113,8 @@ def test_query_from_spec_carries_every_resource_need() -> None:
         "gpu_count_exact": True,
         "gpu_models": ("A100",),
         "spot": False,
-        "regions": ("us-east-1", "us-west-2"),
+        "gpu_slices": False,
+            "regions": ("us-east-1", "us-west-2"),
     }
 
 

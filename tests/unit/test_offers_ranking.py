@@ -223,6 +223,28 @@ def test_cheapest_over_cap_names_what_the_job_would_cost() -> None:
     assert cheapest_over_cap(offers, eight, max_hourly_cost=1) is None
 
 
+def test_a_slice_of_a_gpu_fits_only_a_job_that_accepts_slices() -> None:
+    offers = [
+        offer("g6f.large", 0.2, gpu_name="L4", gpu_memory_gb=2.79, gpu_slice=0.125),
+        offer("g6.xlarge", 0.8, gpu_name="L4", gpu_memory_gb=22.35),
+    ]
+    whole = OfferQuery(accelerator="cuda", gpu_count=1)
+    result = filter_offers(offers, whole)
+    assert names(result.offers) == ["g6.xlarge"]
+    assert result.rejected == {
+        "gpu_slices: a slice of one GPU (resources.gpu_slices accepts it)": 1
+    }
+    sliced = whole.model_copy(update={"gpu_slices": True})
+    assert names(filter_offers(offers, sliced).offers) == ["g6f.large", "g6.xlarge"]
+    # The slice's memory is its own: 4 GB per GPU rules the eighth of an L4 out.
+    roomy = sliced.model_copy(update={"gpu_memory_gb": 4})
+    assert names(filter_offers(offers, roomy).offers) == ["g6.xlarge"]
+    # A CPU job may run on any machine; a slice is no reason to turn one down.
+    assert len(filter_offers(offers, OfferQuery()).offers) == 2
+    with pytest.raises(ValueError, match="gpu_slice"):
+        offer("c6i.large", 0.1, accelerator="cpu", gpu_count=0, gpu_name=None, gpu_slice=0.5)
+
+
 def test_ranked_offers_filter_again_and_again() -> None:
     offers = [offer(f"t{i}", float(10 - i), gpu_count=1 + i % 3) for i in range(10)]
     ranked = rank(offers)
@@ -247,6 +269,8 @@ def _fits(o: Offer, q: OfferQuery, cap: float | None, currency: str) -> bool:
         return False
     if q.gpu_count and q.gpu_count_exact and o.gpu_count != q.gpu_count:
         return False
+    if q.gpu_count and not q.gpu_slices and o.gpu_slice is not None:
+        return False
     if q.gpu_memory_gb is not None and (o.gpu_memory_gb or 0) < q.gpu_memory_gb:
         return False
     if q.min_cuda_compute_capability is not None:
@@ -265,7 +289,7 @@ def _fits(o: Offer, q: OfferQuery, cap: float | None, currency: str) -> bool:
 
 
 _offers = st.builds(
-    lambda i, gpus, price, cc, mem, arch, spot, cur: offer(
+    lambda i, gpus, price, cc, mem, arch, spot, cur, part: offer(
         f"t{i}",
         price,
         accelerator="cuda" if gpus else "cpu",
@@ -277,6 +301,7 @@ _offers = st.builds(
         spot=spot,
         currency=cur,
         zone=f"us-east-1{'abc'[i % 3]}",
+        gpu_slice=part if gpus else None,
     ),
     st.integers(0, 10_000),
     st.sampled_from([0, 1, 2, 4, 8]),
@@ -286,9 +311,10 @@ _offers = st.builds(
     st.sampled_from(["x86_64", "aarch64"]),
     st.booleans(),
     st.sampled_from(["USD", "USD", "EUR"]),
+    st.sampled_from([None, None, 0.125, 0.5]),
 )
 _queries = st.builds(
-    lambda gpus, mem, cc, arch, spot, exact: OfferQuery(
+    lambda gpus, mem, cc, arch, spot, exact, slices: OfferQuery(
         accelerator="cuda" if gpus else "cpu",
         gpu_count=gpus,
         gpu_count_exact=exact,
@@ -296,12 +322,14 @@ _queries = st.builds(
         min_cuda_compute_capability=cc if gpus else None,
         cpu_arch=arch,
         spot=spot,
+        gpu_slices=slices,
     ),
     st.sampled_from([0, 1, 2, 8]),
     st.one_of(st.none(), st.floats(1, 100)),
     st.sampled_from([None, "8.0", "9.0"]),
     st.sampled_from([(), ("x86_64",)]),
     st.sampled_from([None, True, False]),
+    st.booleans(),
     st.booleans(),
 )
 

@@ -13,6 +13,8 @@ GPU_FAMILIES: dict[str, tuple[str, str]] = {
     "g5g": ("T4g", "NVIDIA"),
     "g6": ("L4", "NVIDIA"),
     "gr6": ("L4", "NVIDIA"),
+    "g6f": ("L4", "NVIDIA"),
+    "gr6f": ("L4", "NVIDIA"),
     "g6e": ("L40S", "NVIDIA"),
     "g7e": ("RTX PRO Server 6000", "NVIDIA"),
     "p3": ("V100", "NVIDIA"),

@@ -115,7 +115,9 @@ def _offer_fields(shape: Shape, region: str, zone: str | None) -> dict[str, Any]
             accelerator="cuda",
             gpu_name=shape.gpu_name,
             gpu_count=shape.gpu_count,
-            gpu_memory_gb=shape.gpu_memory_gb or (facts.memory_gb if facts else None),
+            gpu_memory_gb=shape.gpu_memory_gb
+            or (None if shape.gpu_slice else facts.memory_gb if facts else None),
+            gpu_slice=shape.gpu_slice,
             gpu_memory_kind="dedicated",
             cuda_compute_capability=facts.compute_capability if facts else None,
         )

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from gpulayer.cloud import ProviderError, gpu_facts
 from gpulayer_aws.errors import PROVIDER
 from gpulayer_aws.families import gpu_model
-from gpulayer_aws.shapes import Shape
+from gpulayer_aws.shapes import Shape, slice_of_gpu
 
 if TYPE_CHECKING:
     from gpulayer_aws.region_prices import RegionPrices
@@ -93,7 +93,10 @@ def shape_from_row(row: dict[str, str]) -> Shape | None:
         return None
     processor = row.get("Physical Processor", "").lower()
     arch = "aarch64" if "graviton" in processor or "arm" in processor else "x86_64"
-    count = int(_number(row.get("GPU")) or 0)
+    gpus = _number(row.get("GPU")) or 0
+    # A slice of one GPU (g6f: "0.125") is one device holding that part of a GPU.
+    part = slice_of_gpu(gpus)
+    count = 1 if part else int(gpus)
     if not count:
         return Shape(name, int(vcpus), memory, arch)
     model = gpu_model(name)
@@ -102,8 +105,12 @@ def shape_from_row(row: dict[str, str]) -> Shape | None:
     gpu_name, maker = model
     total = _number(row.get("GPU Memory"))
     facts = gpu_facts(gpu_name)
-    per_gpu = round(total / count, 2) if total else (facts.memory_gb if facts else None)
-    return Shape(name, int(vcpus), memory, arch, gpu_name, maker, count, per_gpu)
+    whole = facts.memory_gb if facts else None
+    per_gpu = round(total / count, 2) if total else whole
+    if part and per_gpu and whole and per_gpu >= whole * 0.85:
+        # The memory of the whole GPU the slice is part of: the slice holds its part of it.
+        per_gpu = round(per_gpu * part, 2)
+    return Shape(name, int(vcpus), memory, arch, gpu_name, maker, count, per_gpu, part)
 
 
 def parse_price_list(lines: Iterable[str], region: str) -> RegionPrices:

@@ -23,6 +23,8 @@ class Shape:
     gpu_count: int = 0
     gpu_memory_gb: float | None = None
     """Per GPU."""
+    gpu_slice: float | None = None
+    """Each GPU is this part of one physical GPU (g6f: 0.125 to 0.5 of an L4); None: whole."""
 
     @property
     def nvidia(self) -> bool:
@@ -36,9 +38,14 @@ class Shape:
         return cls(**data)
 
 
+def slice_of_gpu(part: float | None) -> float | None:
+    """An EC2 GPU partition size as a slice: None for a whole GPU (1.0, or not said)."""
+    return part if part is not None and 0 < part < 1 else None
+
+
 def shape_from_api(item: dict[str, Any]) -> Shape | None:
     """A describe_instance_types entry as a Shape; None for types gpulayer cannot use
-    (Mac hosts, fractional GPUs, no supported architecture)."""
+    (Mac hosts, no supported architecture)."""
     arches = item.get("ProcessorInfo", {}).get("SupportedArchitectures", [])
     arch = next((_ARCHES[a] for a in arches if a in _ARCHES), None)
     if arch is None:
@@ -51,9 +58,10 @@ def shape_from_api(item: dict[str, Any]) -> Shape | None:
     if not gpus:
         return Shape(item["InstanceType"], vcpus, round(memory_mib / 1024, 2), arch)
     first = gpus[0]
-    count = sum(int(g.get("Count", 0)) for g in gpus)
+    # A slice of one GPU (g6f) is no whole GPU (Count 0) but one device (LogicalGpuCount 1).
+    part = slice_of_gpu(first.get("GpuPartitionSize"))
+    count = sum(int(g.get("LogicalGpuCount" if part else "Count", 0)) for g in gpus)
     if count <= 0:
-        # A slice of one GPU (g6f and the like): a job asking for a GPU expects a whole one.
         return None
     gpu_mib = first.get("MemoryInfo", {}).get("SizeInMiB")
     return Shape(
@@ -65,6 +73,7 @@ def shape_from_api(item: dict[str, Any]) -> Shape | None:
         gpu_maker=first.get("Manufacturer"),
         gpu_count=count,
         gpu_memory_gb=round(float(gpu_mib) / 1024, 2) if gpu_mib else None,
+        gpu_slice=part,
     )
 
 
