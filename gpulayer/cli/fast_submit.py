@@ -106,6 +106,7 @@ def run(found: FastSubmit) -> int | None:
         gpus=gpus,
         timeout=timeout,
         max_hourly_cost=cost,
+        gpu_slices=False,  # --gpu-slices is typer's to read
         **found.lists,
     )
     file = Path(values["file"]) if "file" in values else None
