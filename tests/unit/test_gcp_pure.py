@@ -93,6 +93,42 @@ ADDED_FACTS = [
 ]
 
 
+# (region, "machines" or "gpus", name, (on-demand, spot)) as read from catalogs/v8/gcp/vms.csv
+# at 006059e: a host row, or an accelerator row of count 1. The source's A100-80GB spot price in
+# europe-west4 (2.1626) is above its on-demand price, so no spot offer is made of it.
+REGION_FACTS = [
+    ("us-east4", "machines", "n1-standard-8", (0.42797, 0.09039)),
+    ("us-east4", "machines", "e2-standard-4", (0.15094, 0.07266)),
+    ("us-east4", "machines", "g2-standard-4", (0.14631, 0.05851)),
+    ("us-east4", "gpus", "nvidia-l4", (0.55821, 0.2233)),
+    ("us-east4", "gpus", "nvidia-h100-80gb", (9.79655, 2.2356)),
+    ("europe-west4", "machines", "n1-highmem-16", (1.04189, 0.41678)),
+    ("europe-west4", "machines", "g2-standard-96", (3.70286, 1.7159)),
+    ("europe-west4", "gpus", "nvidia-tesla-t4", (0.3675, 0.175)),
+    ("europe-west4", "gpus", "nvidia-tesla-v100", (2.604, 1.0443)),
+    ("europe-west4", "gpus", "nvidia-tesla-a100", (1.61365, 1.1691)),
+    ("europe-west4", "gpus", "nvidia-a100-80gb", (2.03285, None)),
+]
+
+
+@pytest.mark.parametrize(("region", "kind", "name", "price"), REGION_FACTS)
+def test_prices_outside_us_central1_are_looked_up_not_scaled(
+    catalog: PriceCatalog, region: str, kind: str, name: str, price: tuple[float, float | None]
+) -> None:
+    assert SKYPILOT_GCP in catalog.price_sources[region]
+    assert getattr(catalog.regions[region], kind)[name] == price
+    if kind == "gpus" and name == "nvidia-l4":
+        offers = build_offers(
+            catalog_zones(catalog, region), catalog, region, accelerator="cuda", allow_spot=True
+        )
+        g2 = {o.spot: o.hourly_price for o in offers if o.instance_type == "g2-standard-4"}
+        host = catalog.regions[region].machines["g2-standard-4"]
+        assert g2 == {
+            False: pytest.approx(host[0] + price[0]),
+            True: pytest.approx((host[1] or 0) + (price[1] or 0)),
+        }
+
+
 @pytest.mark.parametrize(("name", "region", "host", "gpu"), ADDED_FACTS)
 def test_added_machine_types_are_the_facts_they_record(
     catalog: PriceCatalog,

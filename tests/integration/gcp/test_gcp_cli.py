@@ -32,7 +32,11 @@ def test_offers_of_a_provider_not_enabled_come_from_its_catalog(offline: Path) -
     assert all(o["gpu_name"] == "A100" and o["gpu_count"] == 8 for o in offers)
     assert {"a2-highgpu-8g", "a2-ultragpu-8g"} <= {o["instance_type"] for o in offers}
     # One row per machine, region and market, with the zones that have it.
-    a2 = next(o for o in offers if o["instance_type"] == "a2-highgpu-8g" and not o["spot"])
+    a2 = next(
+        o
+        for o in offers
+        if o["instance_type"] == "a2-highgpu-8g" and o["region"] == "us-central1" and not o["spot"]
+    )
     assert a2["zone"] is None and "us-central1-a" in a2["zones"] and a2["source"] == "catalog"
     prices = [o["hourly_price"] for o in offers]
     assert prices == sorted(prices) and prices[0] > 0
