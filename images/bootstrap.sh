@@ -3,7 +3,7 @@
 #
 #   bootstrap.sh install --install-dir DIR --wheelhouse DIR [--python PYTHON]
 #                [--token-file FILE] [--join-timeout SECONDS] [--system-site-packages]
-#                [--index-version VERSION] -- WORKER-START-ARGS...
+#                [--index-version VERSION] [--hand-off] -- WORKER-START-ARGS...
 #   bootstrap.sh stop    --install-dir DIR [--grace SECONDS]
 #   bootstrap.sh remove  --install-dir DIR
 #
@@ -15,6 +15,10 @@
 #   The join token is read from --token-file into GPULAYER_TOKEN, so it never
 #   shows in a process listing; the file is deleted once the worker runs. Only when the
 #   wheelhouse is missing and a package index answers is gpulayer installed from the index.
+#   --hand-off: the machine's own launcher starts the worker (a Slurm allocation's step on
+#   each node, so the worker runs inside the allocation and ends with it): the script writes
+#   DIR/launch, a script the launcher renames and runs, which records the worker's pid and
+#   becomes the worker; the install waits for that pid, then for the join as above.
 # stop: ends the worker's process group (TERM, then KILL after --grace seconds), and any
 #   process the worker started.
 # remove: deletes DIR.
@@ -188,6 +192,7 @@ join_timeout=60
 grace=10
 system_site=""
 index_version=""
+hand_off=""
 while [ $# -gt 0 ]; do
     case $1 in
         --install-dir) [ $# -ge 2 ] || usage "$1 needs a value"; install_dir=$2; shift 2 ;;
@@ -198,6 +203,7 @@ while [ $# -gt 0 ]; do
         --grace) [ $# -ge 2 ] || usage "$1 needs a value"; grace=$2; shift 2 ;;
         --index-version) [ $# -ge 2 ] || usage "$1 needs a value"; index_version=$2; shift 2 ;;
         --system-site-packages) system_site=--system-site-packages; shift ;;
+        --hand-off) hand_off=yes; shift ;;
         --) shift; break ;;
         *) usage "unknown option $1" ;;
     esac
@@ -329,26 +335,72 @@ if [ -f "$install_dir/worker.pid" ]; then
 fi
 if [ -n "$token_file" ]; then
     [ -r "$token_file" ] || fail "token file $token_file is missing"
-    GPULAYER_TOKEN=$(cat "$token_file")
-    export GPULAYER_TOKEN
 fi
 unset GPULAYER_SERVER
 export GPULAYER_HOME="$install_dir/home"
 export GPULAYER_INSTALL_DIR="$install_dir"
 log="$install_dir/worker.log"
 : >"$log"
-say "starting worker"
+rm -f "$install_dir/worker.pid" "$install_dir/launch" "$install_dir/launch.run"
 cd "$install_dir"
-if command -v setsid >/dev/null 2>&1; then
-    setsid nohup "$venv/bin/python" -m gpulayer worker start "$@" </dev/null >>"$log" 2>&1 &
-else
-    nohup "$venv/bin/python" -c 'import os, sys; os.setsid(); os.execv(sys.executable, [sys.executable] + sys.argv[1:])' \
-        -m gpulayer worker start "$@" </dev/null >>"$log" 2>&1 &
+if [ -n "$hand_off" ]; then
+    say "handing the worker's start to the machine's launcher"
+    # The worker's arguments, NUL-separated: no quoting to get wrong in a script of its own.
+    : >"$install_dir/worker.args"
+    for arg in "$@"; do printf '%s\0' "$arg" >>"$install_dir/worker.args"; done
+    # Paths in the install dir are checked to hold no quote or space (check_install_dir).
+    cat >"$install_dir/launch.tmp" <<EOF
+# Run by the machine's launcher (renamed to launch.run): becomes this install's worker.
+cd '$install_dir' || exit 1
+export GPULAYER_HOME='$install_dir/home' GPULAYER_INSTALL_DIR='$install_dir'
+export TMPDIR='$install_dir/tmp' XDG_CACHE_HOME='$install_dir/tmp/cache'
+export PIP_CONFIG_FILE=/dev/null PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONNOUSERSITE=1
+unset GPULAYER_SERVER
+if [ -n '$token_file' ]; then
+    GPULAYER_TOKEN=\$(cat '$token_file') || exit 1
+    export GPULAYER_TOKEN
+    rm -f '$token_file'
 fi
-pid=$!
-echo "$pid" >"$install_dir/worker.pid"
-unset GPULAYER_TOKEN
-if [ -n "$token_file" ]; then rm -f "$token_file"; fi
+echo \$\$ >'$install_dir/worker.pid'
+exec '$venv/bin/python' -c 'import os, sys
+try:
+    os.setsid()
+except OSError:
+    pass  # already leading a group of its own
+args = open(sys.argv[1], "rb").read().split(b"\\0")[:-1]
+os.execv(sys.executable, [sys.executable, "-m", "gpulayer", "worker", "start", *map(os.fsdecode, args)])' '$install_dir/worker.args' </dev/null >>'$log' 2>&1
+EOF
+    mv "$install_dir/launch.tmp" "$install_dir/launch"
+    limit=$(awk -v s="$join_timeout" 'BEGIN { printf "%d", (s == int(s)) ? s : int(s) + 1 }')
+    pid=""
+    while [ -z "$pid" ]; do
+        if [ -s "$install_dir/worker.pid" ]; then
+            pid=$(cat "$install_dir/worker.pid")
+            case $pid in '' | *[!0-9]*) pid="" ;; esac
+        fi
+        if [ -z "$pid" ] && [ $(($(date +%s) - started)) -ge "$limit" ]; then
+            rm -f "$install_dir/launch"
+            fail "no launcher on this machine started the worker within ${join_timeout}s"
+        fi
+        [ -n "$pid" ] || sleep 0.1
+    done
+else
+    if [ -n "$token_file" ]; then
+        GPULAYER_TOKEN=$(cat "$token_file")
+        export GPULAYER_TOKEN
+    fi
+    say "starting worker"
+    if command -v setsid >/dev/null 2>&1; then
+        setsid nohup "$venv/bin/python" -m gpulayer worker start "$@" </dev/null >>"$log" 2>&1 &
+    else
+        nohup "$venv/bin/python" -c 'import os, sys; os.setsid(); os.execv(sys.executable, [sys.executable] + sys.argv[1:])' \
+            -m gpulayer worker start "$@" </dev/null >>"$log" 2>&1 &
+    fi
+    pid=$!
+    echo "$pid" >"$install_dir/worker.pid"
+    unset GPULAYER_TOKEN
+    if [ -n "$token_file" ]; then rm -f "$token_file"; fi
+fi
 say "worker-pid=$pid"
 
 limit=$(awk -v s="$join_timeout" 'BEGIN { printf "%d", (s == int(s)) ? s : int(s) + 1 }')
@@ -360,9 +412,12 @@ while :; do
         exit 0
     fi
     if ! alive "$pid"; then
-        wait "$pid" 2>/dev/null && code=0 || code=$?
         tail -n 20 "$log" | sed "s/^/$PREFIX worker.log: /" >&2
         rm -f "$install_dir/worker.pid"
+        if [ -n "$hand_off" ]; then
+            fail "the worker exited before joining"  # the launcher's child: no status here
+        fi
+        wait "$pid" 2>/dev/null && code=0 || code=$?
         fail "the worker exited (status $code) before joining"
     fi
     if [ $(($(date +%s) - started)) -ge "$limit" ]; then

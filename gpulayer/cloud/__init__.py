@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from gpulayer.cloud.bootstrap import install_dir_problem as install_dir_problem
     from gpulayer.cloud.bootstrap import remove_command as remove_command
     from gpulayer.cloud.bootstrap import stop_command as stop_command
+    from gpulayer.cloud.bootstrap.commands import LAUNCH_DIR_VARIABLE as LAUNCH_DIR_VARIABLE
+    from gpulayer.cloud.bootstrap.commands import launcher_loop as launcher_loop
     from gpulayer.cloud.cache import DiskCache as DiskCache
     from gpulayer.cloud.cache import default_cache_dir as default_cache_dir
     from gpulayer.cloud.cache import default_state_dir as default_state_dir
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
     from gpulayer.cloud.offer import OfferQuery as OfferQuery
     from gpulayer.cloud.offer import check_arch as check_arch
     from gpulayer.cloud.offer import check_os as check_os
+    from gpulayer.cloud.protocol import WORKER_START_TAG as WORKER_START_TAG
     from gpulayer.cloud.protocol import GangProvider as GangProvider
     from gpulayer.cloud.protocol import Instance as Instance
     from gpulayer.cloud.protocol import InstanceState as InstanceState
@@ -141,6 +144,10 @@ _EXPORTS = {
     "can_launch_gangs": "gpulayer.cloud.protocol",
     "launch_zone": "gpulayer.cloud.protocol",
     "node_install_dir": "gpulayer.cloud.protocol",
+    "WORKER_START_TAG": "gpulayer.cloud.protocol",
+    # A launcher of the machine's own that starts the worker a bootstrap hands off.
+    "LAUNCH_DIR_VARIABLE": "gpulayer.cloud.bootstrap.commands",
+    "launcher_loop": "gpulayer.cloud.bootstrap.commands",
     # Errors: the typed cloud failures, and the base errors the CLI turns into exit codes.
     "AuthError": "gpulayer.cloud.errors",
     "CapacityError": "gpulayer.cloud.errors",

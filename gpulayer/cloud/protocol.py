@@ -201,6 +201,15 @@ def machines_outlive_reclaim(provider: object) -> bool:
     return bool(getattr(provider, "machines_outlive_reclaim", False))
 
 
+WORKER_START_TAG = "gpulayer:worker-start"
+"""An instance tag: ``launcher`` when a launcher of the machine's own starts the worker (a
+Slurm allocation's step on each node), so the bootstrap hands the start off to it."""
+
+
+def hands_off_worker_start(tags: Mapping[str, str]) -> bool:
+    return tags.get(WORKER_START_TAG) == "launcher"
+
+
 def node_install_dir(install_root: str, job_id: str, node_rank: int = 0) -> str:
     """Where node ``node_rank`` of a job installs its worker below a host's install root. The
     nodes get a dir each, so hosts that share a filesystem do not share an install."""

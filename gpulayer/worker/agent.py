@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -47,6 +48,10 @@ _LOGS_WITH_OUTCOME_BYTES = 256 << 10
 # Source bundles by their SHA-256, under the work root, shared by the worker's attempts.
 _BUNDLE_CACHE = ".bundles"
 _HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
+# What a job killed by the signals a machine going away sends (a shutdown, a Slurm step
+# ending) exits with; the worker's own stop follows within moments.
+_OUTSIDE_STOP_EXITS = frozenset({-signal.SIGTERM, -signal.SIGKILL})
+OUTSIDE_STOP_WAIT_SECONDS = 5.0
 T = TypeVar("T")
 
 
@@ -89,8 +94,12 @@ class WorkerAgent:
         max_output_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
         contain: bool = True,
         setup_cache: Path | None = None,
+        stopped_with_its_machine: bool = False,
     ) -> None:
+        """``stopped_with_its_machine``: the worker of a rented machine, whose jobs may be
+        signalled by the same shutdown that stops it (see ``_killed_with_its_machine``)."""
         self.link = link
+        self.stopped_with_its_machine = stopped_with_its_machine
         self.registration = registration
         self.work_root = work_root
         self.setup_cache = setup_cache or work_root / ".setup-envs"
@@ -392,6 +401,19 @@ class WorkerAgent:
             if uid is not None and self.uid_pool is not None:
                 take_back(attempt_dir)  # the uid's next attempt finds nothing of this one's
                 self.uid_pool.release(uid, all_ended=all_ended)
+        if self._killed_with_its_machine(report) and not self._cancelled(assignment):
+            # The signal that is stopping this worker too (a machine shutting down, a Slurm
+            # step ending, each signal every process) killed the job first: it did not fail,
+            # its machine went away. Its end is the worker's stop, with the stop's reason.
+            reason, message = self._stopping_because
+            report = AttemptReport(
+                state="failed",
+                reason=reason,
+                message=f"{message} ({report.message})",
+                exit_code=report.exit_code,
+                result=report.result,
+                logs=report.logs,
+            )
         if self._stop.is_set() and report.state == "cancelled" and not self._cancelled(assignment):
             # The worker is shutting down: the job did not choose to end, so it may retry. What
             # it reported before the end (a Trainer's reports) stays with it.
@@ -407,6 +429,16 @@ class WorkerAgent:
             self._report(attempt_id, report)
         with self._runs_lock:
             self._held.discard(attempt_id)
+
+    def _killed_with_its_machine(self, report: AttemptReport) -> bool:
+        """Whether a job killed by SIGTERM or SIGKILL from outside died of this worker's own
+        stop: the worker's signal may be handled a moment after the job's, so its stop is
+        waited for, OUTSIDE_STOP_WAIT_SECONDS at most."""
+        if not self.stopped_with_its_machine or report.reason != "exit_code":
+            return False
+        if report.exit_code not in _OUTSIDE_STOP_EXITS:
+            return False
+        return self._stop.wait(OUTSIDE_STOP_WAIT_SECONDS)
 
     def _bundle(self, assignment: Assignment, attempt_dir: Path) -> Path:
         """The job's source bundle: from this worker's cache by digest, else fetched (and,

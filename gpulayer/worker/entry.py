@@ -176,6 +176,7 @@ def run_worker(options: WorkerOptions) -> int:
         uid_pool=uid_pool,
         max_output_file_bytes=options.max_output_file_bytes,
         setup_cache=options.setup_cache,
+        stopped_with_its_machine=bool(options.instance_request_id),
     )
     if options.deadman_seconds is not None:
         deadman = DeadmanSwitch(
@@ -213,9 +214,11 @@ def run_worker(options: WorkerOptions) -> int:
         # On a rented machine nothing of gpulayer's stops the worker while a job runs: a
         # SIGTERM then is the machine shutting down under it (a spot reclaim, a stop from the
         # cloud's console), and the job's attempt ends as preempted once it saved its work.
-        agent.stop(
-            cancel_running=True, reason="preempted", message="the machine is shutting down"
-        )
+        # A Slurm step that launched the worker is ended for other reasons too: Slurm says.
+        from gpulayer.worker.batch_system import slurm_job_state, stop_reason
+
+        reason, message = stop_reason(slurm_job_state(os.environ))
+        agent.stop(cancel_running=True, reason=reason, message=message)
     else:
         agent.stop(cancel_running=True)
     agent.drain(timeout=30 + grace)

@@ -272,9 +272,7 @@ class SetupRunner:
         if ending == "cancelled":
             raise SetupCancelled("cancelled during setup")
         if ending == "timeout":
-            raise SetupError(
-                f"setup timed out after {setup.timeout_seconds:g} s while {what}"
-            )
+            raise SetupError(f"setup timed out after {setup.timeout_seconds:g} s while {what}")
         if code != 0:
             raise SetupError(f"setup: {what} failed (exit {code}): {_cause(lines)}")
 

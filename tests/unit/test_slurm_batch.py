@@ -21,6 +21,8 @@ def test_sbatch_line_carries_the_shape_limits_and_tags() -> None:
         account="ml",
         qos="high",
         time_limit="0-01:10:00",
+        install_root="/var/tmp/gpulayer",
+        job_id="j1",
         exclude=["big1"],
     )
     args = shlex.split(line)
@@ -32,7 +34,11 @@ def test_sbatch_line_carries_the_shape_limits_and_tags() -> None:
         assert wanted in args
     # Only plain-word tags travel (a comment is no place for arbitrary text).
     assert "--comment=gpulayer:job=j1,gpulayer:owner=o-1" in args
-    assert args[-1].startswith("--wrap=") and "srun" in args[-1]
+    assert args[-1] == "--wrap=" + batch.node_launcher("/var/tmp/gpulayer", "j1")
+    # The step's task names no install dir in its arguments: a stop ends whatever does.
+    script = args[-1].removeprefix("--wrap=")
+    assert "exec srun --ntasks-per-node=1 sh -c" in script
+    assert "/var/tmp/gpulayer" not in shlex.split(script.split("; exec ", 1)[1])[-1]
 
 
 def test_a_cpu_allocation_asks_for_no_gres_and_no_time() -> None:
@@ -46,6 +52,8 @@ def test_a_cpu_allocation_asks_for_no_gres_and_no_time() -> None:
             account=None,
             qos=None,
             time_limit=None,
+            install_root="/var/tmp/gpulayer",
+            job_id="j2",
         )
     )
     assert not any(a.startswith(("--gres", "--time", "--account", "--qos")) for a in args)

@@ -4,6 +4,7 @@ checked), ``commands`` (the host commands, pure), ``remote`` (a started worker),
 (the steps), ``errors``."""
 
 from gpulayer.cloud.bootstrap.commands import (
+    LAUNCH_DIR_VARIABLE,
     LOG_NAME,
     MIN_PYTHON,
     PHASE_PREFIX,
@@ -13,6 +14,7 @@ from gpulayer.cloud.bootstrap.commands import (
     TOKEN_NAME,
     HostPython,
     install_command,
+    launcher_loop,
     missing_wheels,
     parse_probe,
     probe_command,
@@ -38,6 +40,7 @@ from gpulayer.cloud.bootstrap.remote import RemoteWorker
 from gpulayer.cloud.bootstrap.run import bootstrap_worker
 
 __all__ = [
+    "LAUNCH_DIR_VARIABLE",
     "LOG_NAME",
     "MIN_PYTHON",
     "PHASE_PREFIX",
@@ -58,6 +61,7 @@ __all__ = [
     "default_wheelhouse_dir",
     "install_command",
     "install_dir_problem",
+    "launcher_loop",
     "missing_wheels",
     "parse_probe",
     "probe_command",

@@ -75,6 +75,8 @@ def install_command(
     ]
     if plan.system_site_packages:
         argv.append("--system-site-packages")
+    if plan.hand_off:
+        argv.append("--hand-off")
     if gpulayer_version:
         argv += ["--index-version", gpulayer_version]
     argv += ["--", *worker_args(plan, remote_port)]
@@ -82,6 +84,23 @@ def install_command(
     return (
         f"if command -v timeout >/dev/null 2>&1; then exec {shlex.join(bounded)}; "
         f"else exec {shlex.join(argv)}; fi"
+    )
+
+
+LAUNCH_DIR_VARIABLE = "GPULAYER_LAUNCH_DIR"
+
+
+def launcher_loop() -> str:
+    """Shell code for a launcher of the machine's own (a Slurm step on each node): it starts
+    the worker each bootstrap with ``hand_off`` hands to the install dir named by
+    ``$GPULAYER_LAUNCH_DIR``, and waits for the next once that worker ends (a controller
+    that restarts bootstraps again). The install dir is read from the environment, never
+    written into the launcher's own arguments: a stop ends whatever names the install dir,
+    and the launcher outlives its workers."""
+    d = f'"${LAUNCH_DIR_VARIABLE}"'
+    return (
+        f"while :; do if mv {d}/launch {d}/launch.run 2>/dev/null; "
+        f"then sh {d}/launch.run; fi; sleep 1; done"
     )
 
 

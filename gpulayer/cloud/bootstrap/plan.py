@@ -78,6 +78,9 @@ class BootstrapPlan:
     node_address: str | None = None
     """Where the other nodes of a gang reach this one (the worker's ``--address``); None: the
     worker finds its own."""
+    hand_off: bool = False
+    """A launcher of the machine's own starts the worker (a Slurm allocation's step, see
+    :func:`gpulayer.cloud.bootstrap.commands.launcher_loop`); False: the bootstrap starts it."""
 
 
 def install_dir_problem(path: str) -> str | None:

@@ -20,9 +20,7 @@ from gpulayer.cloud.offer import Offer
 from gpulayer.cloud.ranking import BlockList
 
 OfferKey = tuple[str, str, str, str, bool]
-Outcome = Literal[
-    "capacity", "quota", "auth", "config", "failed", "partial", "reclaimed", "other"
-]
+Outcome = Literal["capacity", "quota", "auth", "config", "failed", "partial", "reclaimed", "other"]
 OUTCOMES: frozenset[str] = frozenset(
     {"capacity", "quota", "auth", "config", "failed", "partial", "reclaimed"}
 )

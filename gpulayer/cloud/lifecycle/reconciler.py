@@ -39,7 +39,12 @@ from gpulayer.cloud.lifecycle.states import (
     stuck_move,
     timed_out,
 )
-from gpulayer.cloud.protocol import machines_outlive_reclaim, node_install_dir, offers_are_machines
+from gpulayer.cloud.protocol import (
+    hands_off_worker_start,
+    machines_outlive_reclaim,
+    node_install_dir,
+    offers_are_machines,
+)
 from gpulayer.errors import UsageError
 
 if TYPE_CHECKING:
@@ -793,6 +798,7 @@ class Reconciler:
                 deadman_seconds=self._deadman_seconds(),
                 deadman_action=self._deadman_action(r.provider),
                 python=tags.get("gpulayer:python", "python3"),
+                hand_off=hands_off_worker_start(tags),
                 instance_request_id=request_id,
                 system_site_packages=bool(self.settings.get("system_site_packages", False)),
                 # The other nodes of a gang reach this one where the provider says it is.

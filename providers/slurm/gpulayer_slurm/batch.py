@@ -1,9 +1,11 @@
 """The ``sbatch`` command line of one allocation, and the tags it carries. Pure.
 
 The allocation holds its nodes with one step per node (``srun``) until it is cancelled or
-its time limit ends it; gpulayer's worker runs on each node inside it. Its job name names the
-launch request and its comment carries gpulayer's tags, so ``squeue`` finds it again after a
-controller restart."""
+its time limit ends it. That step is the launcher of gpulayer's worker on its node: the
+bootstrap over SSH installs the worker and hands its start to the step, so the worker runs
+inside the allocation (Slurm's accounting, limits and signals reach it, and a preemption or
+``scancel`` ends it with the allocation). Its job name names the launch request and its
+comment carries gpulayer's tags, so ``squeue`` finds it again after a controller restart."""
 
 from __future__ import annotations
 
@@ -11,8 +13,31 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 
+from gpulayer.cloud import LAUNCH_DIR_VARIABLE, launcher_loop
+
 _TAG_WORD = re.compile(r"^[A-Za-z0-9_.:@+-]+$")
-HOLD_STEP = "exec srun --ntasks-per-node=1 sleep infinity"
+_ROOT_VARIABLE = "GPULAYER_STEP_ROOT"
+_JOB_VARIABLE = "GPULAYER_STEP_JOB"
+
+
+def node_launcher(install_root: str, job_id: str) -> str:
+    """The batch script: one step per node whose task launches the worker handed to the
+    node's install dir, ``install_root/job_id`` on node 0 and ``install_root/job_id-nodeN``
+    on node N (SLURM_NODEID), as :func:`gpulayer.cloud.node_install_dir` places them. The
+    dir travels in the environment, not in the task's arguments (see ``launcher_loop``)."""
+    d = LAUNCH_DIR_VARIABLE
+    task = (
+        f'{d}="${_ROOT_VARIABLE}/${_JOB_VARIABLE}"; '
+        f'[ "${{SLURM_NODEID:-0}}" = 0 ] || {d}="${d}-node$SLURM_NODEID"; '
+        f"export {d}; {launcher_loop()}"
+    )
+    return (
+        f"export {_ROOT_VARIABLE}={shlex.quote(install_root)} "
+        f"{_JOB_VARIABLE}={shlex.quote(job_id)}; "
+        f"exec srun --ntasks-per-node=1 sh -c {shlex.quote(task)}"
+    )
+
+
 SQUEUE_FORMAT = "%i|%j|%T|%r|%N|%k"
 
 
@@ -42,10 +67,13 @@ def sbatch_command(
     account: str | None,
     qos: str | None,
     time_limit: str | None,
+    install_root: str,
+    job_id: str,
     exclude: Sequence[str] = (),
 ) -> str:
     """``sbatch --parsable ...``: whole nodes (the offer is a node shape, priced per
-    node-hour), one task each; ``exclude`` keeps the partition's nodes of other shapes out."""
+    node-hour), one task each, launching the job's worker on each node (``node_launcher``);
+    ``exclude`` keeps the partition's nodes of other shapes out."""
     args = [
         "sbatch", "--parsable", f"--job-name={job_name}", f"--comment={comment(tags)}",
         f"--partition={partition}", f"--nodes={nodes}", "--ntasks-per-node=1", "--exclusive",
@@ -64,7 +92,7 @@ def sbatch_command(
         args.append(f"--time={time_limit}")
     if exclude:
         args.append(f"--exclude={','.join(exclude)}")
-    args.append(f"--wrap={HOLD_STEP}")
+    args.append(f"--wrap={node_launcher(install_root, job_id)}")
     return shlex.join(args)
 
 

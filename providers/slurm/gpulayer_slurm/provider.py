@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gpulayer.cloud import (
+    WORKER_START_TAG,
     CapacityError,
     Instance,
     InstanceState,
@@ -235,6 +236,8 @@ class SlurmProvider:
             account=cluster.account,
             qos=cluster.qos,
             time_limit=time_limit,
+            install_root=cluster.install_root or DEFAULT_INSTALL_ROOT,
+            job_id=request.job_id,
             exclude=[
                 n for s in shapes if s.partition == partition and s is not shape for n in s.nodes
             ],
@@ -319,6 +322,8 @@ class SlurmProvider:
                 PYTHON_TAG: cluster.python or "python3",
                 SLURM_JOB_TAG: record.slurm_job_id,
                 SLURM_NODE_TAG: node,
+                # The allocation's step on the node starts the worker (batch.node_launcher).
+                WORKER_START_TAG: "launcher",
             }
             if record.nodes > 1:
                 tags[NODE_RANK_TAG] = str(rank)

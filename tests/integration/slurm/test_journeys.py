@@ -70,7 +70,16 @@ def test_a_job_runs_in_an_allocation_and_leaves_nothing_in_squeue(
     slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
 ) -> None:
     write_providers(slurm_home, slurm_cluster, tmp_path)
-    script = "import os; print('ran', os.environ['GPULAYER_JOB_ID'])"
+    # The job names the processes it runs under: the worker's, then the allocation's step.
+    script = (
+        "import os\n"
+        "print('ran', os.environ['GPULAYER_JOB_ID'])\n"
+        "names, pid = [], os.getppid()\n"
+        "while pid > 1:\n"
+        "    names.append(open(f'/proc/{pid}/comm').read().strip())\n"
+        "    pid = int(open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[1])\n"
+        "print('under', ' '.join(names))\n"
+    )
     result = run_cli(
         ["submit", "--target", "cloud", "--provider", "slurm", "--timeout", "120", "--",
          "python3", "-c", script],
@@ -80,6 +89,9 @@ def test_a_job_runs_in_an_allocation_and_leaves_nothing_in_squeue(
     job = last_job()
     assert job["state"] == "succeeded"
     assert f"ran {job['id']}" in result.stdout
+    # The worker runs inside the allocation: Slurm's step started it, not an SSH session.
+    under = next(line for line in result.stdout.splitlines() if line.startswith("under "))
+    assert "slurmstepd" in under.split() and "sshd" not in under.split(), under
     assert "slurm job" in result.stderr and "submitted to" in result.stderr
     wait_until(lambda: ledger(job["id"])["instances"][0]["state"] == "terminated", what="teardown")
     costs = ledger(job["id"])

@@ -1,0 +1,68 @@
+"""Why a batch system ends the worker it launched: Slurm's record of the job. Pure, with the
+scontrol call given its answer."""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+import pytest
+
+from gpulayer.worker.batch_system import job_state, slurm_job_state, stop_reason
+
+SHOW_JOB = (
+    "JobId=42 JobName=gpulayer-r1 UserId=gl(1000) GroupId=gl(1000) Priority=1 "
+    "JobState={state} Reason=None Dependency=(null) Requeue=0 Restarts=0 BatchFlag=1 "
+    "NodeList=cpu1 Comment=gpulayer:job=j1\n"
+)
+
+
+def test_job_state_is_read_from_one_line_records() -> None:
+    assert job_state(SHOW_JOB.format(state="PREEMPTED")) == "PREEMPTED"
+    assert job_state(SHOW_JOB.format(state="CANCELLED")) == "CANCELLED"
+    assert job_state("JobId=42 OldJobState=RUNNING") is None
+    assert job_state("") is None
+
+
+def _answer(code: int, out: str) -> Any:
+    asked: list[list[str]] = []
+
+    def run(args: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        asked.append(args)
+        return subprocess.CompletedProcess(args, code, out, "")
+
+    return run, asked
+
+
+def test_the_worker_asks_slurm_about_its_own_allocation_only() -> None:
+    run, asked = _answer(0, SHOW_JOB.format(state="TIMEOUT"))
+    assert slurm_job_state({"SLURM_JOB_ID": "42"}, run) == "TIMEOUT"
+    assert asked == [["scontrol", "-o", "show", "job", "42"]]
+    assert slurm_job_state({}, run) is None and len(asked) == 1
+    assert slurm_job_state({"SLURM_JOB_ID": "42; rm -rf /"}, run) is None and len(asked) == 1
+    refused, _ = _answer(1, "")
+    assert slurm_job_state({"SLURM_JOB_ID": "42"}, refused) is None
+
+    def missing(args: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        raise FileNotFoundError("scontrol")
+
+    assert slurm_job_state({"SLURM_JOB_ID": "42"}, missing) is None
+
+
+@pytest.mark.parametrize(
+    ("state", "reason"),
+    [
+        (None, "preempted"),
+        ("PREEMPTED", "preempted"),
+        ("CANCELLED", "worker_lost"),
+        ("TIMEOUT", "worker_lost"),
+        ("NODE_FAIL", "worker_lost"),
+    ],
+)
+def test_only_a_preemption_or_a_silent_machine_is_a_preemption(
+    state: str | None, reason: str
+) -> None:
+    got, message = stop_reason(state)
+    assert got == reason
+    if state is not None and state != "PREEMPTED":
+        assert state.lower() in message
