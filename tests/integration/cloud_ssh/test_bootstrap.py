@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -136,6 +137,67 @@ def test_token_is_never_in_a_command_line_nor_left_on_disk(
             worker.cleanup()
     finally:
         session.close()
+
+
+def _start_launcher(host: SshdHost, install_dir: Path) -> int:
+    """What a Slurm step runs on its node: the launcher of the worker handed to install_dir."""
+    from gpulayer.cloud import LAUNCH_DIR_VARIABLE, launcher_loop
+
+    started = host.run(
+        f"{LAUNCH_DIR_VARIABLE}={shlex.quote(str(install_dir))} setsid sh -c "
+        f"{shlex.quote(launcher_loop())} </dev/null >/dev/null 2>&1 & echo $!",
+        check=True,
+    )
+    return int(started.stdout.strip())
+
+
+def test_a_worker_handed_off_is_started_by_the_machines_own_launcher(
+    ssh_host: SshdHost, control_plane: ControlPlane, wheelhouse: Wheelhouse, tmp_path: Path
+) -> None:
+    install_dir = tmp_path / "gpulayer" / "job-h"
+    launcher = _start_launcher(ssh_host, install_dir)
+    token = control_plane.worker_token()
+    output: list[str] = []
+    session = connect(ssh_host)
+    try:
+        plan = make_plan(install_dir, control_plane.port, token, hand_off=True)
+        worker = bootstrap_worker(session, plan, wheelhouse, output.append, timeout=120)
+        try:
+            assert worker.worker_id is not None
+            assert control_plane.worker(worker.worker_id)["state"] == "ready"
+            stat = ssh_host.read_text(f"/proc/{worker.pid}/stat")
+            assert int(stat.rsplit(")", 1)[1].split()[1]) == launcher  # its parent
+            assert any("handing the worker's start" in line for line in output), output
+            assert not ssh_host.exists(install_dir / "worker.token")
+            for pid in processes_mentioning(ssh_host, str(install_dir)):
+                assert token.encode() not in ssh_host.read_bytes(f"/proc/{pid}/cmdline")
+        finally:
+            worker.stop()
+        # A stop ends what names the install dir; the launcher, which does not, waits on.
+        assert ssh_host.run(["kill", "-0", str(launcher)]).returncode == 0
+        assert processes_mentioning(ssh_host, str(install_dir)) == []
+        worker.cleanup()
+    finally:
+        session.close()
+        ssh_host.run(["kill", str(launcher)])
+    assert not ssh_host.exists(install_dir)
+
+
+def test_a_hand_off_nothing_takes_fails_and_leaves_nothing(
+    ssh_host: SshdHost, control_plane: ControlPlane, wheelhouse: Wheelhouse, tmp_path: Path
+) -> None:
+    install_dir = tmp_path / "gpulayer" / "job-n"
+    plan = make_plan(install_dir, control_plane.port, control_plane.worker_token(), hand_off=True)
+    session = connect(ssh_host)
+    try:
+        with pytest.raises(BootstrapError) as err:
+            bootstrap_worker(session, plan, wheelhouse, lambda line: None, timeout=40)
+    finally:
+        session.close()
+    assert any("no launcher on this machine started the worker" in line
+               for line in err.value.output_tail), err.value.output_tail  # fmt: skip
+    assert not ssh_host.exists(install_dir)
+    assert control_plane.client.workers() == []
 
 
 def test_second_job_on_a_host_uploads_no_wheels(
