@@ -9,7 +9,7 @@ command (``python3 -c 'print("first line", flush=True)'``) goes
 
 - through gpulayer: ``gpulayer submit --target cloud --provider slurm`` with a providers.yaml
   naming the cluster, so one ``sbatch`` allocation per job over the login node and a worker
-  bootstrapped on the allocated node over SSH;
+  bootstrapped on the allocated node over SSH, started by the allocation's step;
 - through Slurm alone: ``sbatch --wrap`` of the command, on the same partition with the same
   node-level request as gpulayer's allocation (``--nodes=1 --exclusive``), so the two differ
   by what gpulayer adds, not by how densely Slurm packs them.

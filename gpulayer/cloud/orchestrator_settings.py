@@ -34,6 +34,10 @@ class OrchestratorSettings(BaseModel):
     offers (ending with that reason when no other provider has any). `gpulayer catalog
     refresh` gives each request to a price source this long. At most 240, so the CLI's own
     wait for the control plane outlasts it."""
+    parallel_launches: Annotated[int, Strict(), Field(ge=1, le=64)] = 8
+    """How many launches run at once. A launch may wait long inside its provider (a Slurm
+    allocation pending in the queue); more launches than this wait for one to end. Read when
+    the control plane starts."""
     state_timeouts: dict[str, Annotated[float, Field(gt=0, le=30 * 86400)]] = Field(
         default_factory=dict
     )

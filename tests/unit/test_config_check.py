@@ -89,6 +89,7 @@ def test_a_valid_file_shows_every_default(tmp_path: Path, monkeypatch: pytest.Mo
         "system_site_packages": False,
         "hold_reclaimed_seconds": 600.0,
         "cloud_wait_seconds": 30.0,
+        "parallel_launches": 8,
         "state_timeouts": {},
     }
     assert orchestrator_settings(root)["deadman_seconds"] == 120.0
@@ -138,3 +139,14 @@ def test_the_cloud_wait_is_bounded_and_read_past_other_sections_problems(
             orchestrator_section(root)
         assert len(caught.value.lines) == 1
         assert "gpulayer.cloud_wait_seconds" in caught.value.lines[0]
+    assert (
+        orchestrator_section(_write(tmp_path, "gpulayer: {parallel_launches: 2}\n", monkeypatch))[
+            "parallel_launches"
+        ]
+        == 2
+    )
+    for bad in ("0", "65", "2.5", '"2"'):
+        root = _write(tmp_path, f"gpulayer: {{parallel_launches: {bad}}}\n", monkeypatch)
+        with pytest.raises(ConfigError) as caught:
+            orchestrator_section(root)
+        assert "gpulayer.parallel_launches" in caught.value.lines[0]

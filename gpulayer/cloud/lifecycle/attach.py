@@ -34,6 +34,19 @@ def owner_id(root: Path) -> str:
     return owner
 
 
+def _parallel_launches(root: Path) -> int:
+    """The launch threads providers.yaml asks for; its default where the file is not valid
+    yet (the control plane still starts, and names the problem on first use)."""
+    from gpulayer.cloud.config import orchestrator_settings
+    from gpulayer.cloud.orchestrator_settings import OrchestratorSettings
+    from gpulayer.errors import GpulayerError
+
+    try:
+        return int(orchestrator_settings(root)["parallel_launches"])
+    except GpulayerError:
+        return int(OrchestratorSettings().parallel_launches)
+
+
 def attach_lifecycle(service: ControlService, control_port: int) -> Reconciler:
     from gpulayer.cloud.config import check_config, enabled_providers, orchestrator_settings
 
@@ -44,6 +57,7 @@ def attach_lifecycle(service: ControlService, control_port: int) -> Reconciler:
         owner=owner_id(root),
         load_providers=lambda only: enabled_providers(root, only),
         settings=lambda: orchestrator_settings(root),
+        parallel_launches=_parallel_launches(root),
     )
     service.cloud_available = lambda: bool(check_config(root).providers)
 

@@ -555,12 +555,15 @@ def test_a_busy_partition_gives_way_to_a_rented_machine(
 def test_more_jobs_than_launch_threads_on_a_busy_partition_all_run(
     slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
 ) -> None:
-    # The controller launches 8 at a time. Here 8 allocations wait in Slurm's queue, each
-    # inside its launch, a ninth launch waits for a thread well past the 5 s a record
-    # may stay `requested`, and when a node frees, the allocation that gets it must still have
-    # its worker started while the others wait on.
+    # The controller launches 2 at a time here (parallel_launches). 2 allocations wait in
+    # Slurm's queue, each inside its launch, a third launch waits for a thread well past the
+    # 5 s a record may stay `requested`, and when a node frees, the allocation that gets it
+    # must still have its worker started while the others wait on.
     write_providers(
-        slurm_home, slurm_cluster, tmp_path, controller={"state_timeouts": {"requested": 5}}
+        slurm_home,
+        slurm_cluster,
+        tmp_path,
+        controller={"state_timeouts": {"requested": 5}, "parallel_launches": 2},
     )
     holders = {
         node: slurm_cluster.command(
@@ -575,11 +578,11 @@ def test_more_jobs_than_launch_threads_on_a_busy_partition_all_run(
             timeout=30,
             what="the other jobs to run",
         )
-        jobs = [submit_detached("python3", "-c", "print('done')") for _ in range(9)]
+        jobs = [submit_detached("python3", "-c", "print('done')") for _ in range(3)]
         wait_until(
-            lambda: sum(1 for line in slurm_cluster.queue() if " gpulayer-" in line) == 8,
+            lambda: sum(1 for line in slurm_cluster.queue() if " gpulayer-" in line) == 2,
             timeout=60,
-            what="8 allocations pending",
+            what="2 allocations pending",
         )
         slurm_cluster.command("scancel", holders["cpu1"])
         wait_until(
