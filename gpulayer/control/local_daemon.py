@@ -257,7 +257,7 @@ def current(layout: HomeLayout) -> ControlClient:
                 f"restarts by itself once its {jobs} end (gpulayer server restart waits for them)",
             )
         for name, value in found.refused.items():
-            shown = "unset" if value is None else f"={value}"
+            shown = " unset" if value is None else f"={value}"
             print(
                 f"gpulayer: {name}{shown} is not applied: the local control plane must restart "
                 f"for it and has {jobs} (gpulayer server restart waits for them)",
