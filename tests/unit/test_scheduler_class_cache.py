@@ -206,10 +206,11 @@ def test_conditions_keep_the_bounds_the_index_prunes_by(seed: int) -> None:
 
 def test_every_request_field_is_read_by_some_check() -> None:
     # A field no check declares would not be in the requirement key, and two jobs differing
-    # only there would share a class verdict. The profile is resolved into the other fields.
+    # only there would share a class verdict. The profile is resolved into the other fields;
+    # gpu_slices speaks of rented offers only (a worker reports the devices it has).
     read = {path for chk in CHECKS for path in chk.reads}
     resources = {p.split(".", 1)[1] for p in read if p.startswith("resources.")}
-    assert resources == set(ResourceRequest.model_fields) - {"profile"}
+    assert resources == set(ResourceRequest.model_fields) - {"profile", "gpu_slices"}
     placement = {p.split(".", 1)[1] for p in read if p.startswith("placement.")}
     assert {"providers", "regions", "worker_ids", "worker_labels"} == placement
     assert placement <= set(PlacementPolicy.model_fields)

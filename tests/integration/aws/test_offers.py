@@ -37,15 +37,18 @@ def test_gpu_offers_are_nvidia_types_in_their_zones(moto: Moto, provider: AwsPro
     for offer in offers:
         by_type.setdefault(offer.instance_type, set()).add(offer.zone or "")
     moto_gpus = _gpu_types_in_moto(moto, "us-east-1")
-    whole_nvidia = {
-        name
-        for name, t in moto_gpus.items()
-        if t["GpuInfo"]["Gpus"][0]["Manufacturer"] == "NVIDIA" and t["GpuInfo"]["Gpus"][0]["Count"]
+    nvidia = {
+        name for name, t in moto_gpus.items() if t["GpuInfo"]["Gpus"][0]["Manufacturer"] == "NVIDIA"
     }
-    assert set(by_type) <= whole_nvidia
+    assert set(by_type) <= nvidia
     assert {"g5.xlarge", "p4d.24xlarge", "p5.48xlarge", "g6e.xlarge"} <= set(by_type)
-    # AMD (g4ad), Gaudi (dl1) and fractional GPUs (g6f) are not CUDA offers.
-    assert not any(name.startswith(("g4ad.", "dl1.", "g6f.")) for name in by_type)
+    # AMD (g4ad) and Gaudi (dl1) are not CUDA offers.
+    assert not any(name.startswith(("g4ad.", "dl1.")) for name in by_type)
+    # A slice of one L4 (EC2 counts no whole GPU in it) is one GPU marked as a slice, which a
+    # job gets only when it accepts slices; every other offer is of whole GPUs.
+    parts = {o.instance_type: (o.gpu_count, o.gpu_slice) for o in offers if o.gpu_slice}
+    assert parts["g6f.large"] == (1, 0.125) and parts["gr6f.4xlarge"] == (1, 0.5)
+    assert set(parts) == {n for n in by_type if n.startswith(("g6f.", "gr6f."))}
     for name in ("g5.xlarge", "p5.48xlarge"):
         assert by_type[name] == _zones_in_moto(moto, "us-east-1", name)
     assert all(o.spot is False for o in offers)
