@@ -14,11 +14,18 @@ import subprocess
 from collections.abc import Callable, Mapping
 
 _JOB_STATE = re.compile(r"(?:^|\s)JobState=(\S+)")
+_PREEMPT_TIME = re.compile(r"(?:^|\s)PreemptTime=(\S+)")
+_NO_TIME = frozenset({"None", "Unknown", "(null)"})
 _ANSWER_SECONDS = 10.0
 
 
 def job_state(scontrol_output: str) -> str | None:
-    """The JobState of ``scontrol -o show job`` output (PREEMPTED, CANCELLED, TIMEOUT...)."""
+    """How ``scontrol -o show job`` output says the job ended: PREEMPTED, CANCELLED, TIMEOUT...
+    While its nodes still end its processes Slurm shows the job COMPLETING, not the state it
+    will end in (that waits for this worker to exit), but a preemption has set PreemptTime."""
+    preempted = _PREEMPT_TIME.search(scontrol_output)
+    if preempted and preempted.group(1) not in _NO_TIME:
+        return "PREEMPTED"
     found = _JOB_STATE.search(scontrol_output)
     return found.group(1) if found else None
 
@@ -51,4 +58,6 @@ def stop_reason(state: str | None) -> tuple[str, str]:
     if state is None or state == "PREEMPTED":
         what = "slurm preempted the allocation" if state else "the machine is shutting down"
         return "preempted", what
+    if state == "COMPLETING":  # ended, the reason not shown yet: not a preemption
+        return "worker_lost", "slurm ended the allocation"
     return "worker_lost", f"slurm ended the allocation ({state.lower()})"
