@@ -22,6 +22,7 @@ from gpulayer.control.arrays import ARRAY_ID
 from gpulayer.control.auth import LOCAL_ADMIN, Principal
 from gpulayer.control.body_pipe import read_body_on_a_thread
 from gpulayer.control.bundle_store import DIGEST_PREFIX, parse_digest
+from gpulayer.control.claim_poll import claim_long_poll
 from gpulayer.control.output_uploads import UploadTooLarge, receive_within
 from gpulayer.control.service import ControlService
 from gpulayer.control.text_checks import repaired, unsafe_text
@@ -186,6 +187,11 @@ def create_app(
 
         return {"ok": True, "version": __version__, "embedded": embedded, "pid": os.getpid()}
 
+    @app.get("/v1/server", dependencies=[Depends(admin_only)])
+    def server_state() -> dict[str, Any]:
+        """For operators: how many workers' claim long-polls wait for work right now."""
+        return {"version": __version__, "claim_polls_waiting": service.news.listening()}
+
     # --- jobs ---------------------------------------------------------------------------------
 
     # Checked inside (service.submit for the spec): a refused job must not leave its bundle.
@@ -330,17 +336,19 @@ def create_app(
         return service.heartbeat(worker_id, running=running, caller=who).model_dump()
 
     @app.post("/v1/workers/{worker_id}/claim", dependencies=[checked])
-    def claim(
+    async def claim(
         worker_id: str,
         wait: WaitSeconds = 0,
         signals: bool = False,
         who: Principal = Depends(caller),
     ) -> list[dict[str, Any]] | dict[str, Any]:
+        reply = await claim_long_poll(
+            service, worker_id, min(wait, _MAX_WAIT_SECONDS), who, with_cancels=signals
+        )
         # Without signals=1 the reply is the bare list of assignments older workers read.
-        wait = min(wait, _MAX_WAIT_SECONDS)
         if not signals:
-            return [a.model_dump() for a in service.claim_waiting(worker_id, wait, who)]
-        return service.claim_or_signal(worker_id, wait, who).model_dump()
+            return [a.model_dump() for a in reply.assignments]
+        return reply.model_dump()
 
     # Not `checked`: a job's output is repaired rather than refused (service.append_logs).
     @app.post("/v1/attempts/{attempt_id}/logs")

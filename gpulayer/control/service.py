@@ -40,6 +40,7 @@ from gpulayer.control.targets import (
     with_default_target,
 )
 from gpulayer.control.text_checks import repair_text, unsafe_text
+from gpulayer.control.worker_news import WorkerNews
 from gpulayer.errors import (
     ForbiddenError,
     NotFoundError,
@@ -101,9 +102,7 @@ class ControlService:
         self._client_env: dict[str, dict[str, str]] = {}
         self._cloud_env: dict[str, dict[str, str]] = {}
         self._outputs_lock = threading.Lock()
-        # Per worker, a count its claim long-poll waits on: bumped only for that worker's news
-        # (an assignment, a cancel), so one job wakes one worker, not all of them.
-        self._worker_news: dict[str, int] = {}
+        self.news = WorkerNews()
         # Per worker, its life's epoch and the cancels its claim replies already carried.
         self._told_cancels: dict[str, tuple[int, set[int]]] = {}
         self._told_lock = threading.Lock()
@@ -138,25 +137,9 @@ class ControlService:
     def version(self) -> int:
         return self._version
 
-    def worker_news(self, worker_id: str) -> int:
-        with self._changed:
-            return self._worker_news.get(worker_id, 0)
-
     def wake_workers(self, worker_ids: Iterable[str | None]) -> None:
         """Wake these workers' claim long-polls (and only theirs)."""
-        ids = [w for w in worker_ids if w]
-        if not ids:
-            return
-        with self._changed:
-            for worker_id in ids:
-                self._worker_news[worker_id] = self._worker_news.get(worker_id, 0) + 1
-            self._changed.notify_all()
-
-    def wait_for_worker_news(self, worker_id: str, since: int, timeout: float) -> None:
-        with self._changed:
-            self._changed.wait_for(
-                lambda: self._worker_news.get(worker_id, 0) != since, timeout=timeout
-            )
+        self.news.wake(worker_ids)
 
     def wake_unclaimed(self) -> None:
         """Wake every worker with an assignment it has not claimed: another control plane
@@ -734,24 +717,37 @@ class ControlService:
     ) -> ClaimReply:
         """claim_waiting that also returns early with cancels of this worker's attempts that
         this worker life was not told of yet: a cancel reaches the worker now, not with its
-        next heartbeat (which still repeats every cancel, should this reply be lost)."""
-        since = self.worker_news(worker_id)
-        self._check_worker(caller, worker_id)
-        # A poll belongs to the worker's life that sent it: once the worker registered again
-        # (restarted), a poll still open from before must not take the new life's work.
-        epoch = self.store.get_worker(worker_id).epoch
+        next heartbeat (which still repeats every cancel, should this reply be lost).
+
+        Blocks this thread while it waits; the HTTP route waits on the event loop instead
+        (gpulayer.control.claim_poll)."""
+        since, epoch = self.claim_start(worker_id, caller)
         deadline = time.monotonic() + wait
         while True:
-            reply = ClaimReply(assignments=self.claim(worker_id, caller, epoch=epoch))
-            if with_cancels:
-                reply.cancel_attempts = self._untold_cancels(worker_id, epoch)
-            if reply.assignments or reply.cancel_attempts:
-                return reply
+            reply = self.claim_now(worker_id, caller, epoch, with_cancels=with_cancels)
             left = deadline - time.monotonic()
-            if left <= 0:
+            if reply.assignments or reply.cancel_attempts or left <= 0:
                 return reply
-            self.wait_for_worker_news(worker_id, since, left)
-            since = self.worker_news(worker_id)
+            self.news.wait(worker_id, since, left)
+            since = self.news.count(worker_id)
+
+    def claim_start(self, worker_id: str, caller: Principal | None) -> tuple[int, int]:
+        """A claim poll's start: the worker's news count it waits past, and its life's epoch.
+
+        A poll belongs to the worker's life that sent it: once the worker registered again
+        (restarted), a poll still open from before must not take the new life's work."""
+        since = self.news.count(worker_id)
+        self._check_worker(caller, worker_id)
+        return since, self.store.get_worker(worker_id).epoch
+
+    def claim_now(
+        self, worker_id: str, caller: Principal | None, epoch: int, *, with_cancels: bool
+    ) -> ClaimReply:
+        """One look for what waits for this worker's life ``epoch``, without waiting."""
+        reply = ClaimReply(assignments=self.claim(worker_id, caller, epoch=epoch))
+        if with_cancels:
+            reply.cancel_attempts = self._untold_cancels(worker_id, epoch)
+        return reply
 
     def _untold_cancels(self, worker_id: str, epoch: int) -> list[int]:
         """Cancelled attempts of this worker its life ``epoch`` has not had in a claim reply;
@@ -1263,17 +1259,14 @@ class ControlService:
 
         woken: set[str] = set()
         assigned = 0
-        for job_id, nodes in plan_assignments(self.store, self.placement):
-            if len(nodes) > 1:
-                if self.store.assign_gang(job_id, nodes) is not None:
-                    assigned += 1
-                    woken.update(w for w, _ in nodes)
-                    self.log_system(job_id, 0, [gangs.placed_note(self.store, nodes)])
+        plans = plan_assignments(self.store, self.placement)
+        for (job_id, nodes), attempts in zip(plans, self.store.assign_all(plans), strict=True):
+            if attempts is None:
                 continue
-            worker_id, gpus = nodes[0]
-            if self.store.assign(job_id, worker_id, gpus) is not None:
-                assigned += 1
-                woken.add(worker_id)
+            assigned += 1
+            woken.update(w for w, _ in nodes)
+            if len(nodes) > 1:
+                self.log_system(job_id, 0, [gangs.placed_note(self.store, nodes)])
         if assigned:
             self.wake_workers(woken)
         if assigned or not quiet:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -34,6 +33,7 @@ from sqlalchemy import (
 )
 
 from gpulayer.control import tables as t
+from gpulayer.control.fair_lock import FairRLock
 from gpulayer.control.outcome_migration import outcomes_from_notes
 from gpulayer.control.record_states import RESERVATION_TRANSITIONS, WORKER_TRANSITIONS, sources
 from gpulayer.errors import GpulayerError, NotFoundError
@@ -116,6 +116,7 @@ _ATTEMPTS_OF_NUMBER = (
     .where(t.attempts.c.number == bindparam("b_number"))
     .order_by(t.attempts.c.node_rank)
 )
+
 
 class StoreError(GpulayerError):
     """The database cannot be used (newer schema, unreachable server, ...)."""
@@ -409,6 +410,40 @@ def job_row(
     }
 
 
+# Enough to place a burst in a few transactions, few enough that no writer waits long
+# behind one.
+_ASSIGNMENTS_PER_TRANSACTION = 64
+
+
+def _assign_in(
+    conn: Connection, job_id: str, nodes: Sequence[tuple[str, Sequence[int]]], now: float
+) -> list[AttemptRecord] | None:
+    """Within a write transaction: the queued job moved to running, with an attempt per node;
+    None (and nothing written) when it is no longer queued."""
+    won = conn.execute(_WIN_QUEUED_JOB, {"b_job": job_id, "b_now": now}).rowcount
+    if won != 1:
+        return None
+    number = conn.execute(_JOB_ATTEMPTS, {"b_job": job_id}).scalar_one()
+    new_attempts = []
+    for rank, (worker_id, gpu_indices) in enumerate(nodes):
+        epoch = conn.execute(_WORKER_EPOCH, {"b_worker": worker_id}).scalar()
+        new_attempts.append(
+            {
+                "job_id": job_id,
+                "number": number,
+                "worker_id": worker_id,
+                "gpu_indices": json.dumps(list(gpu_indices)),
+                "state": "assigned",
+                "created_at": now,
+                "worker_epoch": epoch,
+                "node_rank": rank,
+            }
+        )
+    conn.execute(_INSERT_ATTEMPT, new_attempts)
+    rows = conn.execute(_ATTEMPTS_OF_NUMBER, {"b_job": job_id, "b_number": number}).all()
+    return [_attempt(r) for r in rows]
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
@@ -468,10 +503,9 @@ class Store:
             _private_sqlite_files(url)
         self.engine = create_store_engine(url)
         # SQLite takes one writer at a time and makes the others sleep and retry (backing off
-        # to 100 ms sleeps); taking turns here instead keeps a burst of writes from stalling.
-        self._writer: threading.RLock | None = (
-            threading.RLock() if url.startswith("sqlite") else None
-        )
+        # to 100 ms sleeps); taking turns here instead keeps a burst of writes from stalling,
+        # and in turn order, so no write waits while later ones go ahead of it.
+        self._writer: FairRLock | None = FairRLock() if url.startswith("sqlite") else None
         self.token_changes = 0
         """Bumped whenever this process revokes, removes or rehashes a token, so what
         remembers tokens in memory forgets them at once."""
@@ -659,30 +693,25 @@ class Store:
     ) -> list[AttemptRecord] | None:
         """Move a queued job to running with one attempt per node (node rank = position), all
         in one transaction: every node or none, exactly once. None if someone else won."""
-        now = time.time()
-        with self._begin() as conn:
-            won = conn.execute(_WIN_QUEUED_JOB, {"b_job": job_id, "b_now": now}).rowcount
-            if won != 1:
-                return None
-            number = conn.execute(_JOB_ATTEMPTS, {"b_job": job_id}).scalar_one()
-            new_attempts = []
-            for rank, (worker_id, gpu_indices) in enumerate(nodes):
-                epoch = conn.execute(_WORKER_EPOCH, {"b_worker": worker_id}).scalar()
-                new_attempts.append(
-                    {
-                        "job_id": job_id,
-                        "number": number,
-                        "worker_id": worker_id,
-                        "gpu_indices": json.dumps(list(gpu_indices)),
-                        "state": "assigned",
-                        "created_at": now,
-                        "worker_epoch": epoch,
-                        "node_rank": rank,
-                    }
-                )
-            conn.execute(_INSERT_ATTEMPT, new_attempts)
-            rows = conn.execute(_ATTEMPTS_OF_NUMBER, {"b_job": job_id, "b_number": number}).all()
-        return [_attempt(r) for r in rows]
+        return self.assign_all([(job_id, nodes)])[0]
+
+    def assign_all(
+        self, plans: Sequence[tuple[str, Sequence[tuple[str, Sequence[int]]]]]
+    ) -> list[list[AttemptRecord] | None]:
+        """assign_gang for each planned job, in order, a few write transactions in all rather
+        than one each: a dispatch pass placing hundreds of jobs on SQLite would otherwise
+        queue for the writer lock once per job, behind every other writer each time."""
+        results: list[list[AttemptRecord] | None] = [None] * len(plans)
+        for start in range(0, len(plans), _ASSIGNMENTS_PER_TRANSACTION):
+            now = time.time()
+            chunk = range(start, min(start + _ASSIGNMENTS_PER_TRANSACTION, len(plans)))
+            with self._begin() as conn:
+                # In job id order (a stable sort): two servers on one PostgreSQL then lock the
+                # jobs' rows in the same order, and neither can wait on the other in a cycle.
+                for at in sorted(chunk, key=lambda i: plans[i][0]):
+                    job_id, nodes = plans[at]
+                    results[at] = _assign_in(conn, job_id, nodes, now)
+        return results
 
     def gang_of(self, attempt: AttemptRecord) -> list[AttemptRecord]:
         """Every node's attempt of the same job and number, by node rank."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import tarfile
 from collections.abc import Callable, Iterator
@@ -182,6 +183,9 @@ def test_no_route_answers_5xx_to_malformed_input(server: ServerProcess, tmp_path
 
 
 # The dashboard's forms; each checks its CSRF token before anything else.
+# Tries per route; the suite runs on two cores, a deeper search sets it higher.
+EXAMPLES_PER_ROUTE = int(os.environ.get("GPULAYER_TEST_FUZZ_EXAMPLES", "25"))
+
 FORM_ROUTES = {"/ui/login", "/ui/logout", "/ui/jobs/{job_ref}/cancel"}
 # Stands in a generated form body for a CSRF token that is valid when the body is sent.
 CSRF_MARK = b"\x00csrf\x00"
@@ -271,7 +275,7 @@ def fuzz_operation(
     streaming = path.endswith("/logs") and path.startswith("/ui/")
 
     @settings(
-        max_examples=8 if streaming else 40,
+        max_examples=8 if streaming else EXAMPLES_PER_ROUTE,
         deadline=None,
         database=None,
         suppress_health_check=list(HealthCheck),

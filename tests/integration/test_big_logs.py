@@ -182,7 +182,7 @@ def test_a_job_outprinting_a_stalled_control_plane_is_held_back(tmp_path: Path) 
         token = client.request("POST", "/v1/tokens", {"kind": "worker"})["token"]
         worker = WorkerProcess(server.url, token, tmp_path / "worker", "held").start()
         wait_for_workers(client, 1)
-        total = 600_000  # 60 MB of output
+        total = 400_000  # 40 MB of output
         progress = tmp_path / "progress"
         job_id = client.submit(remote_job(["python", "-c", CHATTY, str(total), str(progress)]))[
             "id"
@@ -204,7 +204,7 @@ def test_a_job_outprinting_a_stalled_control_plane_is_held_back(tmp_path: Path) 
                 now = read_progress(progress)
                 if now != seen:
                     seen, since = now, time.monotonic()
-            assert seen < total // 3, seen  # held back long before it printed everything
+            assert seen < total // 2, seen  # held back long before it printed everything
             grown = rss_kib(worker.process.pid) - baseline
             assert grown < 40 * 1024, grown  # the queue is bounded: about 8 MiB of lines
         finally:

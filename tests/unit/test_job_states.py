@@ -62,3 +62,35 @@ def test_an_attempt_never_stays_live_under_an_ended_job(store: Store) -> None:
     assert (ended.state, ended.reason) == ("failed", "worker_lost")
     assert ended.finished_at is not None
     assert not states.move_attempt(attempt.id, "succeeded")
+
+
+def test_a_pass_of_assignments_answers_each_in_its_order_and_wins_a_job_once(
+    store: Store,
+) -> None:
+    for n in range(2, 151):  # more than one transaction's worth
+        store.insert_job(
+            job_id=f"j-{n}",
+            name="j",
+            spec={},
+            state="queued",
+            target="remote",
+            working_dir=None,
+            has_bundle=False,
+            labels={},
+        )
+    store.upsert_worker(worker_id="w-2", name="w2", kind="remote", labels={}, capabilities={})
+    JobStates(store).move_job("j-77", "cancelled", reason="cancelled")  # no longer queued
+    plans = [(f"j-{n}", [("w-1", [])]) for n in range(150, 0, -1)]
+    plans.insert(10, ("j-3", [("w-2", [])]))  # planned twice: the first one wins it
+    plans.append(("j-5", [("w-1", [0]), ("w-2", [1])]))  # a gang, but j-5 is taken already
+    results = store.assign_all(plans)
+    assert len(results) == len(plans)
+    won = {job for (job, _), got in zip(plans, results, strict=True) if got is not None}
+    assert won == {f"j-{n}" for n in range(1, 151)} - {"j-77"}
+    first_j3, second_j3 = (
+        got for (job, _), got in zip(plans, results, strict=True) if job == "j-3"
+    )
+    assert first_j3 is not None and [a.worker_id for a in first_j3] == ["w-2"]
+    assert second_j3 is None
+    assert results[-1] is None
+    assert all(len(store.attempts_for(f"j-{n}")) == (n != 77) for n in range(1, 151))
