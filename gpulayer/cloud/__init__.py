@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from gpulayer.cloud.protocol import InstanceState as InstanceState
     from gpulayer.cloud.protocol import LaunchRequest as LaunchRequest
     from gpulayer.cloud.protocol import Provider as Provider
+    from gpulayer.cloud.protocol import SshVia as SshVia
     from gpulayer.cloud.protocol import can_launch_gangs as can_launch_gangs
     from gpulayer.cloud.protocol import launch_zone as launch_zone
     from gpulayer.cloud.protocol import node_install_dir as node_install_dir
@@ -141,6 +142,7 @@ _EXPORTS = {
     "InstanceState": "gpulayer.cloud.protocol",
     "LaunchRequest": "gpulayer.cloud.protocol",
     "Provider": "gpulayer.cloud.protocol",
+    "SshVia": "gpulayer.cloud.protocol",
     "can_launch_gangs": "gpulayer.cloud.protocol",
     "launch_zone": "gpulayer.cloud.protocol",
     "node_install_dir": "gpulayer.cloud.protocol",

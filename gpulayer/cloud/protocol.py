@@ -92,6 +92,22 @@ class LaunchRequest(BaseModel):
             raise ValueError(f"{value!r} is not an IP address") from None
 
 
+class SshVia(BaseModel):
+    """A host the controller reaches an instance's SSH through (OpenSSH's ProxyJump), with
+    the controller's own credential for it: a cluster's login node, in front of compute
+    nodes only it can reach."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str
+    port: int = 22
+    user: str
+    key_path: str
+    """A private key file on the controller's machine (a path, never the key)."""
+    host_key: str | None = None
+    """Its SSH host public key when known; None means pin on first use."""
+
+
 class Instance(BaseModel):
     """A provider's instance as last described. States are normalized across providers."""
 
@@ -111,6 +127,9 @@ class Instance(BaseModel):
     ssh_port: int = 22
     host_key: str | None = None
     """The SSH host public key when the provider can tell it; None means pin on first use."""
+    ssh_via: SshVia | None = None
+    """Where ssh_host is reached from, when the controller cannot reach it directly: the
+    bootstrap, its wheels and the worker's tunnel to the control plane all go through it."""
     hourly_price: float | None = None
     currency: str = "USD"
     spot: bool = False

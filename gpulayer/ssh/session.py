@@ -69,6 +69,7 @@ class SshSession:
         self.host_keys: HostKeyStore = host_keys if host_keys is not None else MemoryHostKeyStore()
         self.keepalive_seconds = keepalive_seconds
         self._client: paramiko.SSHClient | None = None
+        self._jump: SshSession | None = None
         self._sftp: paramiko.SFTPClient | None = None
         self._sftp_lock = threading.Lock()
         self._timeout = 10.0
@@ -99,6 +100,7 @@ class SshSession:
             security.key_types = preferred_host_key_algorithms(expected, list(security.key_types))
             return transport
 
+        jump, sock = self._through_jump(timeout)
         client = paramiko.SSHClient()
         client.set_missing_host_key_policy(cast("paramiko.MissingHostKeyPolicy", policy))
         try:
@@ -114,22 +116,48 @@ class SshSession:
                 allow_agent=False,
                 look_for_keys=False,
                 transport_factory=steered_transport,
+                sock=sock,
             )
-        except HostKeyMismatch:
+        except BaseException as exc:
             client.close()
+            if jump is not None:
+                jump.close()
+            if isinstance(exc, paramiko.AuthenticationException):
+                raise SshAuthError(f"{target} refused key {target.key_path}: {exc}") from exc
+            if isinstance(exc, (OSError, EOFError, paramiko.SSHException)) and not isinstance(
+                exc, HostKeyMismatch
+            ):
+                raise SshConnectionError(f"cannot connect to {target}: {_describe(exc)}") from exc
             raise
-        except paramiko.AuthenticationException as exc:
-            client.close()
-            raise SshAuthError(f"{target} refused key {target.key_path}: {exc}") from exc
-        except (OSError, EOFError, paramiko.SSHException) as exc:
-            client.close()
-            raise SshConnectionError(f"cannot connect to {target}: {_describe(exc)}") from exc
         transport = client.get_transport()
         if transport is not None and self.keepalive_seconds > 0:
             transport.set_keepalive(self.keepalive_seconds)
         self._client = client
+        self._jump = jump
         self._timeout = timeout
         return self
+
+    def _through_jump(self, timeout: float) -> tuple[SshSession | None, Any]:
+        """For a target reached through another host: that host's session, and a channel from
+        it to this target's SSH port to run this session over."""
+        import paramiko
+
+        via = self.target.via
+        if via is None:
+            return None, None
+        jump = SshSession(via, host_keys=self.host_keys, keepalive_seconds=self.keepalive_seconds)
+        jump.connect(timeout)
+        where = (self.target.host, self.target.port)
+        try:
+            channel = jump.transport.open_channel(
+                "direct-tcpip", where, ("127.0.0.1", 0), timeout=timeout
+            )
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            jump.close()
+            raise SshConnectionError(
+                f"cannot reach {self.target.host}:{self.target.port} from {via}: {_describe(exc)}"
+            ) from exc
+        return jump, channel
 
     @property
     def connected(self) -> bool:
@@ -154,6 +182,9 @@ class SshSession:
         if self._client is not None:
             self._client.close()
             self._client = None
+        if self._jump is not None:
+            self._jump.close()
+            self._jump = None
 
     def __enter__(self) -> SshSession:
         return self.connect(self._timeout)

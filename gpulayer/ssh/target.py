@@ -24,6 +24,10 @@ class SshTarget:
     _: KW_ONLY
     key_path: Path
     host_key: str | None = None
+    via: SshTarget | None = None
+    """A host to go through (OpenSSH's ProxyJump): this target's address and port are
+    reached from there, over a channel of that session, as a cluster's compute nodes are
+    reached from its login node."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.host, str) or not self.host.strip():
@@ -45,9 +49,13 @@ class SshTarget:
                 "ssh target field 'host_key' is empty; use None to trust on first use"
             )
 
+        if self.via is not None and not isinstance(self.via, SshTarget):
+            raise InvalidSshTarget("ssh target field 'via' must be another ssh target")
+
     def with_host_key(self, host_key: str | None) -> SshTarget:
         return dataclasses.replace(self, host_key=host_key)
 
     def __str__(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.user}@{host}:{self.port}"
+        through = f" via {self.via}" if self.via is not None else ""
+        return f"{self.user}@{host}:{self.port}{through}"

@@ -6,7 +6,8 @@ own /etc/slurm or /etc/munge is read or touched:
 * munged with a key of its own, on a socket of its own (run as user ``munge``);
 * slurmctld on this machine, on the lab bridge's address and a free port;
 * per compute node, an sshd host of the lab (its own network namespace and address; its
-  sshd reads the shared authorized_keys) with ``slurmd -N NODE`` started in its namespace
+  sshd reads the shared authorized_keys and refuses logins from this machine, which reaches
+  it through the login node) with ``slurmd -N NODE`` started in its namespace
   through ``nsenter --net`` (``ip netns exec`` remounts /sys, and slurmd then finds no cgroup
   hierarchy);
 * a login node: an sshd host of the lab (over this machine's filesystem, so Slurm's
@@ -148,13 +149,16 @@ class SlurmCluster:
         for node in self.nodes:
             self.start_slurmd(node.name)
         # Nodes answer SSH as a cluster's nodes do for a user's allocation, with the keys of
-        # the shared home.
+        # the shared home, and only from inside the cluster: a login from this machine's
+        # address (the controller's) is refused, so the controller must go through the login
+        # node.
         self.shared_authorized_keys.parent.mkdir(parents=True, exist_ok=True)
         self.shared_authorized_keys.touch()
         for node in self.nodes:
             host = self.hosts[node.name]
             host.configure(
-                f"AuthorizedKeysFile {self.shared_authorized_keys} {host.authorized_keys}"
+                f"AuthorizedKeysFile {self.shared_authorized_keys} {host.authorized_keys}",
+                f"DenyUsers *@{self.lab.gateway}",
             )
             host._spawn()
         for node in self.nodes:

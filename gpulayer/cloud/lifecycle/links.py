@@ -83,12 +83,22 @@ class Links:
 def ssh_target(machine: dict[str, Any], key_path: Path) -> SshTarget:
     from gpulayer.ssh.target import SshTarget
 
+    via = machine.get("ssh_via")
     return SshTarget(
         str(machine["ssh_host"]),
         int(machine.get("ssh_port") or 22),
         str(machine["ssh_user"]),
         key_path=key_path,
         host_key=machine.get("host_key"),
+        via=SshTarget(
+            str(via["host"]),
+            int(via.get("port") or 22),
+            str(via["user"]),
+            key_path=Path(via["key_path"]).expanduser(),
+            host_key=via.get("host_key"),
+        )
+        if via
+        else None,
     )
 
 

@@ -29,7 +29,14 @@ from typing import TYPE_CHECKING, Any
 from gpulayer.backoff import CLOUD_TERMINATE_RETRY
 from gpulayer.cloud.credentials import using_environment
 from gpulayer.cloud.lifecycle import gangs, planning
-from gpulayer.cloud.lifecycle.links import Link, Links, connect, host_keys_path, reopen
+from gpulayer.cloud.lifecycle.links import (
+    Link,
+    Links,
+    connect,
+    host_keys_path,
+    reopen,
+    ssh_target,
+)
 from gpulayer.cloud.lifecycle.placement import candidates, fallback_target
 from gpulayer.cloud.lifecycle.states import (
     GONE,
@@ -759,11 +766,7 @@ class Reconciler:
         session = None
         link: Link | None = None
         try:
-            self._note(
-                r.job_id,
-                f"waiting for SSH on {machine['ssh_user']}@{machine['ssh_host']}:"
-                f"{machine.get('ssh_port') or 22}",
-            )
+            self._note(r.job_id, f"waiting for SSH on {ssh_target(machine, Path(r.key_path))}")
             session = connect(
                 machine,
                 Path(r.key_path),

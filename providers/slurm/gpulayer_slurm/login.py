@@ -6,9 +6,13 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpulayer_slurm.errors import ClusterUnreachable, SlurmCommandError
 from gpulayer_slurm.settings import SlurmCluster
+
+if TYPE_CHECKING:
+    from gpulayer.cloud import SshVia
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,21 @@ class LoginNode:
         if done.exit_code != 0:
             raise SlurmCommandError(self.name, what, done.exit_code, done.stderr or done.stdout)
         return done.stdout
+
+    def ssh_via(self) -> SshVia | None:
+        """How the controller reaches the allocated nodes' sshd: through this login node, with
+        its credential and the host key it was pinned to; None where the nodes are reached
+        directly (or this machine is the login node)."""
+        from gpulayer.cloud import JsonHostKeyStore, SshVia
+
+        c = self.cluster
+        if c.local or not c.nodes_via_login:
+            return None
+        assert c.user is not None and c.key_file is not None  # settings hold it
+        pinned = c.host_key or JsonHostKeyStore(self._host_keys_dir).get(c.login, c.port)
+        return SshVia(
+            host=c.login, port=c.port, user=c.user, key_path=str(c.key_file), host_key=pinned
+        )
 
     def _run_here(self, command: str, timeout: float) -> Output:
         try:

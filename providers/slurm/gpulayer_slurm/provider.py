@@ -314,6 +314,7 @@ class SlurmProvider:
         user = cluster.user or getpass.getuser()
         assert record.slurm_job_id is not None
         now = dt.datetime.now(dt.timezone.utc)
+        via = login.ssh_via()
         instances = []
         for rank, node in enumerate(job.nodes):
             tags = {
@@ -339,6 +340,7 @@ class SlurmProvider:
                     ssh_host=address.get(node, node),
                     ssh_user=user,
                     ssh_port=cluster.node_ssh_port,
+                    ssh_via=via,
                     hourly_price=offer.hourly_price,
                     currency=offer.currency,
                     tags=tags,

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
 from gpulayer.cloud import InstallRootSetting, PythonSetting, check_currency
 
@@ -60,6 +60,10 @@ class SlurmCluster(BaseModel):
     home directory a cluster shares); `~/` is the login user's home."""
     node_ssh_port: Annotated[int, Field(ge=1, le=65535)] = 22
     """The sshd port of the compute nodes, where the worker is started inside the allocation."""
+    nodes_via_login: StrictBool = True
+    """Reach the compute nodes' sshd through the login node, as `ssh -J` does: the bootstrap,
+    its wheels and the worker's tunnel to the control plane all go through it. false: reach
+    them directly, where they answer SSH from the controller's network."""
     install_root: InstallRootSetting = None
     """Each job's worker installs below it on its nodes; None: /var/tmp/gpulayer."""
     python: PythonSetting = None

@@ -93,6 +93,9 @@ def test_a_job_runs_in_an_allocation_and_leaves_nothing_in_squeue(
     under = next(line for line in result.stdout.splitlines() if line.startswith("under "))
     assert "slurmstepd" in under.split() and "sshd" not in under.split(), under
     assert "slurm job" in result.stderr and "submitted to" in result.stderr
+    # The node refuses this machine's logins: the bootstrap went through the login node.
+    assert slurm_cluster.login is not None
+    assert f" via {slurm_cluster.login.target()}" in result.stderr, result.stderr[-3000:]
     wait_until(lambda: ledger(job["id"])["instances"][0]["state"] == "terminated", what="teardown")
     costs = ledger(job["id"])
     (instance,) = costs["instances"]

@@ -10,6 +10,8 @@ import pytest
 from gpulayer_slurm import SlurmProvider
 
 from gpulayer.cloud import LaunchRequest, OfferQuery, generate_keypair
+from gpulayer.cloud.lifecycle.links import ssh_target
+from gpulayer.ssh.errors import SshError
 from gpulayer.ssh.session import SshSession
 from gpulayer.ssh.target import SshTarget
 from tests.integration.slurm.conftest import slurm_section
@@ -55,9 +57,23 @@ def test_one_node_allocation_runs_answers_ssh_and_scancel_leaves_nothing(
     # Slurm's time limit is the job's timeout plus the margin (600 s), within the partition's.
     shown = slurm_cluster.command("scontrol", "-o", "show", "job", queue[0].split()[0])
     assert "TimeLimit=00:12:00" in shown and "Comment=gpulayer:owner=test-owner" in shown
+    # The node refuses this machine's logins: it is reached through the login node, with the
+    # login node's own credential for that hop and the job's key on the node.
     key = tmp_path / "keys" / request.request_id
-    with SshSession(SshTarget(instance.ssh_host, 22, instance.ssh_user, key_path=key)) as session:
+    direct = SshTarget(instance.ssh_host, 22, instance.ssh_user, key_path=key)
+    with pytest.raises(SshError):
+        SshSession(direct).connect(timeout=10)
+    assert slurm_cluster.login is not None and instance.ssh_via is not None
+    assert (instance.ssh_via.host, instance.ssh_via.port) == (
+        slurm_cluster.login.address,
+        slurm_cluster.login.port,
+    )
+    assert instance.ssh_via.host_key  # pinned when the provider first logged in
+    with SshSession(ssh_target(instance.model_dump(mode="json"), key)) as session:
         assert session.run("echo here").stdout == "here\n"
+        assert session.run("echo $SSH_CONNECTION").stdout.split()[0] == (
+            slurm_cluster.login.address
+        )
     assert [i.state for i in provider.describe([instance.id])] == ["running"]
     assert [i.id for i in provider.list_owned({"gpulayer:request": request.request_id})] == [
         instance.id
