@@ -229,6 +229,18 @@ def hands_off_worker_start(tags: Mapping[str, str]) -> bool:
     return tags.get(WORKER_START_TAG) == "launcher"
 
 
+WHEELHOUSE_ROOT_TAG = "gpulayer:wheelhouse-root"
+"""An instance tag: a directory every node of the machine's cluster sees (a shared
+filesystem). The bootstrap keeps the wheels there, so they travel once for all the nodes."""
+
+
+def shared_wheelhouse_dir(tags: Mapping[str, str], key: str) -> str | None:
+    """Where a node keeps the wheelhouse ``key`` when its cluster shares one; None: below the
+    node's own install root."""
+    root = tags.get(WHEELHOUSE_ROOT_TAG)
+    return f"{root.rstrip('/')}/wheelhouse/{key}" if root else None
+
+
 def node_install_dir(install_root: str, job_id: str, node_rank: int = 0) -> str:
     """Where node ``node_rank`` of a job installs its worker below a host's install root. The
     nodes get a dir each, so hosts that share a filesystem do not share an install."""

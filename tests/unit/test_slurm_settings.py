@@ -56,6 +56,14 @@ from gpulayer.cloud import ProviderSettingsError
             {"clusters": {"lab": {"login": "local", "host_key": "not a key"}}},
             "clusters.lab.host_key: host key 'not a key' is not an OpenSSH public key line",
         ),
+        (
+            {"clusters": {"lab": {"login": "local", "shared_dir": "rel/dir"}}},
+            "clusters.lab.shared_dir: job directories below 'rel/dir': must be an absolute path",
+        ),
+        (
+            {"clusters": {"lab": {"login": "local", "nodes_via_login": "yes"}}},
+            "clusters.lab.nodes_via_login: 'yes' (a string) is not a boolean",
+        ),
     ],
 )
 def test_bad_settings_are_refused_naming_the_field(section: dict[str, Any], message: str) -> None:
@@ -74,3 +82,12 @@ def test_a_cluster_over_ssh_with_prices() -> None:
     cluster = provider.settings.clusters["lab"]
     assert cluster.price("gpu") == 1.5 and cluster.price("other") == 0
     assert not str(cluster.key_file).startswith("~") and not cluster.local
+
+
+def test_a_shared_wheelhouse_is_named_by_its_tag_and_its_key() -> None:
+    from gpulayer.cloud import WHEELHOUSE_ROOT_TAG
+    from gpulayer.cloud.protocol import shared_wheelhouse_dir
+
+    assert shared_wheelhouse_dir({}, "gpulayer-1.0-py3.11") is None
+    tags = {WHEELHOUSE_ROOT_TAG: "/shared/gpulayer/"}
+    assert shared_wheelhouse_dir(tags, "k1") == "/shared/gpulayer/wheelhouse/k1"

@@ -51,6 +51,7 @@ from gpulayer.cloud.protocol import (
     machines_outlive_reclaim,
     node_install_dir,
     offers_are_machines,
+    shared_wheelhouse_dir,
 )
 from gpulayer.errors import UsageError
 
@@ -787,6 +788,8 @@ class Reconciler:
             )
             if not self._move(r, "bootstrapping", "SSH answered"):
                 return
+            self._note(r.job_id, "bootstrapping the worker")
+            wheelhouse = build_wheelhouse(self.service.layout.root / "cache" / "wheelhouse")
             plan = BootstrapPlan(
                 install_dir=install_dir,
                 control_plane_port=self.control_port,
@@ -804,13 +807,12 @@ class Reconciler:
                 hand_off=hands_off_worker_start(tags),
                 instance_request_id=request_id,
                 system_site_packages=bool(self.settings.get("system_site_packages", False)),
+                wheelhouse_dir=shared_wheelhouse_dir(tags, wheelhouse.key),
                 # The other nodes of a gang reach this one where the provider says it is.
                 node_address=(
                     str(machine.get("private_ip") or machine["ssh_host"]) if r.launch_id else None
                 ),
             )
-            self._note(r.job_id, "bootstrapping the worker")
-            wheelhouse = build_wheelhouse(self.service.layout.root / "cache" / "wheelhouse")
             remote = bootstrap_worker(
                 session,
                 plan,

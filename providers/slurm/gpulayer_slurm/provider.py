@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gpulayer.cloud import (
+    WHEELHOUSE_ROOT_TAG,
     WORKER_START_TAG,
     CapacityError,
     Instance,
@@ -326,6 +327,8 @@ class SlurmProvider:
                 # The allocation's step on the node starts the worker (batch.node_launcher).
                 WORKER_START_TAG: "launcher",
             }
+            if cluster.shared_dir:
+                tags[WHEELHOUSE_ROOT_TAG] = cluster.shared_dir
             if record.nodes > 1:
                 tags[NODE_RANK_TAG] = str(rank)
             instances.append(

@@ -66,6 +66,10 @@ class SlurmCluster(BaseModel):
     them directly, where they answer SSH from the controller's network."""
     install_root: InstallRootSetting = None
     """Each job's worker installs below it on its nodes; None: /var/tmp/gpulayer."""
+    shared_dir: InstallRootSetting = None
+    """A directory every node sees (the cluster's shared filesystem): the worker's wheels are
+    uploaded there once, through the login node, and every node installs from them; None:
+    each node keeps its own below install_root."""
     python: PythonSetting = None
     """The python the worker bootstrap runs on the nodes; None: python3."""
 

@@ -130,7 +130,10 @@ DDP_TRAIN = Path(__file__).parents[2] / "fixtures" / "ddp" / "train.py"
 def test_a_two_node_gloo_gang_is_one_allocation(
     slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
 ) -> None:
-    write_providers(slurm_home, slurm_cluster, tmp_path, torch=True)
+    # The cluster's shared filesystem holds the wheels for both nodes (shared_dir).
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    write_providers(slurm_home, slurm_cluster, tmp_path, torch=True, shared_dir=str(shared))
     folder = tmp_path / "src"
     folder.mkdir()
     shutil.copy(DDP_TRAIN, folder / "train.py")
@@ -169,6 +172,10 @@ def test_a_two_node_gloo_gang_is_one_allocation(
     instances = ledger(job["id"])["instances"]
     assert len(instances) == 2 and len({i["instance_id"] for i in instances}) == 2
     assert slurm_cluster.queue() == []
+    (kept,) = (shared / "wheelhouse").iterdir()
+    assert any(w.name.startswith("gpulayer-") for w in kept.glob("*.whl"))
+    assert not list(kept.glob(".*.part-*"))  # each wheel whole, whichever node placed it
+    assert not (tmp_path / "installs" / "wheelhouse").exists()
 
 
 def no_job_keys(cluster: SlurmCluster) -> bool:
