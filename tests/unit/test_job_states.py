@@ -27,12 +27,9 @@ def test_sources_of_a_state() -> None:
         sources(JOB_TRANSITIONS, "paused")
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    made = Store(f"sqlite:///{tmp_path / 'state.db'}")
-    made.upsert_worker(worker_id="w-1", name="w", kind="remote", labels={}, capabilities={})
-    made.insert_job(
-        job_id="j-1",
+def queue_job(store: Store, job_id: str) -> None:
+    store.insert_job(
+        job_id=job_id,
         name="j",
         spec={},
         state="queued",
@@ -41,6 +38,13 @@ def store(tmp_path: Path) -> Store:
         has_bundle=False,
         labels={},
     )
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    made = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    made.upsert_worker(worker_id="w-1", name="w", kind="remote", labels={}, capabilities={})
+    queue_job(made, "j-1")
     return made
 
 
@@ -68,16 +72,7 @@ def test_a_pass_of_assignments_answers_each_in_its_order_and_wins_a_job_once(
     store: Store,
 ) -> None:
     for n in range(2, 151):  # more than one transaction's worth
-        store.insert_job(
-            job_id=f"j-{n}",
-            name="j",
-            spec={},
-            state="queued",
-            target="remote",
-            working_dir=None,
-            has_bundle=False,
-            labels={},
-        )
+        queue_job(store, f"j-{n}")
     store.upsert_worker(worker_id="w-2", name="w2", kind="remote", labels={}, capabilities={})
     JobStates(store).move_job("j-77", "cancelled", reason="cancelled")  # no longer queued
     plans = [(f"j-{n}", [("w-1", [])]) for n in range(150, 0, -1)]
