@@ -10,6 +10,8 @@ For each checkout (this one, and ``--baseline`` when given) and each database, s
   has it, else one ``gl.launch`` each) and the clock runs until every job has finished;
 - cli: 20 concurrent shells run ``gpulayer submit -d`` ``--cli-jobs`` times in all;
 - array: one ``gpulayer submit --array 0-N`` (where the checkout has it);
+- busy (only when named in ``--scenarios``): 20 threads submit ``--jobs`` jobs to a server that
+  20 workers keep busy, and each submit's median, 99th percentile and slowest latency is shown;
 
 and prints, per scenario, jobs/s end to end, HTTP requests the server answered per job, server
 and worker CPU-ms per job (and the CLI's CPU-ms per submit), with every job checked to have run
@@ -385,6 +387,64 @@ def database_url(database: str) -> Iterator[str | None]:
         yield url
 
 
+# --- a busy server's slowest submit --------------------------------------------------------
+
+
+BUSY_WORKERS = 20
+BUSY_THREADS = 20
+
+
+def busy_submit_latency(tree: Tree, database: str, base: Path, jobs: int) -> dict[str, str]:
+    """Each submit's latency while 20 threads submit ``jobs`` jobs of ``sh -c true`` (a quarter
+    core each) to a server that 20 workers keep busy: its median, 99th percentile and slowest,
+    and the submits that failed. A submit waiting behind the others shows as the slowest."""
+    import threading
+
+    with database_url(database) as url:
+        cluster = Cluster(tree, base / "cluster", url, BUSY_WORKERS).start()
+        try:
+            spec = {
+                "workload": {"kind": "command", "command": ["sh", "-c", "true"]},
+                "resources": {"cpu_cores": 0.25},
+                "placement": {"target": "remote"},
+            }
+            took: list[float] = []
+            failed: list[str] = []
+            lock = threading.Lock()
+
+            def submitter(count: int) -> None:
+                client = cluster.client()
+                for _ in range(count):
+                    started = time.perf_counter()
+                    try:
+                        client.submit(spec)
+                    except Exception as exc:
+                        with lock:
+                            failed.append(type(exc).__name__)
+                        continue
+                    with lock:
+                        took.append(time.perf_counter() - started)
+
+            each = [jobs // BUSY_THREADS + (i < jobs % BUSY_THREADS) for i in range(BUSY_THREADS)]
+            threads = [threading.Thread(target=submitter, args=(n,)) for n in each if n]
+            started = time.monotonic()
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            seconds = time.monotonic() - started
+        finally:
+            cluster.stop()
+    took.sort()
+    return {
+        "submits/s": f"{len(took) / seconds:.1f}",
+        "median s": f"{took[len(took) // 2]:.2f}" if took else "-",
+        "99th percentile s": f"{took[int(len(took) * 0.99)]:.2f}" if took else "-",
+        "slowest s": f"{took[-1]:.2f}" if took else "-",
+        "failed submits": str(len(failed)),
+    }
+
+
 # --- wrong tokens ---------------------------------------------------------------------------
 
 
@@ -599,7 +659,7 @@ def main() -> None:
     )
     notes: list[str] = []
     try:
-        for name in [s for s in scenarios if s != "badtokens"]:
+        for name in [s for s in scenarios if s not in ("badtokens", "busy")]:
             columns: dict[str, dict[str, str]] = {}
             for database in [d for d in args.databases.split(",") if d]:
                 for tree in trees:
@@ -612,6 +672,18 @@ def main() -> None:
                     if result is not None:
                         columns[f"{tree.label}/{database}"] = result.row()
             print_table(name, columns)
+        if "busy" in scenarios:
+            print_table(
+                f"each submit's latency: {BUSY_THREADS} threads submit {args.jobs} jobs, "
+                f"{BUSY_WORKERS} workers",
+                {
+                    f"{tree.label}/{database}": busy_submit_latency(
+                        tree, database, base / f"busy-{database}-{tree.label}", args.jobs
+                    )
+                    for database in [d for d in args.databases.split(",") if d]
+                    for tree in trees
+                },
+            )
         if "badtokens" in scenarios:
             print_table(
                 "an admin call's latency while 8 clients send wrong tokens (sqlite)",
