@@ -1,19 +1,33 @@
-"""A worker's claim long-poll over HTTP: each look at the store on a worker thread, each wait
-on the event loop, so idle workers hold no thread between their looks."""
+"""A worker's claim long-poll: each look at the store on a worker thread, each wait on the
+event loop, so idle workers hold none of the HTTP server's threads between their looks."""
 
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING, Protocol
 
 from anyio import to_thread
 
-from gpulayer.control.auth import Principal
-from gpulayer.control.service import ControlService
-from gpulayer.protocol.messages import ClaimReply
+if TYPE_CHECKING:
+    from gpulayer.control.auth import Principal
+    from gpulayer.control.worker_news import WorkerNews
+    from gpulayer.protocol.messages import ClaimReply
+
+
+class ClaimSource(Protocol):
+    """What a poll needs of the control service (which calls this module itself)."""
+
+    news: WorkerNews
+
+    def claim_start(self, worker_id: str, caller: Principal | None) -> tuple[int, int]: ...
+
+    def claim_now(
+        self, worker_id: str, caller: Principal | None, epoch: int, *, with_cancels: bool
+    ) -> ClaimReply: ...
 
 
 async def claim_long_poll(
-    service: ControlService,
+    service: ClaimSource,
     worker_id: str,
     wait: float,
     caller: Principal | None,

@@ -719,17 +719,15 @@ class ControlService:
         this worker life was not told of yet: a cancel reaches the worker now, not with its
         next heartbeat (which still repeats every cancel, should this reply be lost).
 
-        Blocks this thread while it waits; the HTTP route waits on the event loop instead
-        (gpulayer.control.claim_poll)."""
-        since, epoch = self.claim_start(worker_id, caller)
-        deadline = time.monotonic() + wait
-        while True:
-            reply = self.claim_now(worker_id, caller, epoch, with_cancels=with_cancels)
-            left = deadline - time.monotonic()
-            if reply.assignments or reply.cancel_attempts or left <= 0:
-                return reply
-            self.news.wait(worker_id, since, left)
-            since = self.news.count(worker_id)
+        Blocks this thread while it waits, on an event loop of its own; the HTTP route awaits
+        the same poll on the server's loop."""
+        import asyncio
+
+        from gpulayer.control.claim_poll import claim_long_poll
+
+        return asyncio.run(
+            claim_long_poll(self, worker_id, wait, caller, with_cancels=with_cancels)
+        )
 
     def claim_start(self, worker_id: str, caller: Principal | None) -> tuple[int, int]:
         """A claim poll's start: the worker's news count it waits past, and its life's epoch.

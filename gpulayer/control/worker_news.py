@@ -16,12 +16,12 @@ from collections.abc import Callable, Iterable
 
 class WorkerNews:
     def __init__(self) -> None:
-        self._changed = threading.Condition()
+        self._lock = threading.Lock()
         self._counts: dict[str, int] = {}
         self._listeners: dict[str, set[Callable[[], None]]] = {}
 
     def count(self, worker_id: str) -> int:
-        with self._changed:
+        with self._lock:
             return self._counts.get(worker_id, 0)
 
     def wake(self, worker_ids: Iterable[str | None]) -> None:
@@ -30,21 +30,15 @@ class WorkerNews:
         if not ids:
             return
         woken: list[Callable[[], None]] = []
-        with self._changed:
+        with self._lock:
             for worker_id in ids:
                 self._counts[worker_id] = self._counts.get(worker_id, 0) + 1
                 woken.extend(self._listeners.get(worker_id, ()))
-            self._changed.notify_all()
         for listener in woken:
             listener()
 
-    def wait(self, worker_id: str, since: int, timeout: float) -> None:
-        """Block this thread until the worker's count is no longer ``since``, or timeout."""
-        with self._changed:
-            self._changed.wait_for(lambda: self._counts.get(worker_id, 0) != since, timeout)
-
     async def async_wait(self, worker_id: str, since: int, timeout: float) -> None:
-        """wait, on the event loop instead of a thread."""
+        """Wait on the event loop until the worker's count is no longer ``since``, or timeout."""
         loop = asyncio.get_running_loop()
         woken = asyncio.Event()
 
@@ -53,7 +47,7 @@ class WorkerNews:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(woken.set)
 
-        with self._changed:
+        with self._lock:
             if self._counts.get(worker_id, 0) != since:
                 return
             self._listeners.setdefault(worker_id, set()).add(listener)
@@ -62,7 +56,7 @@ class WorkerNews:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(woken.wait(), timeout)
         finally:
-            with self._changed:
+            with self._lock:
                 waiting = self._listeners.get(worker_id)
                 if waiting is not None:
                     waiting.discard(listener)
@@ -71,5 +65,5 @@ class WorkerNews:
 
     def listening(self) -> int:
         """How many long-polls wait on the event loop now."""
-        with self._changed:
+        with self._lock:
             return sum(len(v) for v in self._listeners.values())

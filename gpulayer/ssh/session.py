@@ -104,30 +104,31 @@ class SshSession:
         client = paramiko.SSHClient()
         client.set_missing_host_key_policy(cast("paramiko.MissingHostKeyPolicy", policy))
         try:
-            client.connect(
-                target.host,
-                port=target.port,
-                username=target.user,
-                pkey=pkey,
-                timeout=timeout,
-                banner_timeout=timeout,
-                auth_timeout=timeout,
-                channel_timeout=timeout,
-                allow_agent=False,
-                look_for_keys=False,
-                transport_factory=steered_transport,
-                sock=sock,
-            )
-        except BaseException as exc:
+            try:
+                client.connect(
+                    target.host,
+                    port=target.port,
+                    username=target.user,
+                    pkey=pkey,
+                    timeout=timeout,
+                    banner_timeout=timeout,
+                    auth_timeout=timeout,
+                    channel_timeout=timeout,
+                    allow_agent=False,
+                    look_for_keys=False,
+                    transport_factory=steered_transport,
+                    sock=sock,
+                )
+            except HostKeyMismatch:
+                raise
+            except paramiko.AuthenticationException as exc:
+                raise SshAuthError(f"{target} refused key {target.key_path}: {exc}") from exc
+            except (OSError, EOFError, paramiko.SSHException) as exc:
+                raise SshConnectionError(f"cannot connect to {target}: {_describe(exc)}") from exc
+        except BaseException:
             client.close()
             if jump is not None:
                 jump.close()
-            if isinstance(exc, paramiko.AuthenticationException):
-                raise SshAuthError(f"{target} refused key {target.key_path}: {exc}") from exc
-            if isinstance(exc, (OSError, EOFError, paramiko.SSHException)) and not isinstance(
-                exc, HostKeyMismatch
-            ):
-                raise SshConnectionError(f"cannot connect to {target}: {_describe(exc)}") from exc
             raise
         transport = client.get_transport()
         if transport is not None and self.keepalive_seconds > 0:
