@@ -3,8 +3,9 @@ the ratios).
 
     python bench/slurm.py [--jobs 200] [--repeat 3] [--nodes 2]
 
-On one real Slurm 22.05 cluster it starts (tests/support/slurm_cluster: munged, slurmctld, one
-slurmd per compute node in its own network namespace, an sshd login node), the same one-line
+On one real Slurm 22.05 cluster it starts (tests/support/slurm_cluster: slurmctld here, compute
+nodes and a login node that are hosts of their own root filesystem with their own munged and
+slurmd, a shared folder mounted on every node), the same one-line
 command (``python3 -c 'print("first line", flush=True)'``) goes
 
 - through gpulayer: ``gpulayer submit --target cloud --provider slurm`` with a providers.yaml
@@ -18,8 +19,8 @@ Rows: submit to the job's first output line (median of ``--repeat``, each on an 
 and ``--jobs`` short jobs submitted one command after another: submissions/s and jobs/s from
 the first submit to the last job's end. The ratio is gpulayer's time over Slurm's (how many
 times longer it takes). gpulayer's wheelhouse is built before timing starts, as a controller
-keeps it cached. Needs root, iproute2, OpenSSH and Debian's slurm-wlm; without slurm-wlm it
-says so in one line and stops.
+keeps it cached. Needs root, iproute2, OpenSSH, Debian's slurm-wlm and mmdebstrap (the nodes'
+root filesystem); without slurm-wlm it says so in one line and stops.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def wait_for(check: Callable[[], Any], timeout: float, what: str, every: float =
 @contextlib.contextmanager
 def cluster_of(base: Path, nodes: int) -> Iterator[SlurmCluster]:
     names = tuple(f"cpu{k}" for k in range(1, nodes + 1))
-    lab = SshdLab.create(base / "lab", mode="netns")
+    lab = SshdLab.create(base / "lab", mode="rootfs")
     cluster = SlurmCluster(
         lab,
         base / "cluster",
@@ -118,8 +119,8 @@ class Gpulayer:
                         "key_file": str(login.client_key),
                         "host_key": login.host_key,
                         "partitions": [PARTITION],
-                        "authorized_keys": str(cluster.shared_authorized_keys),
-                        "install_root": str(home.parent / "installs"),
+                        "authorized_keys": str(cluster.on_nodes(cluster.shared_authorized_keys)),
+                        "install_root": "/var/tmp/gpulayer-bench",
                         "python": "/usr/bin/python3",
                     }
                 },
@@ -231,9 +232,10 @@ class PlainSbatch:
 
     def submit(self, name: str) -> Path:
         output = self.folder / f"{name}.out"
+        on_nodes = self.cluster.on_nodes(self.folder)
         self.cluster.command(
             "sbatch", "--parsable", f"--partition={PARTITION}", "--nodes=1", "--exclusive",
-            f"--job-name={name}", f"--chdir={self.folder}", f"--output={output}",
+            f"--job-name={name}", f"--chdir={on_nodes}", f"--output={on_nodes / output.name}",
             f"--wrap={shlex.join(COMMAND)}",
         )  # fmt: skip
         return output
@@ -292,7 +294,7 @@ def main() -> int:
         base = Path(tmp)
         with cluster_of(base, args.nodes) as cluster:
             gpulayer = Gpulayer(base / "gpulayer" / "home", cluster)
-            plain = PlainSbatch(cluster, cluster.base_dir / "plain")
+            plain = PlainSbatch(cluster, cluster.shared / "plain")
             try:
                 gpulayer.prepare()
                 ours, theirs = [], []

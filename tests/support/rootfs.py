@@ -19,7 +19,11 @@ from pathlib import Path
 
 SUITE = "bookworm"
 VARIANT = "apt"
-PACKAGES = ("python3", "python3-venv", "openssh-server", "iproute2")
+PACKAGES = (
+    "python3", "python3-venv", "openssh-server", "iproute2",
+    # A Slurm compute or login node of the test cluster: its daemons and commands are its own.
+    "slurmd", "slurm-client", "munge", "mount",
+)  # fmt: skip
 CACHE_ENV = "GPULAYER_TEST_ROOTFS_CACHE"
 _BUILD_SECONDS = 900
 

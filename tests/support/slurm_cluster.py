@@ -1,24 +1,27 @@
-"""A real Slurm cluster for tests: munged, slurmctld, one slurmd per compute node, a login node.
+"""A real Slurm cluster for tests: slurmctld here, compute and login nodes that are machines of
+their own.
 
 Debian's ``slurm-wlm`` (22.05) run with a private configuration, so nothing of the machine's
 own /etc/slurm or /etc/munge is read or touched:
 
-* munged with a key of its own, on a socket of its own (run as user ``munge``);
-* slurmctld on this machine, on the lab bridge's address and a free port;
-* per compute node, an sshd host of the lab (its own network namespace and address; its
-  sshd reads the shared authorized_keys and refuses logins from this machine, which reaches
-  it through the login node) with ``slurmd -N NODE`` started in its namespace
-  through ``nsenter --net`` (``ip netns exec`` remounts /sys, and slurmd then finds no cgroup
-  hierarchy);
-* a login node: an sshd host of the lab (over this machine's filesystem, so Slurm's
-  commands are there) whose sessions get ``SLURM_CONF``.
+* slurmctld on this machine, on the lab bridge's address and a free port, with munged on a
+  socket of its own (run as user ``munge``) and a key of its own;
+* per compute node, a root-filesystem host of the lab (``tests/support/sshd_hosts``: its own
+  network, mount and PID namespaces over a Debian root with Slurm's node packages, none of this
+  machine's files or Python). On it run its own munged with the cluster's key and its own
+  ``slurmd -N NODE`` reading the cluster's slurm.conf at /etc/slurm; its sshd reads the
+  authorized_keys of the shared home and refuses logins from this machine, which reaches it
+  through the login node;
+* a login node: a host of the same kind with Slurm's commands, munged and /etc/slurm of its
+  own, as users log into;
+* the cluster's shared filesystem: one folder of this machine mounted at ``/shared`` on every
+  node (the users' home, a shared software area), as NFS is on a lab's cluster.
 
-GPU nodes have no GPUs: their GRES names device files this module creates (plain files), which
-22.05's gres/gpu plugin accepts; ``Count`` without ``File`` leaves a node ``inval``.
+GPU nodes have no GPUs: their GRES names device files on the node (plain files), which 22.05's
+gres/gpu plugin accepts; ``Count`` without ``File`` leaves a node ``inval``.
 
-Every daemon is a child of this process, ended by its pid at :meth:`SlurmCluster.close`, and
-carries the lab's marker, so a crashed run's daemons are ended with its hosts; job steps live
-in the nodes' namespaces and go with them.
+Every daemon here is a child of this process, ended by its pid at :meth:`SlurmCluster.close`;
+the nodes' daemons and job steps live in the nodes' namespaces and end with them.
 """
 
 from __future__ import annotations
@@ -34,15 +37,23 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 
+from tests.support import rootfs
 from tests.support.sshd_hosts import MARKER, SshdHost, SshdLab, netns_usable
 
 _READY_SECONDS = 30.0
 _STOP_SECONDS = 10.0
 SBIN = Path("/usr/sbin")
+# Where every node mounts the cluster's shared filesystem, and where the nodes keep their own
+# Slurm files (on their own disks).
+SHARED_ON_NODES = PurePosixPath("/shared")
+NODE_CONF = PurePosixPath("/etc/slurm/slurm.conf")
+NODE_SPOOL = PurePosixPath("/var/spool/slurmd")
+NODE_LOG = PurePosixPath("/var/log/slurm/slurmd.log")
+NODE_GRES_DIR = PurePosixPath("/var/lib/gpulayer-test-gres")
 
 
 class SlurmClusterError(RuntimeError):
@@ -61,6 +72,8 @@ def usable() -> str | None:
         return "slurm-wlm is not installed (apt-get install -y slurm-wlm)"
     if not netns_usable():
         return "network namespaces are not usable here (needs root and iproute2)"
+    if not rootfs.available():
+        return "no root filesystem for the nodes (needs root and mmdebstrap)"
     return None
 
 
@@ -100,6 +113,7 @@ class SlurmCluster:
     hosts: dict[str, SshdHost] = field(default_factory=dict, init=False)
     _daemons: list[_Daemon] = field(default_factory=list, init=False)
     _slurmd: dict[str, _Daemon] = field(default_factory=dict, init=False)
+    _on_nodes: list[_Daemon] = field(default_factory=list, init=False)
     ctld_port: int = field(default=0, init=False)
     # munged (not root) must reach its files: outside the private temp dirs of pytest.
     _munge_dir: Path = field(
@@ -118,9 +132,19 @@ class SlurmCluster:
         return self.etc / "slurm.conf"
 
     @property
+    def shared(self) -> Path:
+        """This machine's side of the shared filesystem every node mounts at /shared."""
+        return self.base_dir / "shared"
+
+    def on_nodes(self, path: Path) -> PurePosixPath:
+        """Where a path below :attr:`shared` is on the nodes."""
+        return SHARED_ON_NODES / path.relative_to(self.shared)
+
+    @property
     def shared_authorized_keys(self) -> Path:
-        """The login user's authorized_keys as every node reads it (a cluster's shared home)."""
-        return self.base_dir / "home" / "authorized_keys"
+        """The login user's authorized_keys as every node reads it (a cluster's shared home),
+        this machine's side: :meth:`on_nodes` gives the path the provider writes to."""
+        return self.shared / "home" / ".ssh" / "authorized_keys"
 
     @property
     def munge_socket(self) -> Path:
@@ -140,42 +164,86 @@ class SlurmCluster:
             raise
 
     def _start(self) -> None:
+        self.shared_authorized_keys.parent.mkdir(parents=True, exist_ok=True)
+        self.shared_authorized_keys.touch()
         for node in self.nodes:
-            self.hosts[node.name] = self.lab.add_host(node.name, start=False)
+            self.hosts[node.name] = self._add_node_host(node.name)
         self.ctld_port = _free_port(self.lab.gateway)
         self._write_config()
         self._start_munged()
         self._start_slurmctld()
         for node in self.nodes:
+            host = self.hosts[node.name]
+            self._install_slurm(host, node)
             self.start_slurmd(node.name)
         # Nodes answer SSH as a cluster's nodes do for a user's allocation, with the keys of
         # the shared home, and only from inside the cluster: a login from this machine's
         # address (the controller's) is refused, so the controller must go through the login
         # node.
-        self.shared_authorized_keys.parent.mkdir(parents=True, exist_ok=True)
-        self.shared_authorized_keys.touch()
         for node in self.nodes:
             host = self.hosts[node.name]
             host.configure(
-                f"AuthorizedKeysFile {self.shared_authorized_keys} {host.authorized_keys}",
+                f"AuthorizedKeysFile {self.on_nodes(self.shared_authorized_keys)} "
+                f"{host.authorized_keys}",
                 f"DenyUsers *@{self.lab.gateway}",
             )
             host._spawn()
         for node in self.nodes:
             self.hosts[node.name].wait_ready()
         self.wait_nodes_idle([n.name for n in self.nodes])
-        login = self.lab.add_host("login", start=False)
-        # One SetEnv line: sshd keeps only the first it reads.
-        login.configure(f"SetEnv SLURM_CONF={self.conf_path} {MARKER}={login.marker}")
+        login = self._add_node_host("login")
+        self._install_slurm(login, None)
         login.start()
         self.login = login
+
+    def _add_node_host(self, name: str) -> SshdHost:
+        host = self.lab.add_host(name, start=False)
+        host.shares.append((self.shared, SHARED_ON_NODES))
+        host.init_pid()  # booted: files can be written onto its disk
+        return host
+
+    def _install_slurm(self, host: SshdHost, node: NodeShape | None) -> None:
+        """The cluster's config and munge key onto ``host``'s own disk, its munged started;
+        for a compute node (``node``) its GRES device files too."""
+        host._write_on_host(NODE_CONF, self.conf_path.read_bytes())
+        for name in ("gres.conf", "cgroup.conf"):
+            host._write_on_host(NODE_CONF.with_name(name), (self.etc / name).read_bytes())
+        key = PurePosixPath("/etc/munge/munge.key")
+        host._write_on_host(key, (self._munge_dir / "munge.key").read_bytes())
+        socket_dir = str(self.munge_socket.parent)
+        setup = [
+            f"chmod 644 {NODE_CONF.parent}/*.conf",
+            f"mkdir -p {socket_dir} {NODE_SPOOL} {NODE_LOG.parent}",
+            f"chown munge:munge {key} {socket_dir}",
+            f"chmod 0400 {key}",
+        ]
+        if node is not None:
+            # slurmd starts its cgroup plugin whatever the task and proctrack plugins are; an
+            # empty cgroup v1 root is all it needs with those of this cluster (task/none,
+            # proctrack/linuxproc, cgroup.conf naming v1), and gives the node no hold on this
+            # machine's cgroups.
+            setup.append("mount -t tmpfs -o mode=755 cgroup_root /sys/fs/cgroup")
+        if node is not None and node.gres:
+            count = int(node.gres.split(":")[-1])
+            files = " ".join(f"{NODE_GRES_DIR}/nvidia{i}" for i in range(count))
+            setup.append(f"mkdir -p {NODE_GRES_DIR} && touch {files}")
+        host.run(" && ".join(setup), check=True)
+        daemon = self._spawn_on(
+            host,
+            "munged",
+            [
+                "setpriv", "--reuid=munge", "--regid=munge", "--init-groups",
+                str(SBIN / "munged"), "--foreground", f"--key-file={key}",
+                f"--socket={self.munge_socket}", f"--pid-file={socket_dir}/munged.pid",
+                f"--seed-file={socket_dir}/munged.seed", f"--log-file={socket_dir}/munged.log",
+            ],
+        )  # fmt: skip
+        self._wait(lambda: host.exists(self.munge_socket), daemon, f"munged on {host.name}")
 
     def _write_config(self) -> None:
         self.etc.mkdir(parents=True, exist_ok=True)
         state = self.base_dir / "state"
         state.mkdir(exist_ok=True)
-        spool = self.base_dir / "spool"
-        spool.mkdir(exist_ok=True)
         logs = self.base_dir / "log"
         logs.mkdir(exist_ok=True)
         controller_host = socket.gethostname().split(".")[0]
@@ -192,9 +260,10 @@ class SlurmCluster:
             f"StateSaveLocation={state}",
             f"SlurmctldPidFile={self.base_dir / 'slurmctld.pid'}",
             f"SlurmctldLogFile={logs / 'slurmctld.log'}",
-            f"SlurmdSpoolDir={spool}/%n",
-            f"SlurmdPidFile={self.base_dir}/slurmd-%n.pid",
-            f"SlurmdLogFile={logs}/slurmd-%n.log",
+            # The nodes' own disks.
+            f"SlurmdSpoolDir={NODE_SPOOL}",
+            "SlurmdPidFile=/run/slurmd.pid",
+            f"SlurmdLogFile={NODE_LOG}",
             "ProctrackType=proctrack/linuxproc",
             "TaskPlugin=task/none",
             "JobAcctGatherType=jobacct_gather/none",
@@ -234,6 +303,7 @@ class SlurmCluster:
             )
         self.conf_path.write_text("\n".join(lines) + "\n")
         self.etc.joinpath("gres.conf").write_text(self._gres_conf())
+        self.etc.joinpath("cgroup.conf").write_text("CgroupPlugin=cgroup/v1\n")
 
     def _gres_conf(self) -> str:
         lines = ["AutoDetect=off"]
@@ -243,11 +313,11 @@ class SlurmCluster:
             parts = node.gres.split(":")
             count = int(parts[-1])
             gpu_type = parts[1] if len(parts) == 3 else None
-            devices = self.base_dir / "dev" / node.name
-            devices.mkdir(parents=True, exist_ok=True)
-            for index in range(count):
-                (devices / f"nvidia{index}").touch()
-            files = f"{devices}/nvidia[0-{count - 1}]" if count > 1 else f"{devices}/nvidia0"
+            files = (
+                f"{NODE_GRES_DIR}/nvidia[0-{count - 1}]"
+                if count > 1
+                else f"{NODE_GRES_DIR}/nvidia0"
+            )
             typed = f" Type={gpu_type}" if gpu_type else ""
             lines.append(f"NodeName={node.name} Name=gpu{typed} File={files}")
         return "\n".join(lines) + "\n"
@@ -266,6 +336,22 @@ class SlurmCluster:
             )
         daemon = _Daemon(what, process, log)
         self._daemons.append(daemon)
+        return daemon
+
+    def _spawn_on(self, host: SshdHost, what: str, argv: list[str]) -> _Daemon:
+        """A daemon on a node, in its namespaces and root; it ends with the node."""
+        log = self.base_dir / f"{what}-{host.name}.out"
+        with log.open("ab") as out:
+            process = subprocess.Popen(
+                self.lab.wrap(host, argv),
+                env={**os.environ, MARKER: host.marker},
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        daemon = _Daemon(f"{what} on {host.name}", process, log)
+        self._on_nodes.append(daemon)
         return daemon
 
     def _start_munged(self) -> None:
@@ -302,19 +388,10 @@ class SlurmCluster:
         self._wait(lambda: _answers(self.lab.gateway, self.ctld_port), daemon, "slurmctld")
 
     def start_slurmd(self, node: str) -> None:
-        (self.base_dir / "spool" / node).mkdir(parents=True, exist_ok=True)
-        netns = f"/run/netns/{self.lab._netns(self.hosts[node])}"
-        daemon = self._spawn(
-            f"slurmd {node}",
-            ["nsenter", f"--net={netns}", str(SBIN / "slurmd"), "-D", "-f", str(self.conf_path),
-             "-N", node],
-            self.base_dir / f"slurmd-{node}.out",
-        )  # fmt: skip
-        self._slurmd[node] = daemon
-
-    def stop_slurmd(self, node: str) -> None:
-        daemon = self._slurmd.pop(node)
-        _end(daemon.process)
+        host = self.hosts[node]
+        self._slurmd[node] = self._spawn_on(
+            host, "slurmd", [str(SBIN / "slurmd"), "-D", "-f", str(NODE_CONF), "-N", node]
+        )
 
     def _wait(self, ready: object, daemon: _Daemon, what: str) -> None:
         assert callable(ready)
@@ -327,20 +404,21 @@ class SlurmCluster:
             time.sleep(0.05)
 
     def close(self) -> None:
-        """End every daemon started here (by pid) and the nodes' namespaces; idempotent."""
+        """End every daemon started here (by pid) and the nodes; idempotent."""
         errors: list[str] = []
         if self.login is not None:
             self.lab.remove_host(self.login)
             self.login = None
-        for daemon in reversed(self._daemons):
+        for host in list(self.hosts.values()):
+            # Its daemons and job steps end with it.
+            self.lab.remove_host(host)
+        self.hosts.clear()
+        for daemon in [*reversed(self._daemons), *self._on_nodes]:
             if not _end(daemon.process):
                 errors.append(daemon.what)
         self._daemons.clear()
+        self._on_nodes.clear()
         self._slurmd.clear()
-        for host in list(self.hosts.values()):
-            # Job steps left in a node's namespace end with it.
-            self.lab.remove_host(host)
-        self.hosts.clear()
         shutil.rmtree(self._munge_dir, ignore_errors=True)
         if errors:
             raise SlurmClusterError(f"survived SIGKILL: {errors}")
@@ -361,6 +439,13 @@ class SlurmCluster:
             raise SlurmClusterError(f"{' '.join(argv)}: {done.stderr.strip()}")
         return done.stdout
 
+    def sbatch(self, *argv: str) -> str:
+        """Someone's batch job submitted from here; its Slurm job id. It runs in /tmp and
+        writes no output file: this machine's folders do not exist on the nodes."""
+        return self.command(
+            "sbatch", "--parsable", "--chdir=/tmp", "--output=/dev/null", *argv
+        ).strip()
+
     def node_states(self) -> dict[str, str]:
         out = self.command("sinfo", "-h", "-N", "-o", "%N %T")
         return dict(line.split() for line in out.splitlines() if line.strip())  # type: ignore[misc]
@@ -376,9 +461,17 @@ class SlurmCluster:
             for node in nodes:
                 daemon = self._slurmd.get(node)
                 if daemon is not None and daemon.process.poll() is not None:
-                    raise SlurmClusterError(f"slurmd {node} exited: {_tail(daemon.log)}")
+                    raise SlurmClusterError(f"slurmd {node} exited: {self._node_log(node)}")
             time.sleep(0.1)
         raise SlurmClusterError(f"nodes not idle after {timeout}s: {states}")
+
+    def _node_log(self, node: str) -> str:
+        daemon = self._slurmd[node]
+        try:
+            text = self.hosts[node].read_text(NODE_LOG)
+        except (FileNotFoundError, OSError):
+            return _tail(daemon.log)
+        return " | ".join(text.splitlines()[-15:])
 
     def queue(self) -> list[str]:
         """Every job still in squeue (id, name, state)."""
@@ -388,10 +481,10 @@ class SlurmCluster:
     def hold_nodes(self, partition: str, nodes: int, timeout: float = 30) -> str:
         """Someone else's job holding ``nodes`` whole nodes of ``partition``, running once this
         returns; its Slurm job id."""
-        held = self.command(
-            "sbatch", "--parsable", "-p", partition, "-N", str(nodes), "--exclusive",
-            "-J", "someone-else", "--wrap", "sleep 300",
-        ).strip()  # fmt: skip
+        held = self.sbatch(
+            "-p", partition, "-N", str(nodes), "--exclusive", "-J", "someone-else",
+            "--wrap", "sleep 300",
+        )  # fmt: skip
         deadline = time.monotonic() + timeout
         while f"{held} someone-else RUNNING" not in self.queue():
             if time.monotonic() > deadline:
@@ -459,7 +552,7 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
     if why is not None:
         pytest.skip(why)
     base = tmp_path_factory.mktemp("slurm")
-    lab = SshdLab.create(base / "lab", mode="netns")
+    lab = SshdLab.create(base / "lab", mode="rootfs")
     cluster = SlurmCluster(lab, base / "cluster", DEFAULT_NODES, DEFAULT_PARTITIONS)
     try:
         cluster.start()

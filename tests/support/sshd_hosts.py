@@ -365,6 +365,9 @@ class SshdHost:
     client_public_key: str = field(init=False)
     host_key: str = field(init=False)
     extra_config: list[str] = field(default_factory=list, init=False, repr=False)
+    # Folders of this machine a rootfs host mounts at boot, as a cluster's nodes mount a
+    # shared filesystem: (this machine's path, the path on the host).
+    shares: list[tuple[Path, PurePosixPath]] = field(default_factory=list, init=False)
     host_key_names: list[str] = field(default_factory=list, init=False, repr=False)
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _init: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
@@ -966,8 +969,9 @@ class SshdLab:
     def boot_argv(self, host: SshdHost) -> list[str]:
         """The host's first process: in the host's network namespace, new mount, PID and UTS
         namespaces over an overlay of the root filesystem, then PID 1 that only reaps. Of this
-        machine's files only the lab's hosts file is bound in, at /etc/hosts: no path of the
-        controller exists on the host (sshd's files are written onto the host's own disk)."""
+        machine's files only the lab's hosts file is bound in, at /etc/hosts, and the folders
+        given in :attr:`SshdHost.shares`: no other path of the controller exists on the host
+        (sshd's files are written onto the host's own disk)."""
         assert self.rootfs is not None
         fs = host.fs_dir
         for part in ("upper", "work", "root"):
@@ -994,8 +998,15 @@ ln -s /proc/self/fd "$R/dev/fd"
 touch "$R/etc/hosts"
 mount --bind "$3" "$R/etc/hosts"
 hostname "$5"
-touch "$4"
-exec chroot "$R" /usr/bin/python3 -c "$6"
+BOOTED=$4 REAPER=$6
+shift 6
+while [ $# -gt 1 ]; do
+    mkdir -p "$R$2"
+    mount --bind "$1" "$R$2"
+    shift 2
+done
+touch "$BOOTED"
+exec chroot "$R" /usr/bin/python3 -c "$REAPER"
 """
         reaper = (
             "import os, signal\n"
@@ -1013,6 +1024,7 @@ exec chroot "$R" /usr/bin/python3 -c "$6"
             "unshare", "--mount", "--uts", "--pid", "--fork", "--propagation", "private",
             "sh", "-c", setup, "sh", str(fs), str(self.rootfs), str(self.hosts_file),
             str(host.workdir / ".booted"), host.name, reaper,
+            *(str(p) for share in host.shares for p in share),
         ]  # fmt: skip
 
     def pids_of(self, host: SshdHost) -> list[int]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gpulayer.ssh.session import SshSession
@@ -40,3 +42,24 @@ def test_login_node_runs_a_step_on_two_nodes_and_leaves_nothing(
         )
         assert session.run(f"scancel {job_id}", timeout=30).exit_code == 0
     wait_until(lambda: not slurm_cluster.queue(), 20, f"job {job_id} gone from squeue")
+
+
+def test_nodes_are_machines_of_their_own_sharing_one_folder(slurm_cluster: SlurmCluster) -> None:
+    import gpulayer
+
+    checkout = Path(gpulayer.__file__).parent
+    assert slurm_cluster.login is not None
+    probe = slurm_cluster.shared / "probe"
+    probe.write_text("on every node\n")
+    for host in [*slurm_cluster.hosts.values(), slurm_cluster.login]:
+        # None of this machine's files: not the checkout, not the cluster's own folder.
+        assert not host.exists(checkout) and not host.exists(slurm_cluster.base_dir), host.name
+        # Its own munged; Slurm's commands and config from its own root.
+        assert host.processes_mentioning("munged"), host.name
+        assert host.exists("/etc/slurm/slurm.conf") and host.exists("/usr/bin/sbatch")
+        # The cluster's shared filesystem, as on a lab's cluster.
+        assert host.read_text(slurm_cluster.on_nodes(probe)) == "on every node\n"
+    for name, host in slurm_cluster.hosts.items():
+        assert host.processes_mentioning(f"slurmd -D -f /etc/slurm/slurm.conf -N {name}")
+    assert not slurm_cluster.login.processes_mentioning("slurmd")
+    probe.unlink()

@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 import signal
-import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,8 @@ from tests.e2e_cloud.journey import last_job, ledger, wait_until
 from tests.e2e_cloud.test_cloud_ssh_journey import host_entry, job_processes
 from tests.integration.slurm.conftest import slurm_section
 from tests.support.cli import run_cli
-from tests.support.daemon import pid_alive
+from tests.support.daemon import pid_alive, stop_local_control_plane
+from tests.support.package_index import PackageIndex, repacked_wheels
 from tests.support.procs import processes_with
 from tests.support.slurm_cluster import SlurmCluster
 from tests.support.sshd_hosts import HostFactory, ssh_hosts, sshd_lab
@@ -28,26 +29,47 @@ __all__ = ["ssh_hosts", "sshd_lab"]  # a rented machine beside the cluster, in a
 pytestmark = pytest.mark.slow
 
 
+def installs(tmp_path: Path) -> str:
+    """The test's install root on the nodes' own disks (a name no other test uses)."""
+    return f"/var/tmp/gpulayer-{tmp_path.name}"
+
+
+def shared_file(cluster: SlurmCluster, tmp_path: Path, name: str) -> tuple[Path, str]:
+    """A file of the cluster's shared filesystem for this test: where this machine sees it,
+    and where a job on a node does."""
+    here = cluster.shared / tmp_path.name / name
+    here.parent.mkdir(parents=True, exist_ok=True)
+    return here, str(cluster.on_nodes(here))
+
+
+def no_worker_installs(cluster: SlurmCluster, tmp_path: Path, job_id: str | None = None) -> bool:
+    """No worker of this test runs anywhere, and (for ``job_id``) its install is gone from
+    every node."""
+    if processes_with(installs(tmp_path)):
+        return False
+    return job_id is None or not any(
+        host.exists(f"{installs(tmp_path)}/{job_id}") for host in cluster.hosts.values()
+    )
+
+
 def write_providers(
     home: Path,
     cluster: SlurmCluster,
     tmp_path: Path,
     *,
-    torch: bool = False,
     provider: dict[str, Any] | None = None,
     controller: dict[str, Any] | None = None,
     others: dict[str, Any] | None = None,
     **extra: Any,
 ) -> None:
-    """The test cluster with a priced cpu partition. With ``torch``, the nodes' worker runs on
-    this machine's python (the nodes share its disk) and sees its torch. ``provider``: more
-    settings of the slurm section (``extra``: of the cluster), ``controller``: of gpulayer's,
-    ``others``: other providers' sections."""
+    """The test cluster with a priced cpu partition; the worker runs on the nodes' own
+    python. ``provider``: more settings of the slurm section (``extra``: of the cluster),
+    ``controller``: of gpulayer's, ``others``: other providers' sections."""
     section = slurm_section(
         cluster,
-        authorized_keys=str(cluster.shared_authorized_keys),
-        install_root=str(tmp_path / "installs"),
-        python=sys.executable if torch else "/usr/bin/python3",
+        authorized_keys=str(cluster.on_nodes(cluster.shared_authorized_keys)),
+        install_root=installs(tmp_path),
+        python="/usr/bin/python3",
         hourly_price={"gpu": 2.5, "cpu": 0.6},
         **extra,
     )
@@ -59,7 +81,6 @@ def write_providers(
         "gpulayer": {
             "deadman_seconds": 600,
             "ssh_cidr": f"{cluster.lab.gateway}/32",
-            "system_site_packages": torch,
             **(controller or {}),
         },
     }
@@ -105,9 +126,10 @@ def test_a_job_runs_in_an_allocation_and_leaves_nothing_in_squeue(
     assert costs["total"]["USD"] == instance["cost"]
     assert slurm_cluster.queue() == []
     wait_until(
-        lambda: not processes_with(str(tmp_path / "installs")), timeout=30, what="the worker"
+        lambda: no_worker_installs(slurm_cluster, tmp_path, job["id"]),
+        timeout=30,
+        what="the worker and its install to go",
     )
-    assert not (tmp_path / "installs" / job["id"]).exists()
 
 
 def test_a_cap_below_the_partition_price_is_refused(
@@ -127,13 +149,29 @@ def test_a_cap_below_the_partition_price_is_refused(
 DDP_TRAIN = Path(__file__).parents[2] / "fixtures" / "ddp" / "train.py"
 
 
+@pytest.fixture(scope="module")
+def cluster_torch_index(slurm_cluster: SlurmCluster) -> Iterator[PackageIndex]:
+    """torch served where the cluster's nodes reach it: their python has none."""
+    try:
+        wheels = repacked_wheels("torch")
+    except Exception as exc:  # torch not installed here, or not repackable
+        pytest.skip(f"no torch wheels to serve: {exc}")
+    with PackageIndex(wheels, address=slurm_cluster.lab.gateway) as served:
+        yield served
+
+
 def test_a_two_node_gloo_gang_is_one_allocation(
-    slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
+    slurm_cluster: SlurmCluster,
+    slurm_home: Path,
+    tmp_path: Path,
+    cluster_torch_index: PackageIndex,
 ) -> None:
     # The cluster's shared filesystem holds the wheels for both nodes (shared_dir).
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    write_providers(slurm_home, slurm_cluster, tmp_path, torch=True, shared_dir=str(shared))
+    shared = slurm_cluster.shared / tmp_path.name / "software"
+    shared.mkdir(parents=True)
+    write_providers(
+        slurm_home, slurm_cluster, tmp_path, shared_dir=str(slurm_cluster.on_nodes(shared))
+    )
     folder = tmp_path / "src"
     folder.mkdir()
     shutil.copy(DDP_TRAIN, folder / "train.py")
@@ -149,11 +187,17 @@ def test_a_two_node_gloo_gang_is_one_allocation(
             "rendezvous": {"join_timeout_seconds": 60},
         },
         "resources": {"cpu_cores": 1},
-        "timeout_seconds": 300,
+        "timeout_seconds": 900,
         "placement": {"target": "cloud", "providers": ["slurm"], "on_unschedulable": "fail"},
+        # The nodes' own python has no torch: the job brings it.
+        "setup": {
+            "pip": ["torch==2.13.0"],
+            "index_url": cluster_torch_index.url,
+            "timeout_seconds": 900,
+        },
     }
     (folder / "job.json").write_text(json.dumps(spec))
-    result = run_cli(["submit", "-f", str(folder / "job.json")], cwd=folder, timeout=300)
+    result = run_cli(["submit", "-f", str(folder / "job.json")], cwd=folder, timeout=900)
     job = last_job()
     assert result.returncode == 0, (result.stderr[-3000:], job)
     ranks = [
@@ -175,7 +219,9 @@ def test_a_two_node_gloo_gang_is_one_allocation(
     (kept,) = (shared / "wheelhouse").iterdir()
     assert any(w.name.startswith("gpulayer-") for w in kept.glob("*.whl"))
     assert not list(kept.glob(".*.part-*"))  # each wheel whole, whichever node placed it
-    assert not (tmp_path / "installs" / "wheelhouse").exists()
+    assert not any(
+        host.exists(f"{installs(tmp_path)}/wheelhouse") for host in slurm_cluster.hosts.values()
+    )
 
 
 def no_job_keys(cluster: SlurmCluster) -> bool:
@@ -200,10 +246,9 @@ def test_pending_for_capacity_cancelled_while_pending_or_running(
 ) -> None:
     write_providers(slurm_home, slurm_cluster, tmp_path)
     # Someone else's job holds every cpu node.
-    holder = slurm_cluster.command(
-        "sbatch", "--parsable", "-p", "cpu", "-N", "2", "--exclusive", "-J", "someone-else",
-        "--wrap", "sleep 300",
-    ).strip()  # fmt: skip
+    holder = slurm_cluster.sbatch(
+        "-p", "cpu", "-N", "2", "--exclusive", "-J", "someone-else", "--wrap", "sleep 300"
+    )
     waiting = submit_detached("sleep", "300")
     job_id = submit_detached("sleep", "300")
 
@@ -243,11 +288,11 @@ def test_controller_killed_while_the_allocation_runs_resumes_it(
     slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
 ) -> None:
     write_providers(slurm_home, slurm_cluster, tmp_path)
-    gate = tmp_path / "gate"  # the nodes share this machine's disk
+    gate, gate_on_nodes = shared_file(slurm_cluster, tmp_path, "gate")
     script = (
         "import pathlib, time\n"
         "print('started', flush=True)\n"
-        f"while not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.1)\n"
+        f"while not pathlib.Path({gate_on_nodes!r}).exists(): time.sleep(0.1)\n"
         "print('finished resumed', flush=True)\n"
     )
     job_id = submit_detached("python3", "-c", script)
@@ -278,10 +323,9 @@ def test_pending_past_the_jobs_provisioning_timeout_ends_the_allocation(
     slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
 ) -> None:
     write_providers(slurm_home, slurm_cluster, tmp_path)
-    holder = slurm_cluster.command(
-        "sbatch", "--parsable", "-p", "cpu", "-N", "2", "--exclusive", "-J", "someone-else",
-        "--wrap", "sleep 300",
-    ).strip()  # fmt: skip
+    holder = slurm_cluster.sbatch(
+        "-p", "cpu", "-N", "2", "--exclusive", "-J", "someone-else", "--wrap", "sleep 300"
+    )
     spec = {
         "workload": {"kind": "command", "command": ["true"]},
         "placement": {
@@ -327,9 +371,7 @@ def test_an_allocation_slurm_ends_under_the_job_is_a_lost_worker(
     wait_until(lambda: slurm_cluster.queue() == [], timeout=30, what="an empty queue")
     wait_until(lambda: no_job_keys(slurm_cluster), timeout=30, what="the jobs' keys to go")
     # The worker, started inside the allocation, is stopped with it.
-    wait_until(
-        lambda: not processes_with(str(tmp_path / "installs")), timeout=30, what="the worker"
-    )
+    wait_until(lambda: no_worker_installs(slurm_cluster, tmp_path), timeout=30, what="the worker")
 
 
 def test_a_preempted_allocation_is_a_preempted_attempt_that_runs_again(
@@ -347,10 +389,10 @@ def test_a_preempted_allocation_is_a_preempted_attempt_that_runs_again(
         controller={"hold_reclaimed_seconds": 0},
         partitions=["gpu", "cpu"],
     )
-    marker = tmp_path / "first-attempt-ran"  # the nodes share this machine's disk
+    marker, marker_on_nodes = shared_file(slurm_cluster, tmp_path, "first-attempt-ran")
     script = (
         "import pathlib, time\n"
-        f"marker = pathlib.Path({str(marker)!r})\n"
+        f"marker = pathlib.Path({marker_on_nodes!r})\n"
         "if not marker.exists():\n"
         "    marker.write_text('x')\n"
         "    print('first attempt', flush=True)\n"
@@ -378,10 +420,9 @@ def test_a_preempted_allocation_is_a_preempted_attempt_that_runs_again(
     )  # fmt: skip
     urgent = ""
     try:
-        urgent = slurm_cluster.command(
-            "sbatch", "--parsable", "-p", "urgent", "-w", node, "--exclusive", "-J", "urgent",
-            "--wrap", "sleep 20",
-        ).strip()  # fmt: skip
+        urgent = slurm_cluster.sbatch(
+            "-p", "urgent", "-w", node, "--exclusive", "-J", "urgent", "--wrap", "sleep 20"
+        )
         wait_until(
             lambda: status(job_id)["state"] in ("succeeded", "failed"),
             timeout=180,
@@ -405,7 +446,7 @@ def test_a_preempted_allocation_is_a_preempted_attempt_that_runs_again(
         )
         # The first attempt's worker went with its allocation's node.
         wait_until(
-            lambda: not processes_with(str(tmp_path / "installs")),
+            lambda: no_worker_installs(slurm_cluster, tmp_path),
             timeout=60,
             what="the workers",
         )
@@ -436,9 +477,7 @@ def test_a_job_past_its_timeout_ends_timeout_within_an_allocation_limited_to_it(
     # Ended by gpulayer's scancel, well before Slurm's own limit.
     wait_until(lambda: slurm_cluster.queue() == [], timeout=30, what="an empty queue")
     wait_until(lambda: no_job_keys(slurm_cluster), timeout=30, what="the job's key to go")
-    wait_until(
-        lambda: not processes_with(str(tmp_path / "installs")), timeout=30, what="the worker"
-    )
+    wait_until(lambda: no_worker_installs(slurm_cluster, tmp_path), timeout=30, what="the worker")
 
 
 def test_a_partition_without_capacity_falls_back_to_the_next_target(
@@ -506,9 +545,9 @@ def test_a_busy_partition_gives_way_to_a_rented_machine(
     allocation has pended its ``pending_timeout_seconds``, the next offer, a rented machine of
     the ssh provider (a host of its own, sharing nothing with this machine), runs the job."""
     (rented,) = ssh_hosts(1, names=["rented"])
-    installs = tmp_path / "rented-installs"  # a path on the rented host
+    rented_installs = tmp_path / "rented-installs"  # a path on the rented host
     ssh_section = {
-        "hosts": [host_entry(rented, "rented-box", 0.9, installs)],
+        "hosts": [host_entry(rented, "rented-box", 0.9, rented_installs)],
         "state_dir": str(tmp_path / "ssh-provider-state"),
     }
     write_providers(
@@ -537,7 +576,7 @@ def test_a_busy_partition_gives_way_to_a_rented_machine(
         job = last_job()
         assert result.returncode == 0, (result.stderr[-3000:], job)
         assert (job["state"], job["target"]) == ("succeeded", "cloud")
-        assert f"ran in {installs}" in result.stdout, result.stdout
+        assert f"ran in {rented_installs}" in result.stdout, result.stdout
         tried, rented_try = ledger(job["id"])["instances"]
         # The cheaper partition first, never run and never charged; then the rented box.
         assert (tried["provider"], tried["zone"], tried["state"]) == (
@@ -553,7 +592,7 @@ def test_a_busy_partition_gives_way_to_a_rented_machine(
             lambda: ledger(job["id"])["instances"][1]["state"] == "terminated",
             what="the rented machine's teardown",
         )
-        wait_until(lambda: not job_processes(installs, rented), what="the worker to go")
+        wait_until(lambda: not job_processes(rented_installs, rented), what="the worker to go")
         # The other job's allocation is untouched; the job's own left the queue.
         assert [line.split()[0] for line in slurm_cluster.queue()] == [holder]
     finally:
@@ -568,7 +607,9 @@ def test_more_jobs_than_launch_threads_on_a_busy_partition_all_run(
     # The controller launches 2 at a time here (parallel_launches). 2 allocations wait in
     # Slurm's queue, each inside its launch, a third launch waits for a thread well past the
     # 5 s a record may stay `requested`, and when a node frees, the allocation that gets it
-    # must still have its worker started while the others wait on.
+    # must still have its worker started while the others wait on. The control plane of the
+    # module's earlier tests goes first: it would launch with its own settings.
+    stop_local_control_plane(slurm_home)
     write_providers(
         slurm_home,
         slurm_cluster,
@@ -576,12 +617,11 @@ def test_more_jobs_than_launch_threads_on_a_busy_partition_all_run(
         controller={"state_timeouts": {"requested": 5}, "parallel_launches": 2},
     )
     holders = {
-        node: slurm_cluster.command(
-            "sbatch", "--parsable", "-p", "cpu", "-w", node, "--exclusive", "-J", "someone-else",
-            "--wrap", "sleep 300",
-        ).strip()
+        node: slurm_cluster.sbatch(
+            "-p", "cpu", "-w", node, "--exclusive", "-J", "someone-else", "--wrap", "sleep 300"
+        )
         for node in ("cpu1", "cpu2")
-    }  # fmt: skip
+    }
     try:
         wait_until(
             lambda: sum(1 for line in slurm_cluster.queue() if "someone-else RUNNING" in line) == 2,

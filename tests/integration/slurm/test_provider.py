@@ -21,7 +21,9 @@ pytestmark = pytest.mark.slow
 
 
 def provider_for(cluster: SlurmCluster, tmp_path: Path, **settings: object) -> SlurmProvider:
-    section = slurm_section(cluster, authorized_keys=str(cluster.shared_authorized_keys))
+    section = slurm_section(
+        cluster, authorized_keys=str(cluster.on_nodes(cluster.shared_authorized_keys))
+    )
     return SlurmProvider({**section, "state_dir": str(tmp_path / "state"), **settings})
 
 
