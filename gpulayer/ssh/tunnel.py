@@ -187,12 +187,7 @@ class ReverseTunnel:
         if transport is not None:
             _router_for(transport).remove(self.remote_port)
             if transport.is_active():
-                # Straight to the global request: paramiko's cancel_port_forward would also drop
-                # the handler that the transport's other tunnels still use.
-                with contextlib.suppress(Exception):
-                    transport.global_request(
-                        "cancel-tcpip-forward", (self.remote_bind, self.remote_port), wait=True
-                    )
+                self._cancel_forward(transport, timeout)
         self._incoming.put(None)
         if self._dispatcher.is_alive():
             self._dispatcher.join(timeout)
@@ -204,6 +199,29 @@ class ReverseTunnel:
                 end.close()
         for relay in relays:
             relay.join(timeout)
+
+    def _cancel_forward(self, transport: paramiko.Transport, timeout: float) -> None:
+        """Ask the host to stop listening, waiting at most ``timeout`` for its answer.
+
+        Straight to the global request: paramiko's cancel_port_forward would also drop the
+        handler that the transport's other tunnels still use. paramiko waits for the answer
+        while the transport is active, which a host that dropped off the network (its TCP
+        connection still open) keeps it forever: the request waits on a thread of its own,
+        which ends when the session closes."""
+
+        def cancel() -> None:
+            with contextlib.suppress(Exception):
+                transport.global_request(
+                    "cancel-tcpip-forward", (self.remote_bind, self.remote_port), wait=True
+                )
+
+        asking = threading.Thread(target=cancel, name="tunnel-cancel", daemon=True)
+        asking.start()
+        asking.join(timeout)
+        if asking.is_alive():
+            log.warning(
+                "no answer to closing port %s on the host within %g s", self.remote_port, timeout
+            )
 
     def __enter__(self) -> ReverseTunnel:
         return self

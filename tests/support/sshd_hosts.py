@@ -940,6 +940,20 @@ class SshdLab:
         _run(["ip", "-n", ns, "link", "set", "eth0", "up"])
         _run(["ip", "-n", ns, "link", "set", "lo", "up"])
 
+    def unplug(self, host: SshdHost) -> None:
+        """Pull the host's cable: nothing reaches it and it reaches nothing, while everything
+        on it runs on (a machine that lost power or its switch port, as others see it)."""
+        self._cable(host, "down")
+
+    def plug(self, host: SshdHost) -> None:
+        self._cable(host, "up")
+
+    def _cable(self, host: SshdHost, state: str) -> None:
+        if not self.namespaced:
+            raise SshdHostError(f"a {self.mode} lab's hosts have no cable to pull")
+        outer, _ = self._veth(host)
+        _run(["ip", "link", "set", outer, state])
+
     def _unplumb(self, host: SshdHost) -> None:
         ns = self._netns(host)
         outer, _ = self._veth(host)

@@ -3,6 +3,7 @@ it, nothing left in squeue after."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -21,7 +22,7 @@ from tests.support.cli import run_cli
 from tests.support.daemon import pid_alive, stop_local_control_plane
 from tests.support.package_index import PackageIndex, repacked_wheels
 from tests.support.procs import processes_with
-from tests.support.slurm_cluster import SlurmCluster
+from tests.support.slurm_cluster import SlurmCluster, SlurmClusterError
 from tests.support.sshd_hosts import HostFactory, ssh_hosts, sshd_lab
 
 __all__ = ["ssh_hosts", "sshd_lab"]  # a rented machine beside the cluster, in a lab of its own
@@ -372,6 +373,50 @@ def test_an_allocation_slurm_ends_under_the_job_is_a_lost_worker(
     wait_until(lambda: no_job_keys(slurm_cluster), timeout=30, what="the jobs' keys to go")
     # The worker, started inside the allocation, is stopped with it.
     wait_until(lambda: no_worker_installs(slurm_cluster, tmp_path), timeout=30, what="the worker")
+
+
+def test_a_node_that_fails_under_the_job_is_a_lost_worker(
+    slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
+) -> None:
+    """The job's node drops off the network: the attempt ends ``worker_lost`` (whichever
+    notices first, gpulayer's missed heartbeats or Slurm's NODE_FAIL), the instance is torn
+    down without waiting on the node, Slurm marks the node down, and the worker, cut off on
+    the node, ends itself and the job by its dead-man switch. Back on the network and
+    resumed, the node returns to service."""
+    # The worker's dead-man switch fires after 20 s without the control plane.
+    write_providers(slurm_home, slurm_cluster, tmp_path, controller={"deadman_seconds": 20})
+    job_id = submit_detached("sleep", "300", timeout=600)
+    wait_until(lambda: status(job_id)["state"] == "running", timeout=120, what="the job to run")
+    (allocation,) = slurm_cluster.queue()
+    slurm_job = allocation.split()[0]
+    node = slurm_cluster.command("squeue", "-h", "-o", "%N", "-j", slurm_job).strip()
+    host = slurm_cluster.hosts[node]
+    slurm_cluster.lab.unplug(host)
+    try:
+        wait_until(lambda: status(job_id)["state"] == "failed", timeout=120, what="the job to fail")
+        assert status(job_id)["reason"] == "worker_lost", status(job_id)
+        wait_until(lambda: ledger(job_id)["instances"][0]["state"] == "terminated", what="teardown")
+        wait_until(
+            lambda: slurm_cluster.node_states()[node].startswith("down"),
+            timeout=120,
+            what="Slurm to mark the node down",
+        )
+        wait_until(lambda: slurm_cluster.queue() == [], timeout=30, what="an empty queue")
+        ended = slurm_cluster.command("squeue", "-h", "--states=all", "-o", "%T", "-j", slurm_job)
+        assert ended.strip() in ("NODE_FAIL", "CANCELLED"), ended
+        # Cut off, the worker stops by itself (its dead-man switch), the job's process with it.
+        wait_until(
+            lambda: not host.processes_mentioning("sleep 300"), timeout=90, what="the job's end"
+        )
+        # The worker itself gives its last reports their 30 s (and the job's grace) first.
+        wait_until(lambda: not processes_with(installs(tmp_path)), timeout=120, what="the worker")
+    finally:
+        slurm_cluster.lab.plug(host)
+        # As an admin returns a repaired node to service.
+        with contextlib.suppress(SlurmClusterError):
+            slurm_cluster.command("scontrol", "update", f"NodeName={node}", "State=RESUME")
+    slurm_cluster.wait_nodes_idle([node], timeout=60)
+    wait_until(lambda: no_job_keys(slurm_cluster), timeout=30, what="the job's key to go")
 
 
 def test_a_preempted_allocation_is_a_preempted_attempt_that_runs_again(

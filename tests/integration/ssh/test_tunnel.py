@@ -93,6 +93,30 @@ def test_host_reaches_the_controller_service_through_the_tunnel(
         assert code != 0  # the port is gone on the host once the tunnel is closed
 
 
+def test_closing_a_tunnel_to_a_host_gone_from_the_network_returns(
+    ssh_host: SshdHost, server: _Server
+) -> None:
+    """The host's cable is pulled, its TCP connection still open: closing the tunnel and the
+    session gives up on the host's answer instead of waiting for it forever."""
+    if not ssh_host.lab.namespaced:
+        pytest.skip("a loopback host has no cable to pull")
+    session = SshSession(ssh_host.target()).connect()
+    tunnel = open_reverse_tunnel(session, server.port)
+    closed = threading.Event()
+
+    def close_both() -> None:
+        tunnel.close(timeout=2)
+        session.close()
+        closed.set()
+
+    ssh_host.lab.unplug(ssh_host)
+    try:
+        threading.Thread(target=close_both, daemon=True).start()
+        assert closed.wait(30), "closing waited on a host that cannot answer"
+    finally:
+        ssh_host.lab.plug(ssh_host)
+
+
 def test_without_the_tunnel_the_host_cannot_reach_the_service(
     ssh_host: SshdHost, server: _Server
 ) -> None:
