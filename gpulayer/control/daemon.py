@@ -131,8 +131,8 @@ def _run(
 ) -> int:
     import uvicorn
 
-    from gpulayer.cloud.lifecycle import attach_lifecycle
     from gpulayer.control.api import create_app
+    from gpulayer.control.cloud_attach import attach_lifecycle
     from gpulayer.control.local_admin import LocalAdmin, add_local_routes
     from gpulayer.control.schedule_firing import attach_schedules
     from gpulayer.control.service import ControlService

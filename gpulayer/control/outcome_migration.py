@@ -33,9 +33,7 @@ def outcome_from_note(note: str | None) -> tuple[str, str | None, str] | None:
 
 def outcomes_from_notes(conn: Any) -> None:
     rows = conn.execute(
-        select(t.instances.c.request_id, t.instances.c.note).where(
-            t.instances.c.outcome.is_(None)
-        )
+        select(t.instances.c.request_id, t.instances.c.note).where(t.instances.c.outcome.is_(None))
     ).all()
     for request_id, note in rows:
         found = outcome_from_note(note)

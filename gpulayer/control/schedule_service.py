@@ -16,10 +16,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gpulayer.control.ids import new_id
 from gpulayer.control.store import ScheduleRecord, job_row
 from gpulayer.control.targets import choose_target, may_leave_this_machine, with_default_target
 from gpulayer.errors import GpulayerError, NotFoundError, UsageError
+from gpulayer.ids import new_id
 from gpulayer.schedules.decisions import (
     BudgetState,
     Decision,

@@ -88,8 +88,8 @@ def run_server(
 ) -> None:
     import uvicorn
 
-    from gpulayer.cloud.lifecycle import attach_lifecycle
     from gpulayer.control.api import create_app
+    from gpulayer.control.cloud_attach import attach_lifecycle
     from gpulayer.control.schedule_firing import attach_schedules
     from gpulayer.control.service import ControlService
     from gpulayer.control.store import Store

@@ -18,7 +18,6 @@ from typing import Any, BinaryIO
 
 from gpulayer.control import gangs
 from gpulayer.control.auth import Principal, PrincipalKind, issue_token
-from gpulayer.control.ids import new_id
 from gpulayer.control.job_states import ACTIVE_ATTEMPT_STATES, JobStates
 from gpulayer.control.output_uploads import OutputLimits
 from gpulayer.control.paths import HomeLayout
@@ -37,9 +36,11 @@ from gpulayer.control.targets import (
     may_leave_this_machine,
     refuse_missing_inputs,
     refuse_unschedulable,
+    target_after_cloud,
     with_default_target,
 )
 from gpulayer.control.text_checks import repair_text, unsafe_text
+from gpulayer.control.tokens import hash_token
 from gpulayer.control.worker_news import WorkerNews
 from gpulayer.errors import (
     ForbiddenError,
@@ -48,6 +49,7 @@ from gpulayer.errors import (
     StaleAttemptError,
     UsageError,
 )
+from gpulayer.ids import new_id
 from gpulayer.protocol.job_files import JobFileError, copy_job_file, root_of
 from gpulayer.protocol.messages import (
     Assignment,
@@ -1179,6 +1181,16 @@ class ControlService:
         self.store.move_worker(worker_id, "gone")
         self.placement.worker_changed(worker_id)
         self.notify()
+
+    def next_target(self, spec: JobSpec) -> tuple[str | None, list[str]]:
+        """The target after cloud in the job's chain that can take it now, else None and,
+        per fallback target, why not."""
+        return target_after_cloud(spec, self.worker_views())
+
+    def worker_credential(self, name: str) -> tuple[str, str]:
+        """A new join token for a machine's worker, and the hash the store keeps of it."""
+        token = self.create_token("worker", name)
+        return token, hash_token(token)
 
     def credit_worker_silence(self, worker_id: str) -> None:
         """The worker could not reach us because we were down: its silence starts now."""

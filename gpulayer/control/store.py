@@ -32,6 +32,7 @@ from sqlalchemy import (
     update,
 )
 
+from gpulayer.cloud.lifecycle.records import INSTANCE_GONE_STATES, InstanceRecord
 from gpulayer.control import tables as t
 from gpulayer.control.fair_lock import FairRLock
 from gpulayer.control.outcome_migration import outcomes_from_notes
@@ -176,69 +177,6 @@ class WorkerRecord:
     registered_at: float
     last_heartbeat: float
     epoch: int
-
-
-@dataclass
-class InstanceRecord:
-    request_id: str
-    job_id: str
-    owner: str
-    provider: str
-    region: str | None
-    zone: str | None
-    instance_type: str | None
-    instance_id: str | None
-    state: str
-    ssh_host: str | None
-    key_path: str | None
-    hourly_price: float | None
-    currency: str
-    spot: bool
-    tags: dict[str, str]
-    created_at: float
-    launched_at: float | None
-    ready_at: float | None
-    ended_at: float | None
-    note: str | None
-    offer: dict[str, Any] | None = None
-    state_since: float | None = None
-    tunnel_port: int | None = None
-    token_hash: str | None = None
-    install_dir: str | None = None
-    machine: dict[str, Any] | None = None
-    """The provider's instance as launch returned it (address, login user, tags)."""
-    launch_id: str | None = None
-    """The request id the instances of one gang were launched under (node 0's); None alone."""
-    node_rank: int = 0
-
-    outcome: str | None = None
-    """What this try ended in (capacity, quota, auth, config, failed, partial, reclaimed);
-    None while it runs or when it ended without a fault."""
-    outcome_scope: str | None = None
-    """How far a refusal reaches: offer, zone, region or provider."""
-    outcome_message: str | None = None
-    hold_until: float | None = None
-    """A reclaimed machine's offer is held for every job until then."""
-    last_error: str | None = None
-    """The last failure of a later step (a terminate), kept apart from the outcome."""
-    step_failures: int = 0
-    next_step_at: float | None = None
-    """When the step that failed is tried again."""
-    unreachable_since: float | None = None
-
-    @property
-    def gone(self) -> bool:
-        return self.state in INSTANCE_GONE_STATES
-
-    def cost(self, now: float) -> float | None:
-        """Accrued cost: the hourly price from launch to end (or now)."""
-        if self.hourly_price is None or self.launched_at is None:
-            return None if self.hourly_price is None else 0.0
-        end = self.ended_at if self.ended_at is not None else now
-        return self.hourly_price * max(0.0, end - self.launched_at) / 3600.0
-
-
-INSTANCE_GONE_STATES = frozenset({"terminated", "never_launched"})
 
 
 @dataclass

@@ -158,3 +158,24 @@ def choose_target(
         notes.append(f"unschedulable: {summary}")
         return TargetDecision(None, message=summary, notes=notes)
     raise AssertionError("a placement chain is never empty")
+
+
+def target_after_cloud(
+    spec: JobSpec, worker_views: Sequence[WorkerView]
+) -> tuple[str | None, list[str]]:
+    """The next target after cloud in the job's chain that can take it, else None and, per
+    fallback target, why not."""
+    chain = spec.placement.targets
+    position = chain.index("cloud") if "cloud" in chain else len(chain) - 1
+    refused: list[str] = []
+    for target in chain[position + 1 :]:
+        remaining = spec.model_copy(deep=True)
+        remaining.placement.target = target  # type: ignore[assignment]
+        remaining.placement.fallback_targets = list(chain[chain.index(target) + 1 :])  # type: ignore[arg-type]
+        decision = choose_target(remaining, worker_views)
+        if decision.target:
+            return decision.target, []
+        # The first decision walked the whole rest of the chain: its notes say, per
+        # fallback target, why that one cannot run the job either.
+        refused = refused or decision.notes
+    return None, refused

@@ -32,9 +32,11 @@ ALLOWED: dict[str, frozenset[str]] = {
         "schedules": {"spec", "errors"},
         "scheduler": {"spec", "errors", "hardware"},
         "ssh": {"errors", "backoff"},
-        "cloud": {"spec", "ssh", "errors", "backoff", "hardware", "protocol", "control"},
+        "ids": set(),
+        "cloud": {"spec", "ssh", "errors", "backoff", "hardware", "protocol", "ids"},
         "control": {
             "spec", "protocol", "scheduler", "schedules", "cloud", "errors", "backoff", "procs",
+            "ids",
         },
         "worker": {"spec", "protocol", "hardware", "errors", "backoff", "procs"},
         "sdk": {"spec", "protocol", "schedules", "control", "errors"},
@@ -83,11 +85,10 @@ ONLY_INTO: dict[tuple[str, str], frozenset[str]] = {
         {"gpulayer.control.paths", "gpulayer.control.tokens", "gpulayer.control.local_daemon"}
     ),
 }
-ONLY_FROM: dict[tuple[str, str], frozenset[str]] = {
-    # The cloud lifecycle drives instances for the control plane's jobs and is attached to its
-    # service; nothing else in cloud knows the control plane.
-    ("cloud", "control"): frozenset({"gpulayer.cloud.lifecycle"}),
-}
+# The cloud lifecycle reaches the control plane only through the interface it owns
+# (gpulayer.cloud.lifecycle.ports), which the control plane implements: no arrow from cloud to
+# control at all.
+ONLY_FROM: dict[tuple[str, str], frozenset[str]] = {}
 
 HEAVY = ("boto3", "google.cloud", "paramiko", "fastapi", "sqlalchemy", "torch", "uvicorn")
 

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 from gpulayer.cloud.lifecycle import gangs, planning
 
 if TYPE_CHECKING:
+    from gpulayer.cloud.lifecycle.records import InstanceRecord
     from gpulayer.cloud.offer import Offer
-    from gpulayer.control.store import InstanceRecord
     from gpulayer.spec import JobSpec
 
 
@@ -132,24 +132,3 @@ def cap_refusal(spec: JobSpec, providers: Mapping[str, Any]) -> str | None:
     if over is None:
         return None
     return why_nothing_fits(ranked, query, placement, fitting)
-
-
-def fallback_target(spec: JobSpec, worker_views: list[Any]) -> tuple[str | None, list[str]]:
-    """The next target after cloud in the job's chain that can take it, else None and, per
-    fallback target, why not."""
-    from gpulayer.control.targets import choose_target
-
-    chain = spec.placement.targets
-    position = chain.index("cloud") if "cloud" in chain else len(chain) - 1
-    refused: list[str] = []
-    for target in chain[position + 1 :]:
-        remaining = spec.model_copy(deep=True)
-        remaining.placement.target = target  # type: ignore[assignment]
-        remaining.placement.fallback_targets = list(chain[chain.index(target) + 1 :])  # type: ignore[arg-type]
-        decision = choose_target(remaining, worker_views)
-        if decision.target:
-            return decision.target, []
-        # The first decision walked the whole rest of the chain: its notes say, per
-        # fallback target, why that one cannot run the job either.
-        refused = refused or decision.notes
-    return None, refused

@@ -37,7 +37,7 @@ from gpulayer.cloud.lifecycle.links import (
     reopen,
     ssh_target,
 )
-from gpulayer.cloud.lifecycle.placement import candidates, fallback_target
+from gpulayer.cloud.lifecycle.placement import candidates
 from gpulayer.cloud.lifecycle.states import (
     GONE,
     HOLDS_WORKER,
@@ -56,9 +56,9 @@ from gpulayer.cloud.protocol import (
 from gpulayer.errors import UsageError
 
 if TYPE_CHECKING:
+    from gpulayer.cloud.lifecycle.ports import JobPort, JobView
+    from gpulayer.cloud.lifecycle.records import InstanceRecord
     from gpulayer.cloud.offer import Offer
-    from gpulayer.control.service import ControlService
-    from gpulayer.control.store import InstanceRecord, JobRecord
     from gpulayer.spec import JobSpec
 
 log = logging.getLogger("gpulayer.lifecycle")
@@ -81,7 +81,7 @@ RECLAIM_UPLOAD_MARGIN_SECONDS = 30.0
 class Reconciler:
     def __init__(
         self,
-        service: ControlService,
+        service: JobPort,
         *,
         control_port: int,
         owner: str,
@@ -210,9 +210,10 @@ class Reconciler:
                 self._drive(record, now)
             except Exception:
                 log.exception("driving instance %s failed", record.request_id)
-        waiting = self.store.queued_jobs() + self.store.list_jobs(
-            states=["provisioning"], limit=10_000
-        )
+        waiting = [
+            *self.store.queued_jobs(),
+            *self.store.list_jobs(states=["provisioning"], limit=10_000),
+        ]
         self.service.forget_cloud_environments(busy_jobs)
         for job in waiting:
             if job.target != "cloud" or job.id in busy_jobs:
@@ -356,7 +357,7 @@ class Reconciler:
     def _drive_worker(
         self,
         r: InstanceRecord,
-        job: JobRecord,
+        job: JobView,
         reservation: Any,
         ended: bool,
         since: float,
@@ -569,9 +570,9 @@ class Reconciler:
                 taken[planning.offer_key(record.offer)] = f"in use by job {record.job_id}"
         return taken
 
-    def _record(self, job: JobRecord, spec: JobSpec, offer: Offer) -> None:
+    def _record(self, job: JobView, spec: JobSpec, offer: Offer) -> None:
         """Write the instance down (with its reservation) before anything is created."""
-        from gpulayer.control.ids import new_id
+        from gpulayer.ids import new_id
         from gpulayer.ssh.keys import generate_keypair
 
         nodes = gangs.nodes_of(spec)
@@ -747,7 +748,6 @@ class Reconciler:
         """booting -> bootstrapping -> ready: wait for SSH, install and start the worker."""
         from gpulayer.cloud.bootstrap import BootstrapPlan, bootstrap_worker
         from gpulayer.cloud.wheelhouse import build_wheelhouse
-        from gpulayer.control.tokens import hash_token
         from gpulayer.spec import JobSpec
 
         r = self._fresh(request_id)
@@ -782,10 +782,8 @@ class Reconciler:
             )
             if r.token_hash is not None:
                 self._clear_earlier_bootstrap(r, session, install_dir)
-            token = self.service.create_token("worker", f"cloud worker {request_id}")
-            self.store.update_instance(
-                request_id, token_hash=hash_token(token), install_dir=install_dir
-            )
+            token, token_hash = self.service.worker_credential(f"cloud worker {request_id}")
+            self.store.update_instance(request_id, token_hash=token_hash, install_dir=install_dir)
             if not self._move(r, "bootstrapping", "SSH answered"):
                 return
             self._note(r.job_id, "bootstrapping the worker")
@@ -1144,8 +1142,8 @@ class Reconciler:
     def _note(self, job_id: str, text: str) -> None:
         self.service.log_system(job_id, 0, [text])
 
-    def _next_target_or_fail(self, job: JobRecord, spec: JobSpec, why: str) -> None:
-        target, refused = fallback_target(spec, self.service.worker_views())
+    def _next_target_or_fail(self, job: JobView, spec: JobSpec, why: str) -> None:
+        target, refused = self.service.next_target(spec)
         if target is not None:
             moving = f"cloud: {why}; trying target {target}"
             self._note(job.id, moving)

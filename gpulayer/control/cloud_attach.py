@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def owner_id(root: Path) -> str:
     """This controller's identity in instance tags, stable across restarts."""
-    from gpulayer.control.ids import new_id
+    from gpulayer.ids import new_id
 
     path = root / "owner-id"
     try:
