@@ -409,7 +409,9 @@ def test_a_node_that_fails_under_the_job_is_a_lost_worker(
             lambda: not host.processes_mentioning("sleep 300"), timeout=90, what="the job's end"
         )
         # The worker itself gives its last reports their 30 s (and the job's grace) first.
-        wait_until(lambda: not processes_with(installs(tmp_path)), timeout=120, what="the worker")
+        wait_until(
+            lambda: no_worker_installs(slurm_cluster, tmp_path), timeout=120, what="the worker"
+        )
     finally:
         slurm_cluster.lab.plug(host)
         # As an admin returns a repaired node to service.
