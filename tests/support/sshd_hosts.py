@@ -62,6 +62,7 @@ _SUBNET_SECOND_OCTET = 231  # 10.231.<n>.0/24; rarely used by real networks
 # How long a host may take to boot and its sshd to answer: seconds where the machine is idle,
 # and more than 10 were seen once on a 2-core machine busy with the suite's journeys.
 _READY_SECONDS = 30.0
+_BANNER_SECONDS = 5.0
 # Where a rootfs host's sshd keeps its config, keys and pid: on the host's own disk, so that no
 # path of the controller has to exist there.
 HOST_SSHD_DIR = PurePosixPath("/etc/ssh/gpulayer-test")
@@ -192,13 +193,17 @@ def _write_file(path: Path, data: bytes, *, append: bool = False) -> None:
 
 
 def _banner(address: str, port: int, timeout: float) -> str | None:
-    """None once sshd answers with its banner; else what happened instead."""
+    """None once sshd answers with its banner; else what happened instead, and at which step."""
     try:
-        with socket.create_connection((address, port), timeout=timeout) as sock:
+        sock = socket.create_connection((address, port), timeout=timeout)
+    except OSError as exc:
+        return f"connect: {type(exc).__name__}: {exc}"
+    with sock:
+        try:
             sock.settimeout(timeout)
             first = sock.recv(64)
-    except OSError as exc:
-        return f"{type(exc).__name__}: {exc}"
+        except OSError as exc:
+            return f"banner: {type(exc).__name__}: {exc}"
     return None if first.startswith(b"SSH-") else f"answered {first[:20]!r}"
 
 
@@ -717,14 +722,25 @@ class SshdHost:
             if process is not None and process.poll() is not None:
                 raise SshdHostError(f"sshd of {self.name} exited: {self.log_tail()}")
             if process is not None:
-                problem = _banner(self.address, self.port, 1.0)
+                # A try waits long enough for sshd to re-exec itself on a loaded machine: tries
+                # given up early leave half-open sessions behind that only add to the load.
+                left = deadline - time.monotonic()
+                problem = _banner(self.address, self.port, max(0.5, min(_BANNER_SECONDS, left)))
                 if problem is None:
                     return
                 last = problem
             time.sleep(0.02)
         raise SshdHostError(
-            f"sshd of {self.name} not ready after {timeout}s (last try: {last}): {self.log_tail()}"
+            f"sshd of {self.name} not ready after {timeout}s (last try: {last}; "
+            f"{self._neighbour()}): {self.log_tail()}"
         )
+
+    def _neighbour(self) -> str:
+        """What this machine's ARP table says of the host's address, for a host not reached."""
+        if not self.lab.namespaced:
+            return "loopback"
+        entry = _run(["ip", "neigh", "show", "to", self.address], check=False).strip()
+        return f"neighbour: {entry or 'none'}"
 
     def stop(self) -> None:
         """Kill sshd and everything its sessions started; a pending delayed start is cancelled."""
@@ -827,6 +843,7 @@ class SshdLab:
         self.run_id = run_id
         self.hosts: list[SshdHost] = []
         self._counter = 0
+        self._next_address = 0
         self._lock = threading.Lock()
         self._closed = False
         self.subnet: ipaddress.IPv4Network | None = None
@@ -1053,9 +1070,14 @@ exec chroot "$R" /usr/bin/python3 -c "$REAPER"
         used = {h.address for h in self.hosts}
         if self.namespaced:
             assert self.subnet is not None
-            for candidate in list(self.subnet.hosts())[1:]:
-                if str(candidate) not in used:
-                    return str(candidate), 22
+            # Handed out in turn, as DHCP does, not lowest first: an address comes back only
+            # after the rest, long after anything here (ARP, a connection) last knew it.
+            candidates = list(self.subnet.hosts())[1:]
+            for step in range(len(candidates)):
+                candidate = str(candidates[(self._next_address + step) % len(candidates)])
+                if candidate not in used:
+                    self._next_address = (self._next_address + step + 1) % len(candidates)
+                    return candidate, 22
             raise SshdHostError(f"subnet {self.subnet} is full")
         for last in range(2, 255):
             address = f"127.0.0.{last}"
