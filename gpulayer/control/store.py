@@ -35,70 +35,12 @@ from sqlalchemy import (
 from gpulayer.cloud.lifecycle.records import INSTANCE_GONE_STATES, InstanceRecord
 from gpulayer.control import tables as t
 from gpulayer.control.fair_lock import FairRLock
-from gpulayer.control.outcome_migration import outcomes_from_notes
 from gpulayer.control.record_states import RESERVATION_TRANSITIONS, WORKER_TRANSITIONS, sources
+from gpulayer.control.schema import SchemaError, bring_up_to_date
 from gpulayer.errors import GpulayerError, NotFoundError
 
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
 LIVE_STATES = frozenset({"queued", "provisioning", "running"})
-
-
-# SQL run when moving up to a version, for changes create_all cannot make.
-_STEPS: dict[int, tuple[str, ...]] = {
-    4: (
-        "ALTER TABLE attempts ADD COLUMN worker_epoch INTEGER",
-        "ALTER TABLE tokens ADD COLUMN id VARCHAR(16)",
-        "ALTER TABLE tokens ADD COLUMN scheme VARCHAR(8) NOT NULL DEFAULT 'sha256'",
-        "ALTER TABLE tokens ADD COLUMN salt VARCHAR(64)",
-        "ALTER TABLE tokens ADD COLUMN digest VARCHAR(128)",
-        "ALTER TABLE tokens ADD COLUMN worker_id VARCHAR(32)",
-        "ALTER TABLE tokens ADD COLUMN parent_id VARCHAR(16)",
-        "ALTER TABLE tokens ADD COLUMN expires_at FLOAT",
-        "ALTER TABLE tokens ADD COLUMN max_workers INTEGER",
-        "ALTER TABLE tokens ADD COLUMN registered INTEGER NOT NULL DEFAULT 0",
-        "ALTER TABLE tokens ADD COLUMN revoked_at FLOAT",
-        # Schema 3's "worker" tokens were join tokens; "worker" now names one worker's own.
-        "UPDATE tokens SET kind = 'join' WHERE kind = 'worker'",
-        "UPDATE tokens SET id = 't-' || substr(hash, 1, 10) WHERE id IS NULL",
-        "CREATE UNIQUE INDEX IF NOT EXISTS ix_tokens_id ON tokens (id)",
-        "CREATE INDEX IF NOT EXISTS ix_tokens_worker ON tokens (worker_id)",
-    ),
-    # The lifecycle reconciler: what it needs to resume an instance after a restart.
-    5: (
-        "ALTER TABLE instances ADD COLUMN offer TEXT",
-        "ALTER TABLE instances ADD COLUMN state_since FLOAT",
-        "ALTER TABLE instances ADD COLUMN tunnel_port INTEGER",
-        "ALTER TABLE instances ADD COLUMN token_hash VARCHAR(64)",
-        "ALTER TABLE instances ADD COLUMN install_dir TEXT",
-        "ALTER TABLE instances ADD COLUMN machine TEXT",
-    ),
-    6: (
-        "ALTER TABLE attempts ADD COLUMN node_rank INTEGER NOT NULL DEFAULT 0",
-        "ALTER TABLE attempts ADD COLUMN result TEXT",
-        "ALTER TABLE logs ADD COLUMN node INTEGER",
-        # A gang has one attempt per node under one number.
-        "DROP INDEX IF EXISTS ix_attempts_job",
-        "CREATE UNIQUE INDEX IF NOT EXISTS ix_attempts_job ON attempts (job_id, number, node_rank)",
-    ),
-    7: ("CREATE INDEX IF NOT EXISTS ix_jobs_created_id ON jobs (created_at, id)",),
-    # Cloud gangs: the instances of one launch, each with its node rank.
-    8: (
-        "ALTER TABLE instances ADD COLUMN launch_id VARCHAR(64)",
-        "ALTER TABLE instances ADD COLUMN node_rank INTEGER NOT NULL DEFAULT 0",
-    ),
-    # Typed try outcomes and the reconciler's restart-safe memory.
-    9: (
-        "ALTER TABLE instances ADD COLUMN outcome VARCHAR(16)",
-        "ALTER TABLE instances ADD COLUMN outcome_scope VARCHAR(16)",
-        "ALTER TABLE instances ADD COLUMN outcome_message TEXT",
-        "ALTER TABLE instances ADD COLUMN hold_until FLOAT",
-        "ALTER TABLE instances ADD COLUMN last_error TEXT",
-        "ALTER TABLE instances ADD COLUMN step_failures INTEGER NOT NULL DEFAULT 0",
-        "ALTER TABLE instances ADD COLUMN next_step_at FLOAT",
-        "ALTER TABLE instances ADD COLUMN unreachable_since FLOAT",
-        "CREATE INDEX IF NOT EXISTS ix_instances_hold ON instances (hold_until)",
-    ),
-}
 
 
 # Built once: a dispatch pass runs these for every job it places, and building the statement
@@ -462,35 +404,33 @@ class Store:
     # --- schema -----------------------------------------------------------------------------
 
     def _migrate(self) -> None:
-        """Bring the schema to SCHEMA_VERSION, keeping every row of an older one.
+        """Bring the schema to this gpulayer's, keeping every row of an older one."""
+        try:
+            self._bring_up_to_date()
+        except SchemaError as exc:
+            raise StoreError(str(exc)) from exc
 
-        Versions so far only add tables, which create_all does; a change to an existing
-        table gets its own step in _STEPS.
-        """
-        with self._begin() as conn:
-            t.metadata.create_all(conn, checkfirst=True)
-            found = conn.execute(select(t.meta.c.value).where(t.meta.c.key == "schema")).scalar()
-            if found is None:
-                conn.execute(insert(t.meta).values(key="schema", value=str(t.SCHEMA_VERSION)))
-                return
-            version = int(found)
-            if version > t.SCHEMA_VERSION:
-                raise StoreError(
-                    f"database schema {found} is newer than this gpulayer understands "
-                    f"({t.SCHEMA_VERSION}); upgrade gpulayer"
-                )
-            for step in range(version + 1, t.SCHEMA_VERSION + 1):
-                for statement in _STEPS.get(step, ()):
-                    if not _column_exists(conn, statement):
-                        conn.exec_driver_sql(statement)
-                if step == 9:
-                    outcomes_from_notes(conn)
-            if version != t.SCHEMA_VERSION:
-                conn.execute(
-                    update(t.meta)
-                    .where(t.meta.c.key == "schema")
-                    .values(value=str(t.SCHEMA_VERSION))
-                )
+    def _bring_up_to_date(self) -> None:
+        if self._writer is None:
+            with self.engine.begin() as conn:
+                # Two servers starting at once on one PostgreSQL database migrate it once.
+                conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7210151)")
+                bring_up_to_date(conn)
+            return
+        with self._writer, self.engine.connect() as conn:
+            # SQLite changes a table by copying it, which its foreign keys would refuse while
+            # rows of other tables point at it; they are checked once the copy is done.
+            conn.exec_driver_sql("PRAGMA foreign_keys=OFF")
+            conn.commit()
+            try:
+                with conn.begin():
+                    bring_up_to_date(conn)
+                    broken = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
+                    if broken:
+                        raise StoreError(f"the schema upgrade broke foreign keys: {broken[:3]}")
+            finally:
+                conn.exec_driver_sql("PRAGMA foreign_keys=ON")
+                conn.commit()
 
     def schema_version(self) -> int:
         with self.engine.connect() as conn:
@@ -1719,21 +1659,6 @@ def _chunks(ids: Sequence[str]) -> Iterator[list[str]]:
 def _token(row: Any) -> TokenRecord:
     m = row._mapping
     return TokenRecord(**{f: m[f] for f in TokenRecord.__dataclass_fields__})
-
-
-def _column_exists(conn: Any, statement: str) -> bool:
-    """For an `ALTER TABLE x ADD COLUMN c ...` step: whether c is there already (re-runs)."""
-    words = statement.split()
-    if len(words) < 6 or [w.upper() for w in words[:2] + words[3:5]] != [
-        "ALTER",
-        "TABLE",
-        "ADD",
-        "COLUMN",
-    ]:
-        return False
-    from sqlalchemy import inspect
-
-    return any(c["name"] == words[5] for c in inspect(conn).get_columns(words[2]))
 
 
 def _instance(row: Any) -> InstanceRecord:

@@ -1,4 +1,6 @@
-"""The store's schema (SQLAlchemy Core). Bump SCHEMA_VERSION and add a migration to change it."""
+"""The store's schema (SQLAlchemy Core). To change it, bump SCHEMA_VERSION and add its Alembic
+revision under gpulayer/control/migrations/versions (``alembic revision --autogenerate`` with
+the store's database, then made to change only what is missing, as the others do)."""
 
 from __future__ import annotations
 

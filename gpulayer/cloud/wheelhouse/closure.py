@@ -10,10 +10,12 @@ from importlib import metadata
 from gpulayer.cloud.wheelhouse.errors import WheelhouseError
 
 ROOT_DISTRIBUTION = "gpulayer"
-SERVER_ONLY = frozenset({"fastapi", "starlette", "uvicorn", "sqlalchemy", "paramiko", "croniter"})
-"""Never imported by a worker: the control plane (FastAPI, SQLAlchemy, cron schedules) and the
-controller's SSH side. Their own dependencies are left out with them unless something the
-worker needs requires them too."""
+SERVER_ONLY = frozenset(
+    {"fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic", "paramiko", "croniter"}
+)
+"""Never imported by a worker: the control plane (FastAPI, SQLAlchemy and Alembic, cron
+schedules) and the controller's SSH side. Their own dependencies are left out with them unless
+something the worker needs requires them too."""
 
 
 def canonical(name: str) -> str:
