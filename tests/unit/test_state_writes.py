@@ -15,12 +15,18 @@ ROOT = Path(__file__).resolve().parents[2] / "gpulayer"
 
 # Where an UPDATE sets `state`, and the table each one checks.
 STATE_WRITERS = {
-    ("control/store.py", "<module>"),  # the dispatch's queued -> running, a JOB_TRANSITIONS move
-    ("control/store.py", "Store.move_instance"),  # the reconciler checks TRANSITIONS first
-    ("control/store.py", "Store.move_worker"),  # WORKER_TRANSITIONS
-    ("control/store.py", "Store.worker_heartbeat"),  # WORKER_TRANSITIONS: lost -> ready
-    ("control/store.py", "Store.bind_reservation"),  # RESERVATION_TRANSITIONS
-    ("control/store.py", "Store.release_reservation"),  # RESERVATION_TRANSITIONS
+    (
+        "control/store/jobs.py",
+        "<module>",
+    ),  # the dispatch's queued -> running, a JOB_TRANSITIONS move
+    ("control/store/instances.py", "InstanceLedger.move_instance"),  # checks TRANSITIONS first
+    ("control/store/workers.py", "WorkerStore.move_worker"),  # WORKER_TRANSITIONS
+    (
+        "control/store/workers.py",
+        "WorkerStore.worker_heartbeat",
+    ),  # WORKER_TRANSITIONS: lost -> ready
+    ("control/store/instances.py", "InstanceLedger.bind_reservation"),  # RESERVATION_TRANSITIONS
+    ("control/store/instances.py", "InstanceLedger.release_reservation"),  # RESERVATION_TRANSITIONS
 }
 # Store methods that take any column, state included: only the job table's mover may pass it.
 GENERIC_UPDATES = {"update_job", "update_attempt", "update_instance", "update_worker"}

@@ -1,0 +1,193 @@
+"""Rented instances and their reservations: the cost ledger and the lifecycle's records
+(the lifecycle's InstanceStore port)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from sqlalchemy import (
+    and_,
+    insert,
+    or_,
+    select,
+    update,
+)
+
+from gpulayer.cloud.lifecycle.records import INSTANCE_GONE_STATES, InstanceRecord
+from gpulayer.control import tables as t
+from gpulayer.control.record_states import RESERVATION_TRANSITIONS, sources
+from gpulayer.control.store.engine import StoreBase
+from gpulayer.control.store.records import (
+    ReservationRecord,
+    TransitionRecord,
+    encode_instance_json,
+    instance_from_row,
+)
+from gpulayer.errors import NotFoundError
+
+
+class InstanceLedger(StoreBase):
+    # --- instances and the cost ledger ------------------------------------------------------
+
+    def record_instance(self, *, reason: str = "", **values: Any) -> InstanceRecord:
+        """Write an instance down before the call that creates it, with its reservation for
+        the job and the first entry of its history, in one transaction."""
+        return self.record_instances([values], reason=reason)[0]
+
+    def record_instances(
+        self, rows: list[dict[str, Any]], *, reason: str = ""
+    ) -> list[InstanceRecord]:
+        """Several instances (the nodes of a gang) written down together, or none."""
+        now = time.time()
+        with self._begin() as conn:
+            for given in rows:
+                values = dict(given)
+                values.setdefault("created_at", now)
+                values.setdefault("state_since", now)
+                values["tags"] = json.dumps(values.get("tags", {}))
+                encode_instance_json(values)
+                conn.execute(insert(t.instances).values(**values))
+                conn.execute(
+                    insert(t.instance_transitions).values(
+                        request_id=values["request_id"],
+                        from_state=None,
+                        to_state=values["state"],
+                        reason=reason,
+                        at=now,
+                    )
+                )
+                conn.execute(
+                    insert(t.reservations).values(
+                        request_id=values["request_id"],
+                        job_id=values["job_id"],
+                        state="pending",
+                        created_at=now,
+                    )
+                )
+        return [self.get_instance(row["request_id"]) for row in rows]
+
+    def move_instance(
+        self, request_id: str, *, expect: str, to: str, reason: str, **values: Any
+    ) -> bool:
+        """Move an instance from ``expect`` to ``to`` and note why, only if it is still in
+        ``expect``; True when this caller moved it. The caller checks the state table."""
+        now = time.time()
+        encode_instance_json(values)
+        condition = and_(t.instances.c.request_id == request_id, t.instances.c.state == expect)
+        with self._begin() as conn:
+            moved = conn.execute(
+                update(t.instances).where(condition).values(state=to, state_since=now, **values)
+            ).rowcount
+            if moved != 1:
+                return False
+            conn.execute(
+                insert(t.instance_transitions).values(
+                    request_id=request_id, from_state=expect, to_state=to, reason=reason, at=now
+                )
+            )
+        return True
+
+    def instance_history(self, request_id: str) -> list[TransitionRecord]:
+        query = (
+            select(t.instance_transitions)
+            .where(t.instance_transitions.c.request_id == request_id)
+            .order_by(t.instance_transitions.c.id)
+        )
+        with self.engine.connect() as conn:
+            return [
+                TransitionRecord(r.request_id, r.from_state, r.to_state, r.reason, r.at)
+                for r in conn.execute(query)
+            ]
+
+    def reservation(self, request_id: str) -> ReservationRecord | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(t.reservations).where(t.reservations.c.request_id == request_id)
+            ).first()
+        return None if row is None else ReservationRecord(**row._mapping)
+
+    def live_reservations(self, *, job_id: str | None = None) -> list[ReservationRecord]:
+        query = select(t.reservations).where(t.reservations.c.state != "released")
+        if job_id is not None:
+            query = query.where(t.reservations.c.job_id == job_id)
+        with self.engine.connect() as conn:
+            return [ReservationRecord(**r._mapping) for r in conn.execute(query)]
+
+    def bind_reservation(self, request_id: str, worker_id: str) -> bool:
+        """The instance's worker joined: the job now runs on that worker and no other. The
+        first worker to register for the instance holds it (it may re-register)."""
+        condition = and_(
+            t.reservations.c.request_id == request_id,
+            or_(
+                t.reservations.c.state.in_(sources(RESERVATION_TRANSITIONS, "bound")),
+                and_(t.reservations.c.state == "bound", t.reservations.c.worker_id == worker_id),
+            ),
+        )
+        with self._begin() as conn:
+            return (
+                conn.execute(
+                    update(t.reservations)
+                    .where(condition)
+                    .values(state="bound", worker_id=worker_id, bound_at=time.time())
+                ).rowcount
+                == 1
+            )
+
+    def release_reservation(self, request_id: str) -> None:
+        condition = and_(
+            t.reservations.c.request_id == request_id,
+            t.reservations.c.state.in_(sources(RESERVATION_TRANSITIONS, "released")),
+        )
+        with self._begin() as conn:
+            conn.execute(
+                update(t.reservations)
+                .where(condition)
+                .values(state="released", released_at=time.time())
+            )
+
+    def update_instance(self, request_id: str, **values: Any) -> None:
+        if "tags" in values:
+            values["tags"] = json.dumps(values["tags"])
+        encode_instance_json(values)
+        with self._begin() as conn:
+            conn.execute(
+                update(t.instances).where(t.instances.c.request_id == request_id).values(**values)
+            )
+
+    def get_instance(self, request_id: str) -> InstanceRecord:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(t.instances).where(t.instances.c.request_id == request_id)
+            ).first()
+        if row is None:
+            raise NotFoundError(f"instance request {request_id!r} not found")
+        return instance_from_row(row)
+
+    def list_instances(
+        self, *, job_id: str | None = None, live_only: bool = False
+    ) -> list[InstanceRecord]:
+        query = select(t.instances).order_by(t.instances.c.created_at)
+        if job_id is not None:
+            query = query.where(t.instances.c.job_id == job_id)
+        if live_only:
+            query = query.where(t.instances.c.state.not_in(list(INSTANCE_GONE_STATES)))
+        with self.engine.connect() as conn:
+            return [instance_from_row(r) for r in conn.execute(query)]
+
+    def instances_holding_offers(self, now: float) -> list[InstanceRecord]:
+        """Tries whose offer is held for every job until a time still to come."""
+        query = select(t.instances).where(t.instances.c.hold_until > now)
+        with self.engine.connect() as conn:
+            return [instance_from_row(r) for r in conn.execute(query)]
+
+    def clear_step_retries(self) -> None:
+        """Every failed step is tried again at the next pass (``gpulayer cloud reap``)."""
+        live = t.instances.c.state.not_in(list(INSTANCE_GONE_STATES))
+        with self._begin() as conn:
+            conn.execute(
+                update(t.instances)
+                .where(and_(live, t.instances.c.next_step_at.is_not(None)))
+                .values(next_step_at=None)
+            )

@@ -1,0 +1,131 @@
+"""Workers: registration, heartbeats, state moves, and the reads the live placement index
+refreshes from."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import (
+    and_,
+    case,
+    insert,
+    select,
+    update,
+)
+
+from gpulayer.control import tables as t
+from gpulayer.control.record_states import WORKER_TRANSITIONS, sources
+from gpulayer.control.store.engine import StoreBase
+from gpulayer.control.store.records import (
+    AttemptRecord,
+    WorkerRecord,
+    attempt_from_row,
+    in_chunks,
+    worker_from_row,
+)
+from gpulayer.errors import NotFoundError
+
+
+class WorkerStore(StoreBase):
+    # --- workers ----------------------------------------------------------------------------
+
+    def upsert_worker(
+        self,
+        *,
+        worker_id: str,
+        name: str,
+        kind: str,
+        labels: dict[str, str],
+        capabilities: dict[str, Any],
+    ) -> WorkerRecord:
+        now = time.time()
+        values = {
+            "name": name,
+            "kind": kind,
+            "labels": json.dumps(labels),
+            "capabilities": json.dumps(capabilities),
+            "state": "ready",
+            "last_heartbeat": now,
+        }
+        with self._begin() as conn:
+            existing = conn.execute(
+                select(t.workers.c.id).where(t.workers.c.id == worker_id)
+            ).first()
+            if existing:
+                conn.execute(
+                    update(t.workers)
+                    .where(t.workers.c.id == worker_id)
+                    .values(**values, epoch=t.workers.c.epoch + 1)
+                )
+            else:
+                conn.execute(
+                    insert(t.workers).values(id=worker_id, registered_at=now, epoch=1, **values)
+                )
+        return self.get_worker(worker_id)
+
+    def get_worker(self, worker_id: str) -> WorkerRecord:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(t.workers).where(t.workers.c.id == worker_id)).first()
+        if row is None:
+            raise NotFoundError(f"worker {worker_id!r} not found")
+        return worker_from_row(row)
+
+    def list_workers(self) -> list[WorkerRecord]:
+        with self.engine.connect() as conn:
+            return [
+                worker_from_row(r) for r in conn.execute(select(t.workers).order_by(t.workers.c.id))
+            ]
+
+    def move_worker(self, worker_id: str, to: str) -> bool:
+        """Move a worker into ``to`` from where WORKER_TRANSITIONS allows; True if moved."""
+        allowed = sources(WORKER_TRANSITIONS, to)
+        condition = and_(t.workers.c.id == worker_id, t.workers.c.state.in_(allowed))
+        with self._begin() as conn:
+            return conn.execute(update(t.workers).where(condition).values(state=to)).rowcount == 1
+
+    def worker_heartbeat(self, worker_id: str) -> None:
+        """The worker is alive now; a lost one is ready again (one statement: the hot path)."""
+        revived = case(
+            (t.workers.c.state.in_(sources(WORKER_TRANSITIONS, "ready")), "ready"),
+            else_=t.workers.c.state,
+        )
+        with self._begin() as conn:
+            conn.execute(
+                update(t.workers)
+                .where(t.workers.c.id == worker_id)
+                .values(last_heartbeat=time.time(), state=revived)
+            )
+
+    def credit_worker_silence(self, worker_id: str) -> None:
+        """Its silence counts from now (the control plane was down); its state stays."""
+        with self._begin() as conn:
+            conn.execute(
+                update(t.workers)
+                .where(t.workers.c.id == worker_id)
+                .values(last_heartbeat=time.time())
+            )
+
+    # --- placement reads: what the live worker index refreshes from -------------------------
+
+    def workers_by_ids(self, worker_ids: Iterable[str]) -> list[WorkerRecord]:
+        """These workers' rows (unknown ids are left out), in batches of bound parameters."""
+        found: list[WorkerRecord] = []
+        with self.engine.connect() as conn:
+            for chunk in in_chunks(sorted(set(worker_ids))):
+                query = select(t.workers).where(t.workers.c.id.in_(chunk))
+                found.extend(worker_from_row(r) for r in conn.execute(query))
+        return found
+
+    def active_attempts_on(self, worker_ids: Iterable[str]) -> list[AttemptRecord]:
+        """Assigned or running attempts on these workers (the worker-and-state index serves
+        it), in batches of bound parameters."""
+        found: list[AttemptRecord] = []
+        active = t.attempts.c.state.in_(["assigned", "running"])
+        with self.engine.connect() as conn:
+            for chunk in in_chunks(sorted(set(worker_ids))):
+                query = select(t.attempts).where(and_(t.attempts.c.worker_id.in_(chunk), active))
+                found.extend(attempt_from_row(r) for r in conn.execute(query))
+        return found
