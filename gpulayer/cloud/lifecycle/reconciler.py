@@ -1,11 +1,14 @@
 """One loop that drives every rented instance from its stored state toward its goal.
 
-Each pass reads the live instance records and the cloud jobs waiting for a machine, and for
-each one decides the next step from its state alone (see :mod:`.states`): launch, wait for SSH
-and bootstrap, hand the worker to its job, reopen a lost tunnel, check the provider still has
-it, drain, terminate. A step that blocks on the network runs in a small pool and ends with a
-state change, so no thread waits on a job for its life, and a controller that restarts picks
-every record up where the last one left it. The reaper is a step of the same loop.
+Each pass reads the live instance records and the cloud jobs waiting for a machine. For each
+instance it gathers the facts its next step depends on (its record, job, reservation, gang,
+worker link and attempt, the steps in flight), asks the pure decision
+(:func:`gpulayer.cloud.lifecycle.decide.decide`) for actions, and carries them out: launch,
+wait for SSH and bootstrap, hand the worker to its job, reopen a lost tunnel, check the
+provider still has it, drain, terminate. A step that blocks on the network runs in a pool of
+its kind (launches, teardowns, the rest) and ends with a state change, so no thread waits on a
+job for its life, no bootstrap holds up a teardown, and a controller that restarts picks every
+record up where the last one left it. The reaper is a step of the same loop.
 
 A gang (a distributed job of N nodes) owns N records, one per node rank, under one launch id
 (node 0's request id): node 0's record makes the one launch call for all N, each node then
@@ -23,12 +26,29 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpulayer.backoff import CLOUD_TERMINATE_RETRY
 from gpulayer.cloud.credentials import using_environment
 from gpulayer.cloud.lifecycle import gangs, planning
+from gpulayer.cloud.lifecycle.decide import (
+    Action,
+    EndGangNode,
+    HandOver,
+    InstanceFacts,
+    LoseWorker,
+    MarkReachable,
+    MarkUnreachable,
+    Move,
+    Release,
+    RememberReclaim,
+    Step,
+    Submit,
+    decide,
+    stuck_soon,
+)
 from gpulayer.cloud.lifecycle.links import (
     Link,
     Links,
@@ -38,14 +58,7 @@ from gpulayer.cloud.lifecycle.links import (
     ssh_target,
 )
 from gpulayer.cloud.lifecycle.placement import candidates
-from gpulayer.cloud.lifecycle.states import (
-    GONE,
-    HOLDS_WORKER,
-    PROVISIONING_STATES,
-    check_transition,
-    stuck_move,
-    timed_out,
-)
+from gpulayer.cloud.lifecycle.states import GONE, HOLDS_WORKER, check_transition
 from gpulayer.cloud.protocol import (
     hands_off_worker_start,
     machines_outlive_reclaim,
@@ -69,7 +82,6 @@ DEFAULT_DEADMAN_SECONDS = 600.0
 DEFAULT_PROVISIONING_SECONDS = 600.0
 INSTALL_ROOT = "/var/tmp/gpulayer"
 REAP_EVERY_SECONDS = 60.0
-CHECK_EVERY_SECONDS = 5.0
 HOLD_RECLAIMED_SECONDS = 600.0
 REQUEST_TAG = "gpulayer:request"
 GANG_SIZE_TAG = "gpulayer:gang-size"
@@ -190,24 +202,12 @@ class Reconciler:
         records = self.store.list_instances(live_only=True)
         busy_jobs = {r.job_id for r in records}
         limits = self.settings.get("state_timeouts") or {}
+        deadman = self._deadman_seconds()
         for record in records:
-            # Before the busy check: a step that hangs is what leaves an instance stuck.
-            if self._move_on_if_stuck(record, now, limits):
-                continue
-            if self._retry_at.get(record.request_id, 0) > now:
-                continue
-            if (record.next_step_at or 0) > now:
-                continue  # its failed step waits for its backoff (kept across restarts)
-            if record.state in ("draining", "terminating"):
-                if self._busy(_end_key(record.request_id)):
-                    continue
-            elif self._busy(record.request_id):
-                self._end_under_a_busy_step(record)
-                continue
-            if record.launch_id and self._busy(_launch_key(record.launch_id)):
-                continue  # its gang's launch moves every node itself
             try:
-                self._drive(record, now)
+                facts = self._facts(record, now, limits)
+                actions = decide(facts, now, limits=limits, deadman_seconds=deadman)
+                self._carry_out(record, facts, actions, now)
             except Exception:
                 log.exception("driving instance %s failed", record.request_id)
         waiting = [
@@ -225,32 +225,6 @@ class Reconciler:
             self._last_reap = now
             self._submit("reap", self._reap_unknown)
 
-    def _move_on_if_stuck(self, r: InstanceRecord, now: float, limits: Mapping[str, float]) -> bool:
-        if r.state == "requested" and any(
-            self._busy(_launch_key(node.request_id)) for node in self._gang(r)
-        ):
-            # Its launch (a gang's: node 0's) waits for a thread behind launches that wait on
-            # their provider (Slurm allocations pending in a busy queue): queued, not stuck.
-            return False
-        since = r.state_since or r.created_at
-        move = stuck_move(r.state, since, now, limits)
-        if move is None:
-            return False
-        if r.state in PROVISIONING_STATES and now - since <= self._provisioning_budget(r.job_id):
-            return False  # the job allows more (a queue that may hold it for hours)
-        values: dict[str, Any] = {}
-        if move.failed_try and r.node_rank == 0:
-            values.update(planning.failed(move.reason).columns())
-        if move.to == "never_launched":
-            values["ended_at"] = now
-        if not self._move(r, move.to, move.reason, **values):
-            return False
-        log.warning("instance %s: %s", r.request_id, move.reason)
-        self._note(r.job_id, f"instance {r.request_id}: {move.reason}; moved to {move.to}")
-        if move.to == "never_launched":
-            self._gone(r)
-        return True
-
     def _provisioning_budget(self, job_id: str) -> float:
         """The job's provisioning_timeout_seconds, when it set one; 0 otherwise."""
         from gpulayer.spec import JobSpec
@@ -261,16 +235,6 @@ class Reconciler:
         if provisioning is None or provisioning.provisioning_timeout_seconds is None:
             return 0.0
         return float(provisioning.provisioning_timeout_seconds)
-
-    def _end_under_a_busy_step(self, r: InstanceRecord) -> None:
-        """A job that ended while its machine is still being made a worker: the machine goes
-        now; the bootstrap, when it returns, finds the instance moved on and stops."""
-        if r.state not in ("booting", "bootstrapping"):
-            return
-        job = self.store.get_job(r.job_id)
-        reservation = self.store.reservation(r.request_id)
-        if job.terminal or reservation is None or reservation.state == "released":
-            self._move(r, "draining", f"its job ended while {r.state}")
 
     def _busy(self, key: str) -> bool:
         with self._lock:
@@ -312,102 +276,118 @@ class Reconciler:
             with self._lock:
                 self._inflight.discard(key)
 
-    # --- one instance: the next step from its state ------------------------------------------
+    # --- one instance: its facts, the pure decision, and carrying it out ------------------------
 
-    def _drive(self, r: InstanceRecord, now: float) -> None:
+    def _facts(self, r: InstanceRecord, now: float, limits: Mapping[str, float]) -> InstanceFacts:
+        """What the decision reads of ``r``: the store's records, this process's steps in
+        flight and links. Only what ``r``'s state consults is read."""
+        rid = r.request_id
+        gang = self._gang(r)
+        facts = InstanceFacts(
+            state=r.state,
+            since=r.state_since or r.created_at,
+            node_rank=r.node_rank,
+            in_gang=r.launch_id is not None,
+            outcome=r.outcome,
+            unreachable_since=r.unreachable_since,
+            next_step_at=r.next_step_at,
+            retry_at=self._retry_at.get(rid, 0.0),
+            launch_in_flight=any(self._busy(_launch_key(node.request_id)) for node in gang),
+            step_in_flight=self._busy(rid),
+            teardown_in_flight=self._busy(_end_key(rid)),
+            checked_at=self._checked_at.get(rid, 0.0),
+        )
+        if stuck_soon(facts, now, limits):
+            facts = replace(facts, provisioning_budget=self._provisioning_budget(r.job_id))
+        if r.state in GONE or r.state in ("draining", "terminating"):
+            return facts
         job = self.store.get_job(r.job_id)
-        reservation = self.store.reservation(r.request_id)
+        reservation = self.store.reservation(rid)
         ended = job.terminal or reservation is None or reservation.state == "released"
-        rid = r.request_id
-        since = r.state_since or r.created_at
-        broken = gangs.broken_by(r, self._gang(r)) if not ended else None
-        if broken is not None:
-            self._end_with_gang(r, broken, now)
-            return
-        # Node 0's record launches the whole gang; the other nodes wait for it.
-        launches = r.node_rank == 0
-        if r.state == "requested":
-            if ended:
-                self._move(r, "never_launched", "its job ended before the launch", ended_at=now)
-                self._gone(r)
-            elif launches:
-                self._submit(_launch_key(rid), self._launch, rid, job_id=r.job_id, launch=True)
-        elif r.state == "launching":
-            if ended:
-                self._move(r, "terminating", "its job ended during the launch")
-            elif launches:
-                # A launch is idempotent by request id.
-                self._submit(_launch_key(rid), self._launch, rid, job_id=r.job_id, launch=True)
-        elif r.state in ("booting", "bootstrapping"):
-            if ended:
-                self._move(r, "draining", f"its job ended while {r.state}")
-            elif r.state == "bootstrapping":
-                # Only a step of this process bootstraps, and none does: a restart cut it off.
-                self._move(r, "booting", "the controller restarted mid-bootstrap; starting over")
-                self._submit(rid, self._prepare, rid, job_id=r.job_id)
-            else:
-                self._submit(rid, self._prepare, rid, job_id=r.job_id)
-        elif r.state in HOLDS_WORKER:
-            self._drive_worker(r, job, reservation, ended, since, now)
-        elif r.state == "draining":
-            self._submit(_end_key(rid), self._drain, rid, job_id=r.job_id, teardown=True)
-        elif r.state == "terminating":
-            self._submit(_end_key(rid), self._terminate, rid, job_id=r.job_id, teardown=True)
-
-    def _drive_worker(
-        self,
-        r: InstanceRecord,
-        job: JobView,
-        reservation: Any,
-        ended: bool,
-        since: float,
-        now: float,
-    ) -> None:
-        rid = r.request_id
+        facts = replace(
+            facts,
+            job_ended=ended,
+            job_provisioning=job.state == "provisioning",
+            gang_broken=None if ended else gangs.broken_by(r, gang),
+            gang_all_ready=gangs.all_ready(r, gang),
+        )
+        if r.state not in HOLDS_WORKER:
+            return facts
         worker_id = reservation.worker_id if reservation is not None else None
-        if ended:
-            # The worker may have said its machine was going before this pass saw the job end.
-            if r.outcome != "reclaimed" and self._ended_by_reclaim(job.id, worker_id):
-                self._remember_reclaim(r)
-            self._release(r, "its job ended")
-            return
         link = self.links.get(rid)
-        if link is None or not link.alive:
-            first = r.unreachable_since
-            if first is None:
-                first = now
-                self.store.update_instance(rid, unreachable_since=now)
-            if now - first > self._deadman_seconds():
-                self._lose(r, worker_id, "worker_lost", "its instance could not be reached again")
-            else:
-                self._submit(rid, self._reconnect, rid, job_id=r.job_id)
-            return
-        if r.unreachable_since is not None:
-            self.store.update_instance(rid, unreachable_since=None)
+        on_worker = [a for a in self.store.attempts_for(job.id) if a.worker_id == worker_id]
         active = self._active_attempt(job.id, worker_id)
-        if r.state == "ready":
-            # A gang's nodes are handed over together, once the last one is ready.
-            all_ready = gangs.all_ready(r, self._gang(r))
-            if active is not None:
-                self._move(r, "in_use", f"attempt {active.number} started on its worker")
-            elif any(a.worker_id == worker_id for a in self.store.attempts_for(job.id)):
-                if r.launch_id and self._gang_still_runs(r):
-                    return  # its part ran between two passes; the others still run theirs
-                self._release(r, "its job's attempt ended")
-            elif all_ready and timed_out("ready", since, now):
-                self._release(r, "its job was not dispatched to its worker in time")
-            elif all_ready and job.state == "provisioning":
-                self.service.hand_to_reserved_worker(job.id)
-            return
-        if active is None:
-            if r.launch_id and self._gang_still_runs(r):
-                return  # its node is done; the gang's machines go together when all are
-            if self._ended_by_reclaim(job.id, worker_id):
+        facts = replace(
+            facts,
+            link_alive=link is not None and link.alive,
+            worker_id=worker_id,
+            active_attempt=active.number if active is not None else None,
+            worker_ran_attempt=bool(on_worker) and worker_id is not None,
+            ended_by_reclaim=bool(on_worker)
+            and max(on_worker, key=lambda a: a.number).reason == "preempted",
+        )
+        if r.launch_id is not None and active is None and not ended:
+            facts = replace(facts, gang_still_runs=self._gang_still_runs(r))
+        return facts
+
+    def _carry_out(
+        self, r: InstanceRecord, facts: InstanceFacts, actions: list[Action], now: float
+    ) -> None:
+        """Each action in turn; a move another controller won ends the list."""
+        rid = r.request_id
+        for action in actions:
+            if isinstance(action, Move):
+                if not self._carry_out_move(r, action, now):
+                    return
+            elif isinstance(action, Submit):
+                self._submit_step(r, action.step, now)
+            elif isinstance(action, Release):
+                self._release(r, action.why)
+            elif isinstance(action, LoseWorker):
+                self._lose(r, facts.worker_id, action.reason, action.why)
+            elif isinstance(action, EndGangNode):
+                if action.end_attempt and facts.worker_id is not None:
+                    self.service.end_worker_attempts(facts.worker_id, "worker_lost", action.why)
+                self._release(r, action.why)
+            elif isinstance(action, MarkUnreachable):
+                self.store.update_instance(rid, unreachable_since=action.at)
+            elif isinstance(action, MarkReachable):
+                self.store.update_instance(rid, unreachable_since=None)
+            elif isinstance(action, RememberReclaim):
                 self._remember_reclaim(r)
-            self._release(r, "its job's attempt ended")
-        elif now - self._checked_at.get(rid, 0) > CHECK_EVERY_SECONDS:
+            elif isinstance(action, HandOver):
+                self.service.hand_to_reserved_worker(r.job_id)
+
+    def _carry_out_move(self, r: InstanceRecord, move: Move, now: float) -> bool:
+        values: dict[str, Any] = {}
+        if move.failed_try:
+            values.update(planning.failed(move.reason).columns())
+        if move.gone:
+            values["ended_at"] = now
+        if not self._move(r, move.to, move.reason, **values):
+            return False
+        if move.announce:
+            log.warning("instance %s: %s", r.request_id, move.reason)
+            self._note(r.job_id, f"instance {r.request_id}: {move.reason}; moved to {move.to}")
+        if move.gone:
+            self._gone(r)
+        return True
+
+    def _submit_step(self, r: InstanceRecord, step: Step, now: float) -> None:
+        rid, job_id = r.request_id, r.job_id
+        if step == "launch":
+            self._submit(_launch_key(rid), self._launch, rid, job_id=job_id, launch=True)
+        elif step == "prepare":
+            self._submit(rid, self._prepare, rid, job_id=job_id)
+        elif step == "reconnect":
+            self._submit(rid, self._reconnect, rid, job_id=job_id)
+        elif step == "check":
             self._checked_at[rid] = now
-            self._submit(rid, self._check, rid, job_id=r.job_id)
+            self._submit(rid, self._check, rid, job_id=job_id)
+        elif step == "drain":
+            self._submit(_end_key(rid), self._drain, rid, job_id=job_id, teardown=True)
+        else:
+            self._submit(_end_key(rid), self._terminate, rid, job_id=job_id, teardown=True)
 
     def _gang_still_runs(self, r: InstanceRecord) -> bool:
         """Does another node of the gang still run its part of the job?"""
@@ -480,22 +460,6 @@ class Reconciler:
         if r.launch_id is None:
             return [r]
         return [i for i in self.store.list_instances(job_id=r.job_id) if i.launch_id == r.launch_id]
-
-    def _end_with_gang(self, r: InstanceRecord, why: str, now: float) -> None:
-        """Another node of the gang failed or ended: this one goes too, whatever its state."""
-        if r.state == "requested":
-            self._move(r, "never_launched", why, ended_at=now)
-            self._gone(r)
-        elif r.state == "launching":
-            self._move(r, "terminating", why)
-        elif r.state in HOLDS_WORKER:
-            reservation = self.store.reservation(r.request_id)
-            worker_id = reservation.worker_id if reservation is not None else None
-            if worker_id is not None and self._active_attempt(r.job_id, worker_id) is not None:
-                self.service.end_worker_attempts(worker_id, "worker_lost", why)
-            self._release(r, why)
-        elif r.state in ("booting", "bootstrapping"):
-            self._move(r, "draining", why)
 
     # --- steps (each runs in the pool and ends in a state change) --------------------------------
 
