@@ -14,6 +14,9 @@ Rows, each through the real command line and an embedded control plane:
   submit until the instance is torn down);
 - a controller killed with -9 while a job runs: time from the restart to the tunnel being
   reopened, and to the job's worker heartbeating again;
+- one lifecycle pass's CPU over 1,000 live instances (gathering their facts, and the pure
+  decision) and one recorded transition's (bench/lifecycle_decisions.py, which runs alone too,
+  with no machine);
 - with ``--baseline``, the plain job's cold and warm rows once more through that checkout
   (its controller, CLI and wheelhouse), round for round beside this one's, and the ratio.
 
@@ -47,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml
 
+from bench.lifecycle_decisions import report as decisions_report
 from tests.support.cli import run_cli
 from tests.support.moto_lab import CloudInit, ec2_client, lab_vpc, moto_server, write_image_catalog
 from tests.support.package_index import PackageIndex, make_wheel
@@ -392,6 +396,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--baseline", type=Path, help="another checkout to run beside this one")
+    parser.add_argument("--instances", type=int, default=1000, help="live instances in a pass")
     args = parser.parse_args()
     baseline = args.baseline.resolve() if args.baseline is not None else None
     with tempfile.TemporaryDirectory(prefix="gpulayer-bench-lifecycle-") as scratch:
@@ -434,6 +439,7 @@ def main() -> None:
             before, now = median(ssh[f"baseline {kind}"]), median(ssh[kind])
             print(f"  {kind + ' (submit -> first line, s)':<42}{before:>10.2f}{now:>8.2f}{now / before:>7.2f}x")
     print(f"(medians of {args.repeat} run(s); {os.cpu_count()} CPUs shared with the hosts)")
+    decisions_report(args.instances, 100)
 
 
 if __name__ == "__main__":

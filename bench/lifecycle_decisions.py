@@ -1,0 +1,142 @@
+"""What the lifecycle's loop costs the controller, without any machine: one pass's decisions
+over many live instances, and one recorded transition. Part of bench/lifecycle.py's output;
+runs alone too:
+
+    python bench/lifecycle_decisions.py [--instances 1000] [--transitions 500]
+
+The store is a real SQLite file and the reconciler the real one (not started: no step runs);
+a pass is timed in its two halves, gathering each instance's facts from the store and the pure
+decision over them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from gpulayer.cloud.lifecycle.decide import decide
+from gpulayer.cloud.lifecycle.reconciler import Reconciler
+from gpulayer.control.paths import HomeLayout
+from gpulayer.control.service import ControlService
+from gpulayer.control.store import Store
+
+# A spread of live states as a busy controller holds them.
+STATES = ("requested", "launching", "booting", "bootstrapping", "ready", "in_use", "draining")
+SPEC = {"workload": {"kind": "command", "command": ["true"]}, "placement": {"target": "cloud"}}
+
+
+def _fill(store: Store, count: int) -> None:
+    store.insert_jobs(
+        [
+            {
+                "job_id": f"j-{i:05d}",
+                "name": f"job{i}",
+                "spec": SPEC,
+                "state": "provisioning",
+                "target": "cloud",
+                "working_dir": None,
+                "has_bundle": False,
+                "labels": {},
+            }
+            for i in range(count)
+        ]
+    )
+    rows: list[dict[str, Any]] = []
+    for i in range(count):
+        rows.append(
+            {
+                "request_id": f"r-{i:05d}",
+                "job_id": f"j-{i:05d}",
+                "owner": "o-bench",
+                "provider": "ssh",
+                "state": STATES[i % len(STATES)],
+                "tags": {},
+                "offer": {"provider": "ssh", "region": "lab", "instance_type": f"box{i}"},
+            }
+        )
+    store.record_instances(rows, reason="bench")
+    for i in range(count):
+        if STATES[i % len(STATES)] in ("ready", "in_use"):
+            worker = f"w-{i:05d}"
+            store.upsert_worker(
+                worker_id=worker, name=worker, kind="remote", labels={}, capabilities={}
+            )
+            store.bind_reservation(f"r-{i:05d}", worker)
+
+
+def measure_pass(base: Path, count: int) -> dict[str, float]:
+    """CPU seconds of one pass's two halves over ``count`` live instances."""
+    store = Store(f"sqlite:///{base / 'pass.db'}")
+    service = ControlService(store, HomeLayout(base / "home").ensure())
+    reconciler = Reconciler(
+        service, control_port=0, owner="o-bench", load_providers=lambda only: {}
+    )
+    try:
+        _fill(store, count)
+        now = time.time()
+        started = time.process_time()
+        records = store.list_instances(live_only=True)
+        facts = [reconciler._facts(r, now, {}) for r in records]
+        gathered = time.process_time()
+        for one in facts:
+            decide(one, now, deadman_seconds=600.0)
+        decided = time.process_time()
+    finally:
+        reconciler.stop()
+        store.close()
+    return {"gather": gathered - started, "decide": decided - gathered, "count": len(facts)}
+
+
+def measure_transitions(base: Path, count: int) -> float:
+    """CPU seconds per recorded transition (checked, conditional UPDATE, history row)."""
+    store = Store(f"sqlite:///{base / 'moves.db'}")
+    try:
+        _fill(store, count)
+        moves = [
+            (r.request_id, r.state)
+            for r in store.list_instances(live_only=True)
+            if r.state == "requested"
+        ]
+        started = time.process_time()
+        for request_id, state in moves:
+            store.move_instance(request_id, expect=state, to="launching", reason="bench")
+        return (time.process_time() - started) / max(len(moves), 1)
+    finally:
+        store.close()
+
+
+def report(instances: int, transitions: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="gpulayer-bench-decisions-") as scratch:
+        base = Path(scratch)
+        one_pass = measure_pass(base, instances)
+        per_move = measure_transitions(base, transitions * len(STATES))
+    n = one_pass["count"]
+    total = one_pass["gather"] + one_pass["decide"]
+    print(f"{f'one lifecycle pass over {n:.0f} live instances':<44}{'CPU ms':>10}{'share':>14}")
+    for label, value in (
+        ("gathering facts (store reads)", one_pass["gather"]),
+        ("deciding (pure)", one_pass["decide"]),
+    ):
+        print(f"  {label:<42}{value * 1000:>10.1f}{value / total:>13.2f}x")
+    print(f"  {'per instance, in all':<42}{total / n * 1000:>10.3f}")
+    print(f"{'one transition (move + history row)':<44}{'CPU ms':>10}{'vs decide':>14}")
+    per_decision = one_pass["decide"] / n
+    print(f"  {'SQLite file':<42}{per_move * 1000:>10.3f}{per_move / per_decision:>13.0f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--instances", type=int, default=1000)
+    parser.add_argument("--transitions", type=int, default=100, help="per state spread")
+    args = parser.parse_args()
+    report(args.instances, args.transitions)
+
+
+if __name__ == "__main__":
+    main()
