@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpulayer.cloud.lifecycle.decide import decide
 from gpulayer.cloud.lifecycle.reconciler import Reconciler
+from gpulayer.cloud.lifecycle.sync import gather
 from gpulayer.control.paths import HomeLayout
 from gpulayer.control.service import ControlService
 from gpulayer.control.store import Store
@@ -82,7 +83,7 @@ def measure_pass(base: Path, count: int) -> dict[str, float]:
         now = time.time()
         started = time.process_time()
         records = store.list_instances(live_only=True)
-        facts = [reconciler._facts(r, now, {}) for r in records]
+        facts = gather(store, records, now, {}, reconciler._local)
         gathered = time.process_time()
         for one in facts:
             decide(one, now, deadman_seconds=600.0)

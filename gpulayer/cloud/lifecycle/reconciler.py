@@ -26,7 +26,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +46,6 @@ from gpulayer.cloud.lifecycle.decide import (
     Step,
     Submit,
     decide,
-    stuck_soon,
 )
 from gpulayer.cloud.lifecycle.links import (
     Link,
@@ -59,6 +57,7 @@ from gpulayer.cloud.lifecycle.links import (
 )
 from gpulayer.cloud.lifecycle.placement import candidates
 from gpulayer.cloud.lifecycle.states import GONE, HOLDS_WORKER, check_transition
+from gpulayer.cloud.lifecycle.sync import Local, end_key, gather, launch_key
 from gpulayer.cloud.protocol import (
     hands_off_worker_start,
     machines_outlive_reclaim,
@@ -203,9 +202,9 @@ class Reconciler:
         busy_jobs = {r.job_id for r in records}
         limits = self.settings.get("state_timeouts") or {}
         deadman = self._deadman_seconds()
-        for record in records:
+        every_facts = gather(self.store, records, now, limits, self._local)
+        for record, facts in zip(records, every_facts, strict=True):
             try:
-                facts = self._facts(record, now, limits)
                 actions = decide(facts, now, limits=limits, deadman_seconds=deadman)
                 self._carry_out(record, facts, actions, now)
             except Exception:
@@ -224,17 +223,6 @@ class Reconciler:
         if now - self._last_reap > REAP_EVERY_SECONDS:
             self._last_reap = now
             self._submit("reap", self._reap_unknown)
-
-    def _provisioning_budget(self, job_id: str) -> float:
-        """The job's provisioning_timeout_seconds, when it set one; 0 otherwise."""
-        from gpulayer.spec import JobSpec
-
-        provisioning = JobSpec.model_validate(
-            self.store.get_job(job_id).spec
-        ).placement.provisioning
-        if provisioning is None or provisioning.provisioning_timeout_seconds is None:
-            return 0.0
-        return float(provisioning.provisioning_timeout_seconds)
 
     def _busy(self, key: str) -> bool:
         with self._lock:
@@ -278,57 +266,15 @@ class Reconciler:
 
     # --- one instance: its facts, the pure decision, and carrying it out ------------------------
 
-    def _facts(self, r: InstanceRecord, now: float, limits: Mapping[str, float]) -> InstanceFacts:
-        """What the decision reads of ``r``: the store's records, this process's steps in
-        flight and links. Only what ``r``'s state consults is read."""
-        rid = r.request_id
-        gang = self._gang(r)
-        facts = InstanceFacts(
-            state=r.state,
-            since=r.state_since or r.created_at,
-            node_rank=r.node_rank,
-            in_gang=r.launch_id is not None,
-            outcome=r.outcome,
-            unreachable_since=r.unreachable_since,
-            next_step_at=r.next_step_at,
-            retry_at=self._retry_at.get(rid, 0.0),
-            launch_in_flight=any(self._busy(_launch_key(node.request_id)) for node in gang),
-            step_in_flight=self._busy(rid),
-            teardown_in_flight=self._busy(_end_key(rid)),
-            checked_at=self._checked_at.get(rid, 0.0),
-        )
-        if stuck_soon(facts, now, limits):
-            facts = replace(facts, provisioning_budget=self._provisioning_budget(r.job_id))
-        if r.state in GONE or r.state in ("draining", "terminating"):
-            return facts
-        job = self.store.get_job(r.job_id)
-        reservation = self.store.reservation(rid)
-        ended = job.terminal or reservation is None or reservation.state == "released"
-        facts = replace(
-            facts,
-            job_ended=ended,
-            job_provisioning=job.state == "provisioning",
-            gang_broken=None if ended else gangs.broken_by(r, gang),
-            gang_all_ready=gangs.all_ready(r, gang),
-        )
-        if r.state not in HOLDS_WORKER:
-            return facts
-        worker_id = reservation.worker_id if reservation is not None else None
-        link = self.links.get(rid)
-        on_worker = [a for a in self.store.attempts_for(job.id) if a.worker_id == worker_id]
-        active = self._active_attempt(job.id, worker_id)
-        facts = replace(
-            facts,
-            link_alive=link is not None and link.alive,
-            worker_id=worker_id,
-            active_attempt=active.number if active is not None else None,
-            worker_ran_attempt=bool(on_worker) and worker_id is not None,
-            ended_by_reclaim=bool(on_worker)
-            and max(on_worker, key=lambda a: a.number).reason == "preempted",
-        )
-        if r.launch_id is not None and active is None and not ended:
-            facts = replace(facts, gang_still_runs=self._gang_still_runs(r))
-        return facts
+    @property
+    def _local(self) -> Local:
+        """What this process knows of its instances, for a pass's facts."""
+
+        def link_alive(request_id: str) -> bool:
+            link = self.links.get(request_id)
+            return link is not None and link.alive
+
+        return Local(self._busy, link_alive, dict(self._retry_at), dict(self._checked_at))
 
     def _carry_out(
         self, r: InstanceRecord, facts: InstanceFacts, actions: list[Action], now: float
@@ -376,7 +322,7 @@ class Reconciler:
     def _submit_step(self, r: InstanceRecord, step: Step, now: float) -> None:
         rid, job_id = r.request_id, r.job_id
         if step == "launch":
-            self._submit(_launch_key(rid), self._launch, rid, job_id=job_id, launch=True)
+            self._submit(launch_key(rid), self._launch, rid, job_id=job_id, launch=True)
         elif step == "prepare":
             self._submit(rid, self._prepare, rid, job_id=job_id)
         elif step == "reconnect":
@@ -385,27 +331,9 @@ class Reconciler:
             self._checked_at[rid] = now
             self._submit(rid, self._check, rid, job_id=job_id)
         elif step == "drain":
-            self._submit(_end_key(rid), self._drain, rid, job_id=job_id, teardown=True)
+            self._submit(end_key(rid), self._drain, rid, job_id=job_id, teardown=True)
         else:
-            self._submit(_end_key(rid), self._terminate, rid, job_id=job_id, teardown=True)
-
-    def _gang_still_runs(self, r: InstanceRecord) -> bool:
-        """Does another node of the gang still run its part of the job?"""
-        for node in self._gang(r):
-            if node.request_id == r.request_id:
-                continue
-            reservation = self.store.reservation(node.request_id)
-            if reservation is not None and self._active_attempt(r.job_id, reservation.worker_id):
-                return True
-        return False
-
-    def _active_attempt(self, job_id: str, worker_id: str | None) -> Any:
-        if worker_id is None:
-            return None
-        for attempt in self.store.active_attempts(worker_id):
-            if attempt.job_id == job_id:
-                return attempt
-        return None
+            self._submit(end_key(rid), self._terminate, rid, job_id=job_id, teardown=True)
 
     # --- state changes --------------------------------------------------------------------------
 
@@ -575,7 +503,7 @@ class Reconciler:
         what = offer.label if nodes == 1 else f"{nodes} x {offer.label}"
         if not self.service.begin_provisioning(job.id, f"provisioning {what}"):
             return  # cancelled meanwhile: the next pass ends the record as never launched
-        self._submit(_launch_key(request_id), self._launch, request_id, job_id=job.id, launch=True)
+        self._submit(launch_key(request_id), self._launch, request_id, job_id=job.id, launch=True)
 
     def _launch(self, request_id: str) -> None:
         from gpulayer.cloud.errors import ProviderError, ScopedProviderError
@@ -1143,18 +1071,6 @@ class Reconciler:
         # Powering off is how a cloud instance stops billing; on a host we do not own (an ssh
         # host, a Slurm node, whose allocation ends by its time limit), only the worker stops.
         return "stop" if provider in ("ssh", "slurm") else "poweroff"
-
-
-def _end_key(request_id: str) -> str:
-    """Drain and terminate steps run under their own key, so a bootstrap still under way
-    for the instance does not hold its teardown back."""
-    return f"end:{request_id}"
-
-
-def _launch_key(request_id: str) -> str:
-    """The in-flight key of a launch: apart from the node's own steps, so the gang's other
-    nodes can tell their launch is under way."""
-    return f"launch:{request_id}"
 
 
 def _left(deadline: float, why: str = "provisioning_timeout_seconds ran out") -> float:

@@ -24,6 +24,7 @@ from gpulayer.control.store.records import (
     AttemptRecord,
     JobRecord,
     attempt_from_row,
+    in_chunks,
     instance_from_row,
     job_from_row,
 )
@@ -60,22 +61,24 @@ class DashboardStore(StoreBase):
             return [job_from_row(r) for r in conn.execute(query)], count
 
     def attempts_for_jobs(self, job_ids: Sequence[str]) -> list[AttemptRecord]:
-        if not job_ids:
-            return []
-        query = (
-            select(t.attempts)
-            .where(t.attempts.c.job_id.in_(list(job_ids)))
-            .order_by(t.attempts.c.job_id, t.attempts.c.number)
-        )
+        found: list[AttemptRecord] = []
         with self.engine.connect() as conn:
-            return [attempt_from_row(r) for r in conn.execute(query)]
+            for chunk in in_chunks(list(job_ids)):
+                query = (
+                    select(t.attempts)
+                    .where(t.attempts.c.job_id.in_(chunk))
+                    .order_by(t.attempts.c.job_id, t.attempts.c.number)
+                )
+                found.extend(attempt_from_row(r) for r in conn.execute(query))
+        return found
 
     def instances_for_jobs(self, job_ids: Sequence[str]) -> list[InstanceRecord]:
-        if not job_ids:
-            return []
-        query = select(t.instances).where(t.instances.c.job_id.in_(list(job_ids)))
+        found: list[InstanceRecord] = []
         with self.engine.connect() as conn:
-            return [instance_from_row(r) for r in conn.execute(query)]
+            for chunk in in_chunks(list(job_ids)):
+                query = select(t.instances).where(t.instances.c.job_id.in_(chunk))
+                found.extend(instance_from_row(r) for r in conn.execute(query))
+        return found
 
     def attempts_since(self, since: float) -> list[AttemptRecord]:
         """Attempts that ran at some point after `since` (still running ones included)."""

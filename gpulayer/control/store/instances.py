@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -23,6 +24,7 @@ from gpulayer.control.store.records import (
     ReservationRecord,
     TransitionRecord,
     encode_instance_json,
+    in_chunks,
     instance_from_row,
 )
 from gpulayer.errors import NotFoundError
@@ -107,6 +109,15 @@ class InstanceLedger(StoreBase):
                 select(t.reservations).where(t.reservations.c.request_id == request_id)
             ).first()
         return None if row is None else ReservationRecord(**row._mapping)
+
+    def reservations_of(self, request_ids: Sequence[str]) -> list[ReservationRecord]:
+        """The reservations of these instances, released ones included."""
+        found: list[ReservationRecord] = []
+        with self.engine.connect() as conn:
+            for chunk in in_chunks(list(request_ids)):
+                query = select(t.reservations).where(t.reservations.c.request_id.in_(chunk))
+                found.extend(ReservationRecord(**r._mapping) for r in conn.execute(query))
+        return found
 
     def live_reservations(self, *, job_id: str | None = None) -> list[ReservationRecord]:
         query = select(t.reservations).where(t.reservations.c.state != "released")
