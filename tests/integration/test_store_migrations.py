@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine, MetaData, create_engine
 
 from gpulayer.control import schema, tables
 from gpulayer.control.store import Store, StoreError
-from tests.support.old_schemas import OLD_TOKEN_ID, write_old_database
+from tests.support.old_schemas import OLD_TOKEN_ID, old_schema, write_old_database
 from tests.support.servers import postgres_bin, postgres_cluster
 
 OLD_SCHEMAS = range(1, int(schema.HEAD))
@@ -46,14 +46,15 @@ def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[s
     yield server.rsplit("/", 1)[0] + f"/{name}"
 
 
-def schema_differences(engine: Engine) -> list[Any]:
-    """What Alembic finds between the database and the schema a new database gets."""
+def schema_differences(engine: Engine, metadata: MetaData = tables.metadata) -> list[Any]:
+    """What Alembic finds between the database and ``metadata`` (by default, the schema a new
+    database gets)."""
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
     with engine.connect() as conn:
         context = MigrationContext.configure(conn, opts={"compare_type": True})
-        return list(compare_metadata(context, tables.metadata))
+        return list(compare_metadata(context, metadata))
 
 
 def alembic_revision(engine: Engine) -> str | None:
@@ -110,6 +111,20 @@ def test_the_revisions_build_from_nothing_what_a_new_database_gets(empty_databas
     try:
         assert alembic_revision(engine) == schema.HEAD
         assert schema_differences(engine) == []
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("number", OLD_SCHEMAS)
+def test_the_revisions_up_to_a_schema_build_what_its_gpulayer_defined(
+    empty_database: str, number: int
+) -> None:
+    """Each revision is the schema its number's gpulayer wrote, as that gpulayer defined it."""
+    engine = create_engine(empty_database)
+    with engine.begin() as conn:
+        schema.upgrade(conn, found="base", to=schema.revision_of_number(number))
+    try:
+        assert schema_differences(engine, old_schema(number).metadata) == []
     finally:
         engine.dispose()
 

@@ -16,7 +16,8 @@ OLD_TOKEN_HASH = hashlib.sha256(OLD_JOIN_TOKEN.encode()).hexdigest()
 OLD_TOKEN_ID = "t-" + OLD_TOKEN_HASH[:10]
 
 
-def _old_schema(number: int) -> Any:
+def old_schema(number: int) -> Any:
+    """Schema ``number``'s table definitions module (its ``metadata``)."""
     return importlib.import_module(f"tests.fixtures.schemas.schema_v{number}")
 
 
@@ -43,7 +44,7 @@ def _row(table: Table, **values: Any) -> dict[str, Any]:
 def write_old_database(url: str, number: int) -> None:
     """A database as schema ``number``'s gpulayer left it, with a job that ran, its worker,
     attempt and logs, and (where the schema has them) a token and a cloud try."""
-    old = _old_schema(number)
+    old = old_schema(number)
     engine = create_engine(url)
     old.metadata.create_all(engine)
     t = old.metadata.tables
