@@ -22,6 +22,7 @@ from gpulayer.cloud.lifecycle.decide import (
     RememberReclaim,
     Submit,
     decide,
+    jobs_to_plan,
 )
 from gpulayer.cloud.lifecycle.states import (
     GONE,
@@ -368,3 +369,10 @@ def test_a_held_offer_is_never_chosen_before_its_time(
         assert decision.offer == free[0]
     else:
         assert len(still_held) == len(offers) and decision.wait is not None
+
+
+def test_only_cloud_jobs_without_a_machine_past_their_wait_are_planned() -> None:
+    waiting = [("j-cloud", "cloud"), ("j-local", "local"), ("j-busy", "cloud"), ("j-wait", "cloud")]
+    planned = jobs_to_plan(waiting, {"j-busy"}, {"j-wait": 105.0}, now=100.0)
+    assert planned == ["j-cloud"]
+    assert jobs_to_plan(waiting, {"j-busy"}, {"j-wait": 105.0}, now=105.0) == ["j-cloud", "j-wait"]

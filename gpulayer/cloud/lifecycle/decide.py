@@ -9,7 +9,7 @@ state change recorded with its reason. Property tests drive it without any I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 from typing import Literal
 
@@ -288,3 +288,18 @@ def _ready_step(facts: InstanceFacts, now: float) -> list[Action]:
     if facts.gang_all_ready and facts.job_provisioning:
         return [HandOver()]
     return []
+
+
+def jobs_to_plan(
+    waiting: Iterable[tuple[str, str]],
+    with_instances: Set[str],
+    retry_at: Mapping[str, float],
+    now: float,
+) -> list[str]:
+    """Of the jobs waiting for a machine (id, target), those whose offer is to be chosen now:
+    cloud jobs holding no live instance, past the time their last wait for capacity set."""
+    return [
+        job_id
+        for job_id, target in waiting
+        if target == "cloud" and job_id not in with_instances and retry_at.get(job_id, 0) <= now
+    ]

@@ -46,6 +46,7 @@ from gpulayer.cloud.lifecycle.decide import (
     Step,
     Submit,
     decide,
+    jobs_to_plan,
 )
 from gpulayer.cloud.lifecycle.links import (
     Link,
@@ -214,12 +215,9 @@ class Reconciler:
             *self.store.list_jobs(states=["provisioning"], limit=10_000),
         ]
         self.service.forget_cloud_environments(busy_jobs)
-        for job in waiting:
-            if job.target != "cloud" or job.id in busy_jobs:
-                continue
-            if self._job_retry_at.get(job.id, 0) > now:
-                continue
-            self._submit(f"plan:{job.id}", self._plan_job, job.id, job_id=job.id)
+        waiting_for_machines = [(job.id, job.target) for job in waiting]
+        for job_id in jobs_to_plan(waiting_for_machines, busy_jobs, self._job_retry_at, now):
+            self._submit(f"plan:{job_id}", self._plan_job, job_id, job_id=job_id)
         if now - self._last_reap > REAP_EVERY_SECONDS:
             self._last_reap = now
             self._submit("reap", self._reap_unknown)
