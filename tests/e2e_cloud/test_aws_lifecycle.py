@@ -6,12 +6,15 @@ test_aws_journey): a job's gate is made on the instances up at the time."""
 from __future__ import annotations
 
 import json
+import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from gpulayer.cloud.lifecycle.planning import backoff_seconds
 from tests.e2e_cloud.journey import ledger, wait_until
 from tests.e2e_cloud.test_aws_journey import (
     AwsLab,
@@ -259,3 +262,80 @@ def test_a_reclaim_of_one_gang_node_ends_the_whole_gang_as_preempted(
     assert reclaimed["outcome"] == "reclaimed" and reclaimed["offer_held_until"], reclaimed
     assert held_in_moto(aws_lab.ec2()) == {"instances": [], "key_pairs": [], "security_groups": []}
     assert not list((cloud_home / "keys").glob("r-*"))
+
+
+def _at(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp()
+
+
+def _tries(job_id: str) -> list[dict[str, Any]]:
+    return sorted(instances("--job", job_id), key=lambda i: _at(i["history"][0]["at"]))
+
+
+def test_a_capacity_backoff_holds_across_a_kill_9_of_the_controller(
+    aws_lab: AwsLab, cloud_init: CloudInit, cloud_home: Path, tmp_path: Path
+) -> None:
+    """Both zones refuse for capacity, then one more try does; the controller is killed right
+    after that refusal and comes back well inside the backoff it set. The next try waits for
+    the backoff the store's records give, not a fresh one: its place stays blocked."""
+    write_providers(cloud_home, aws_lab, tmp_path)
+    aws_lab.moto.fault(
+        "RunInstances",
+        "InsufficientInstanceCapacity",
+        message="We currently do not have sufficient capacity in the Availability Zone",
+        times=3,
+    )
+    gate = tmp_path / "gate"
+    job_id = submit_job_file(tmp_path, gate, "backoff")
+    wait_until(
+        lambda: len([t for t in _tries(job_id) if t["state"] == "never_launched"]) == 3,
+        timeout=120,
+        what="three capacity refusals",
+    )
+    killed_at = time.time()
+    kill_controller(cloud_home)
+    assert run_cli(["status", job_id]).returncode == 0  # the next command starts it again
+    restarted_at = time.time()
+
+    wait_until(lambda: status(job_id)["state"] == "running", timeout=240, what="the job to run")
+    tries = _tries(job_id)
+    refused, ran = tries[:3], tries[3]
+    assert [t["outcome"] for t in refused] == ["capacity"] * 3, refused
+    third_refusal = _at(refused[2]["ended_at"])
+    backoff = backoff_seconds(3)
+    # The restart came inside the backoff, so the wait after it is the restarted one's.
+    assert third_refusal <= killed_at and restarted_at < third_refusal + backoff
+    assert _at(ran["history"][0]["at"]) >= third_refusal + backoff - 0.5, (ran, third_refusal)
+    assert len(aws_lab.moto.calls("RunInstances")) == 4
+
+    open_gate(gate, *cloud_init.hosts().values())
+    wait_until(lambda: status(job_id)["state"] == "succeeded", timeout=120, what="the job")
+    wait_for_teardown(job_id, cloud_init)
+    assert held_in_moto(aws_lab.ec2()) == {"instances": [], "key_pairs": [], "security_groups": []}
+
+
+def test_a_reclaimed_offer_stays_held_across_a_kill_9_of_the_controller(
+    aws_lab: AwsLab, cloud_init: CloudInit, cloud_home: Path, tmp_path: Path
+) -> None:
+    """The cheapest offer's machine is reclaimed under its job; after the controller is killed
+    and started again, a new job of the same shape does not get that offer while it is held."""
+    write_providers(cloud_home, aws_lab, tmp_path, hold_reclaimed_seconds=600)
+    gate = tmp_path / "gate"
+    first_job = submit_job_file(tmp_path, gate, "reclaimed")
+    first = running_instance(first_job)
+    aws_lab.ec2().terminate_instances(InstanceIds=[first["instance_id"]])
+    wait_until(lambda: status(first_job)["state"] == "failed", timeout=120, what="the reclaim")
+    wait_for_teardown(first_job, cloud_init)
+    (reclaimed,) = instances("--job", first_job)
+    assert reclaimed["outcome"] == "reclaimed" and reclaimed["offer_held_until"], reclaimed
+
+    kill_controller(cloud_home)
+    second_job = submit_job_file(tmp_path, gate, "after-restart")
+    second = running_instance(second_job)
+    held = (reclaimed["zone"], reclaimed["instance_type"])
+    assert (second["zone"], second["instance_type"]) != held, (second, held)
+
+    open_gate(gate, *cloud_init.hosts().values())
+    wait_until(lambda: status(second_job)["state"] == "succeeded", timeout=120, what="the job")
+    wait_for_teardown(second_job, cloud_init)
+    assert held_in_moto(aws_lab.ec2()) == {"instances": [], "key_pairs": [], "security_groups": []}
