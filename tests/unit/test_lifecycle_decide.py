@@ -167,7 +167,7 @@ def _run(world: World, now: float, *, passes: int, tick: float, end_job_at: int)
     return now
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(
     state=st.sampled_from(LIVE),
     facts=facts_strategy,
@@ -197,7 +197,7 @@ def test_with_its_job_ended_every_live_state_reaches_a_gone_one(
     assert world.facts.state in GONE, world.facts
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(
     state=st.sampled_from(["requested", "launching", "booting", "bootstrapping"]),
     facts=facts_strategy,
