@@ -4,9 +4,9 @@ runs alone too:
 
     python bench/lifecycle_decisions.py [--instances 1000] [--transitions 500]
 
-The store is a real SQLite file and the reconciler the real one (not started: no step runs);
-a pass is timed in its two halves, gathering each instance's facts from the store and the pure
-decision over them.
+The store is a real SQLite file; a pass is timed in its two halves as the reconciler runs
+them: gathering every instance's facts from the store, and the pure decision over them (no
+step runs, and no link is open).
 """
 
 from __future__ import annotations
@@ -21,10 +21,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpulayer.cloud.lifecycle.decide import decide
-from gpulayer.cloud.lifecycle.reconciler import Reconciler
-from gpulayer.cloud.lifecycle.sync import gather
-from gpulayer.control.paths import HomeLayout
-from gpulayer.control.service import ControlService
+from gpulayer.cloud.lifecycle.sync import Local, gather
 from gpulayer.control.store import Store
 
 # A spread of live states as a busy controller holds them.
@@ -74,22 +71,18 @@ def _fill(store: Store, count: int) -> None:
 def measure_pass(base: Path, count: int) -> dict[str, float]:
     """CPU seconds of one pass's two halves over ``count`` live instances."""
     store = Store(f"sqlite:///{base / 'pass.db'}")
-    service = ControlService(store, HomeLayout(base / "home").ensure())
-    reconciler = Reconciler(
-        service, control_port=0, owner="o-bench", load_providers=lambda only: {}
-    )
+    nothing_local = Local(lambda key: False, lambda request_id: False, {}, {})
     try:
         _fill(store, count)
         now = time.time()
         started = time.process_time()
         records = store.list_instances(live_only=True)
-        facts = gather(store, records, now, {}, reconciler._local)
+        facts = gather(store, records, now, {}, nothing_local)
         gathered = time.process_time()
         for one in facts:
             decide(one, now, deadman_seconds=600.0)
         decided = time.process_time()
     finally:
-        reconciler.stop()
         store.close()
     return {"gather": gathered - started, "decide": decided - gathered, "count": len(facts)}
 

@@ -150,10 +150,10 @@ class World:
             self.facts = replace(self.facts, link_alive=True)
 
 
-def _passes_past_every_limit(tick: float) -> int:
-    """Enough passes for the clock to pass two of the longest limits and a job's budget."""
+def _passes_past_every_limit(tick: float, budget: float) -> int:
+    """Enough passes for the clock to pass two of the longest limits and the job's budget."""
     longest = max(limit for limit in STATE_TIMEOUTS.values() if limit is not None)
-    return int((2 * longest + 1_000) / tick) + 20
+    return int((2 * longest + budget + 1_000) / tick) + 20
 
 
 def _run(world: World, now: float, *, passes: int, tick: float, end_job_at: int) -> float:
@@ -193,7 +193,13 @@ def test_with_its_job_ended_every_live_state_reaches_a_gone_one(
         gang_broken=None,
     )
     world = World(start, hang=hang)
-    _run(world, 1.0, passes=_passes_past_every_limit(tick), tick=tick, end_job_at=end_job_at)
+    _run(
+        world,
+        1.0,
+        passes=_passes_past_every_limit(tick, start.provisioning_budget),
+        tick=tick,
+        end_job_at=end_job_at,
+    )
     assert world.facts.state in GONE, world.facts
 
 
@@ -223,7 +229,13 @@ def test_a_provisioning_step_that_hangs_for_good_is_ended_by_its_time_limit(
         provisioning_budget=min(facts.provisioning_budget, 1_000.0),
     )
     world = World(start, hang=True)
-    _run(world, 1.0, passes=_passes_past_every_limit(tick), tick=tick, end_job_at=10**9)
+    _run(
+        world,
+        1.0,
+        passes=_passes_past_every_limit(tick, start.provisioning_budget),
+        tick=tick,
+        end_job_at=10**9,
+    )
     assert world.facts.state in GONE, world.facts
 
 

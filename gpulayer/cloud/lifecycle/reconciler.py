@@ -854,12 +854,6 @@ class Reconciler:
         )
         r.note, r.outcome, r.hold_until = _RECLAIMED, "reclaimed", until
 
-    def _ended_by_reclaim(self, job_id: str, worker_id: str | None) -> bool:
-        """Did the job's last attempt on this worker end because its machine was reclaimed
-        (its worker said so as the machine shut down)?"""
-        ended = [a for a in self.store.attempts_for(job_id) if a.worker_id == worker_id]
-        return bool(ended) and max(ended, key=lambda a: a.number).reason == "preempted"
-
     def _saving_its_work(self, r: InstanceRecord, worker_id: str) -> bool:
         """A machine reclaimed under a running job shuts down: its worker gives the job its
         grace_seconds and uploads what it wrote before it goes. While the worker still
