@@ -860,8 +860,12 @@ class ControlService:
             node = attempt.node_rank if self._is_gang(attempt) else None
             storable = [(stream, repair_text(text)) for stream, text in report.logs]
             self.store.append_logs(attempt.job_id, attempt.number, storable, node=node)
+        gang = self._is_gang(attempt)
+        # A gang node's result ends with it in one write: the node that ends the gang then
+        # reads every result its peers kept, even when they all report at the same moment.
+        kept = {"result": report.result} if gang and report.result is not None else {}
         if not self.states.move_attempt(
-            attempt_id, report.state, reason=report.reason, exit_code=report.exit_code
+            attempt_id, report.state, reason=report.reason, exit_code=report.exit_code, **kept
         ):
             raise StaleAttemptError(f"attempt {attempt_id} is no longer current")
         self.placement.job_changed(attempt.job_id)  # a gang's other nodes may end with it
@@ -870,7 +874,7 @@ class ControlService:
             # no more work goes to it, the retry included, until it heartbeats again.
             self.store.move_worker(attempt.worker_id, "lost")
         self.placement.worker_changed(attempt.worker_id)
-        if self._is_gang(attempt):
+        if gang:
             self._finish_node(attempt, report)
         elif report.reason in _RETRYABLE_REASONS:
             self._retry_or_fail(
@@ -989,8 +993,6 @@ class ControlService:
     def _finish_node(self, attempt: AttemptRecord, report: AttemptReport) -> None:
         """One node ended: a failure ends the whole gang at once; success waits for all; a
         cancel or a timeout lets every node end (and upload) before the gang ends."""
-        if report.result is not None:
-            self.store.keep_node_result(attempt.id, report.result)
         if self._wind_down(attempt):
             return
         if report.state == "succeeded":

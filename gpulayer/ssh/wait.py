@@ -101,6 +101,7 @@ def wait_for_ssh(
         reraise=True,
     )
     done = threading.Event()
+    ticker: threading.Thread | None = None
     if on_progress is not None:
         reporter = on_progress
 
@@ -111,11 +112,16 @@ def wait_for_ssh(
                 except Exception:
                     log.exception("progress report failed")
 
-        threading.Thread(target=tick, name="gpulayer-ssh-wait", daemon=True).start()
+        ticker = threading.Thread(target=tick, name="gpulayer-ssh-wait", daemon=True)
+        ticker.start()
     try:
         session: SshSession = retrying(attempt)
     except retryable as exc:
         raise SshUnreachable(str(target), deadline_seconds, attempts, exc) from exc
     finally:
         done.set()
+        if ticker is not None:
+            # A report already under way when the wait ends is heard before it returns,
+            # never after: the caller's next lines are not interleaved with a stale one.
+            ticker.join()
     return session

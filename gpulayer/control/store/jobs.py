@@ -284,14 +284,6 @@ class JobStore(StoreBase):
         with self.engine.connect() as conn:
             return [attempt_from_row(r) for r in conn.execute(query)]
 
-    def keep_node_result(self, attempt_id: int, result: Any) -> None:
-        with self._begin() as conn:
-            conn.execute(
-                update(t.attempts)
-                .where(t.attempts.c.id == attempt_id)
-                .values(result=json.dumps(result))
-            )
-
     def attempts_for(self, job_id: str) -> list[AttemptRecord]:
         query = (
             select(t.attempts)
@@ -329,6 +321,8 @@ class JobStore(StoreBase):
         self, attempt_id: int, *, expect_states: Sequence[str], **values: Any
     ) -> bool:
         condition = and_(t.attempts.c.id == attempt_id, t.attempts.c.state.in_(list(expect_states)))
+        if "result" in values:
+            values["result"] = json.dumps(values["result"])
         with self._begin() as conn:
             return conn.execute(update(t.attempts).where(condition).values(**values)).rowcount == 1
 

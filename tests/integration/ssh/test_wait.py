@@ -69,6 +69,35 @@ def test_a_long_wait_reports_progress(ssh_hosts, host_keys: JsonHostKeyStore) ->
     assert len(heard) == count  # a success well inside the report period: no report at all
 
 
+def test_a_report_under_way_is_heard_before_the_wait_returns(
+    ssh_hosts, host_keys: JsonHostKeyStore
+) -> None:
+    import threading
+
+    (host,) = ssh_hosts(1, start=False)
+    heard: list[str] = []
+    released = threading.Event()
+
+    def slow_sink(line: str) -> None:
+        heard.append(line)
+        released.wait(2.0)  # a console that is slow to take the line, past the wait's end
+        heard.append("taken")
+
+    with pytest.raises(SshUnreachable):
+        wait_for_ssh(
+            host.target(),
+            1.0,
+            host_keys=host_keys,
+            attempt_timeout=0.3,
+            on_progress=slow_sink,
+            progress_seconds=0.2,
+        )
+    alive = [t for t in threading.enumerate() if t.name == "gpulayer-ssh-wait"]
+    released.set()
+    assert not alive, "a progress report outlived its wait"
+    assert heard[-1] == "taken"
+
+
 def test_a_changed_host_key_is_not_retried(ssh_hosts, host_keys: JsonHostKeyStore) -> None:
     host, other = ssh_hosts(2)
     with pytest.raises(HostKeyMismatch):
