@@ -275,6 +275,7 @@ class HostKeyPolicy:
         self.port = port
         self.pinned = parse_host_keys(pinned) if pinned is not None else []
         self.store = store
+        self._to_record: HostKey | None = None
 
     def recorded(self) -> HostKey | None:
         text = self.store.get(self.host, self.port)
@@ -293,4 +294,14 @@ class HostKeyPolicy:
             self.host, self.port, offered, pinned=self.pinned, recorded=self.recorded()
         )
         if verdict is Verdict.RECORD:
-            self.store.put(self.host, self.port, str(offered))
+            # Kept back until the host takes our key (``logged_in``): a host that refuses it
+            # is not yet the machine we launched (its cloud-init has not run, or the address
+            # still answers as the machine that held it before) and its key must not be the
+            # one the machine is held to afterwards.
+            self._to_record = offered
+
+    def logged_in(self) -> None:
+        """The host took our key: the first key it offered becomes the recorded one."""
+        if self._to_record is not None:
+            self.store.put(self.host, self.port, str(self._to_record))
+            self._to_record = None

@@ -125,6 +125,7 @@ class SshSession:
                 raise SshAuthError(f"{target} refused key {target.key_path}: {exc}") from exc
             except (OSError, EOFError, paramiko.SSHException) as exc:
                 raise SshConnectionError(f"cannot connect to {target}: {_describe(exc)}") from exc
+            policy.logged_in()
         except BaseException:
             client.close()
             if jump is not None:

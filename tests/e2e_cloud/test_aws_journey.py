@@ -15,8 +15,11 @@ this kernel, the dead-man switch only records what it would do.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
+import os
+import signal
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,7 +29,13 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e_cloud.journey import last_job, ledger, wait_for_teardown, why_it_failed
+from tests.e2e_cloud.journey import (
+    last_job,
+    ledger,
+    wait_for_teardown,
+    wait_until,
+    why_it_failed,
+)
 from tests.integration.aws.conftest import Moto
 from tests.support.cli import run_cli
 from tests.support.moto_lab import (
@@ -441,3 +450,75 @@ def test_credentials_come_from_the_submit_or_the_files_when_the_job_needs_them(
                 assert secret.encode() not in path.read_bytes(), path
     finally:
         stop_local_control_plane(home)
+
+
+def test_an_address_boots_a_new_instance_only_once_its_last_machine_is_gone(
+    aws_lab: AwsLab, cloud_init: CloudInit
+) -> None:
+    """moto gives a terminated instance's address to the next instance at once; the lab boots
+    that instance only once the machine that held the address has shut down (as EC2 hands an
+    address on), and meanwhile the address answers as the old machine, never as two."""
+    ec2 = aws_lab.ec2()
+    ec2.create_key_pair(KeyName="lab-reuse")
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+    tags = [
+        {"Key": "gpulayer:job", "Value": "j-reuse"},
+        {"Key": "gpulayer:ssh-user", "Value": "root"},
+    ]
+
+    def launch() -> dict[str, Any]:
+        (instance,) = ec2.run_instances(
+            ImageId=image,
+            InstanceType="t3.medium",
+            MinCount=1,
+            MaxCount=1,
+            KeyName="lab-reuse",
+            # As the provider launches: the interface (and its address) goes with the instance.
+            NetworkInterfaces=[
+                {
+                    "DeviceIndex": 0,
+                    "SubnetId": aws_lab.subnets[ZONES[0]],
+                    "DeleteOnTermination": True,
+                }
+            ],
+            TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
+        )["Instances"]
+        return dict(instance)
+
+    first = launch()
+    wait_until(lambda: first["InstanceId"] in cloud_init.hosts(), what="the first boot")
+    old_host = cloud_init.hosts()[first["InstanceId"]]
+    # A worker slow to stop holds the machine's shutdown (and so its address) until killed.
+    old_host.run(
+        "setsid python3 -c 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+        " time.sleep(600)' -m gpulayer worker start >/dev/null 2>&1 &",
+        check=True,
+    )
+    wait_until(lambda: bool(slow_workers(aws_lab.lab, old_host)), what="the slow worker")
+    ec2.terminate_instances(InstanceIds=[first["InstanceId"]])
+    wait_until(lambda: first["InstanceId"] not in cloud_init.hosts(), what="the shutdown")
+
+    second = launch()
+    assert second["PrivateIpAddress"] == first["PrivateIpAddress"]  # moto hands it on at once
+    seen = cloud_init.passes
+    wait_until(lambda: cloud_init.passes >= seen + 5, what="cloud-init's passes")
+    assert second["InstanceId"] not in cloud_init.hosts()
+    assert first["PrivateIpAddress"] in aws_lab.lab.addresses_taken()  # the old machine's
+
+    for pid in slow_workers(aws_lab.lab, old_host):
+        os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: second["InstanceId"] in cloud_init.hosts(), what="the second boot")
+    new_host = cloud_init.hosts()[second["InstanceId"]]
+    assert new_host.address == first["PrivateIpAddress"] and new_host is not old_host
+    assert cloud_init.errors == []
+    ec2.terminate_instances(InstanceIds=[second["InstanceId"]])
+    wait_until(lambda: not cloud_init.hosts(), what="the last shutdown")
+
+
+def slow_workers(lab: SshdLab, host: Any) -> list[int]:
+    found = []
+    for pid in lab.pids_of(host):
+        with contextlib.suppress(OSError):
+            if b"worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+    return found

@@ -240,6 +240,8 @@ class ComputeServer:
         used = {i["networkInterfaces"][0].get("networkIP") for i in self.instances.values()}
         used |= {str(h.address) for h in self._hosts.values() if getattr(h, "address", None)}
         used.add(self.lab.gateway)
+        # A host still shutting down keeps its address until it is gone, as GCE's would.
+        used |= self.lab.addresses_taken()
         # The first addresses are GCE's own (network, gateway); instances start above them.
         for candidate in list(self.lab.subnet.hosts())[9:]:
             if str(candidate) not in used:

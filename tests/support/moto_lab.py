@@ -160,6 +160,8 @@ class CloudInit:
         """What watched folders held on each host when its instance ended."""
         self._booted: list[Boot] = []
         self._errors: list[str] = []
+        self.passes = 0
+        """Passes over moto's instances so far: a test waits for some to end, not for time."""
 
     # --- what it did ------------------------------------------------------------------------
 
@@ -218,11 +220,14 @@ class CloudInit:
                     instance_id = raw["InstanceId"]
                     states[instance_id] = raw["State"]["Name"]
                     if states[instance_id] in BOOTING and instance_id not in self._seen:
+                        if self._address_still_held(raw):
+                            continue  # booted on a later pass, once the last holder is gone
                         self._seen.add(instance_id)  # one boot per instance, failed or not
                         try:
                             self._boot(raw)
                         except Exception as exc:
                             self._error(f"{instance_id}: boot failed: {type(exc).__name__}: {exc}")
+        self.passes += 1
         for instance_id in list(self.hosts()):
             if states.get(instance_id) not in BOOTING:
                 # A shutdown takes a while (the worker's jobs get their grace): boots and
@@ -230,6 +235,18 @@ class CloudInit:
                 threading.Thread(
                     target=self._shut_down, args=(instance_id,), name=f"shutdown-{instance_id}"
                 ).start()
+
+    def _address_still_held(self, raw: Mapping[str, Any]) -> bool:
+        """moto gives a terminated instance's address to the next one at once, while the
+        lab's host for the old instance may still be shutting down (its jobs get their
+        grace). EC2 hands an address on only once its machine is gone, so the new one boots
+        after that: until then its address answers as the old machine, or not at all."""
+        address = raw.get("PrivateIpAddress")
+        if not address:
+            return False
+        with self._lock:
+            booted_here = any(h.address == address for h in self._hosts.values())
+        return not booted_here and address in self.lab.addresses_taken()
 
     def _boot(self, raw: Mapping[str, Any]) -> None:
         instance_id = raw["InstanceId"]

@@ -1164,6 +1164,11 @@ exec chroot "$R" /usr/bin/python3 -c "$REAPER"
             raise
         return hosts
 
+    def addresses_taken(self) -> set[str]:
+        """The addresses the lab's hosts hold now, those of hosts still leaving included."""
+        with self._lock:
+            return {h.address for h in self.hosts}
+
     def remove_host(self, host: SshdHost) -> None:
         try:
             host.stop()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulayer.ssh.errors import HostKeyMismatch, HostKeyStoreError, InvalidHostKey
+from gpulayer.ssh.errors import HostKeyMismatch, HostKeyStoreError, InvalidHostKey, SshAuthError
 from gpulayer.ssh.hostkeys import (
     HostKey,
     JsonHostKeyStore,
@@ -59,6 +59,27 @@ def test_first_use_records_the_key_and_a_changed_key_is_refused(
     assert parse_host_key(ssh_host.host_key).fingerprint in str(caught.value)
     # The recorded key is kept: a refused impostor must not become the new truth.
     assert again.get(ssh_host.address, ssh_host.port) == recorded
+
+
+def test_a_host_that_refuses_our_key_leaves_no_key_recorded(
+    ssh_host: SshdHost, host_keys: JsonHostKeyStore
+) -> None:
+    """An address that answers before the launched machine takes our key (cloud-init still
+    running, or the machine that held the address still leaving) must not have its key
+    recorded: the machine that then takes our key is the one held to its key."""
+    ssh_host.set_authorized_keys("")
+    with pytest.raises(SshAuthError):
+        SshSession(ssh_host.target(), host_keys=host_keys).connect(timeout=10)
+    assert host_keys.get(ssh_host.address, ssh_host.port) is None
+
+    first_key = ssh_host.host_key
+    ssh_host.restart(new_host_key=True)
+    ssh_host.set_authorized_keys(ssh_host.client_public_key + "\n")
+    with SshSession(ssh_host.target(), host_keys=host_keys) as session:
+        assert session.exec("true") == 0
+    recorded = host_keys.get(ssh_host.address, ssh_host.port)
+    assert recorded == str(parse_host_key(ssh_host.host_key))
+    assert recorded != str(parse_host_key(first_key))
 
 
 def test_pinned_key_from_the_provider_is_accepted(
