@@ -145,7 +145,10 @@ def test_escaped_daemons_end_with_their_attempt(
 ) -> None:
     if escape in CGROUP_ONLY and containment.mode != "cgroup":
         pytest.skip("a process that wipes its environment is found by its cgroup only")
-    spec = {"timeout_seconds": 4} if ending == "timeout" else {}
+    # A short grace: a daemon that ignores SIGTERM is killed once it is over (30 s by default).
+    spec: dict[str, object] = {"grace_seconds": 2}
+    if ending == "timeout":
+        spec["timeout_seconds"] = 4
     run, thread, pids, result = start_escape(containment, tmp_path, ESCAPES[escape], 7, **spec)
     daemon = int((pids / "daemon").read_text())
     assert alive(daemon)
