@@ -874,6 +874,7 @@ class ControlService:
             # no more work goes to it, the retry included, until it heartbeats again.
             self.store.move_worker(attempt.worker_id, "lost")
         self.placement.worker_changed(attempt.worker_id)
+        ended = False
         if gang:
             self._finish_node(attempt, report)
         elif report.reason in _RETRYABLE_REASONS:
@@ -884,7 +885,7 @@ class ControlService:
             # A success without a word keeps the job's message (a target skipped at submit).
             keep_message = report.message is None and report.state == "succeeded"
             said: dict[str, Any] = {} if keep_message else {"message": report.message}
-            self.states.move_job(
+            ended = self.states.move_job(
                 attempt.job_id,
                 report.state,
                 only_from=["running"],
@@ -893,7 +894,8 @@ class ControlService:
                 result=report.result,
                 **said,
             )
-        if self.is_terminal(attempt.job_id):
+        # A report's state is always an end: a job this call moved there is not read back.
+        if ended or self.is_terminal(attempt.job_id):
             self._forget_environment(attempt.job_id)
         if dispatch:
             self.dispatch()

@@ -114,3 +114,29 @@ def test_a_malformed_batch_is_refused_whole(
     )
     assert answer.status_code == 422
     assert "reports" in answer.text
+
+
+@pytest.mark.parametrize("ending", ["succeeded", "failed"])
+def test_a_local_jobs_environment_is_forgotten_once_its_finish_ends_it(
+    plane: tuple[Any, ControlService], ending: str
+) -> None:
+    """The submitter's environment a local job starts from is kept in memory only while the
+    job may still start: the finish that ends the job drops it."""
+    from gpulayer.protocol.messages import AttemptReport
+
+    _, service = plane
+    service.store.upsert_worker(
+        worker_id="w-local", name="local", kind="local", labels={}, capabilities={"cpu_cores": 2}
+    )
+    spec = {"workload": {"kind": "command", "command": ["true"]}, "placement": {"target": "local"}}
+    job = service.submit(spec, client_env={"PATH": "/usr/bin", "HF_TOKEN": "kept-in-memory"})
+    assert job.target == "local"
+    (assignment,) = service.claim("w-local")
+    assert service.job_environment(job.id) == {"PATH": "/usr/bin", "HF_TOKEN": "kept-in-memory"}
+    report = AttemptReport(
+        state=ending, reason=None if ending == "succeeded" else "exit_code", exit_code=0
+    )
+    (outcome,) = service.finish_attempts("w-local", [(assignment.attempt_id, report)])
+    assert outcome.outcome == "recorded"
+    assert service.store.get_job(job.id).state == ending
+    assert service.job_environment(job.id) is None
