@@ -217,8 +217,7 @@ class ProcessTree:
             stat = read_stat(pid)
             if stat is not None and stat.state not in GONE_STATES:
                 found[pid] = stat.start_time
-        self._known = found
-        return dict(found)
+        return found
 
     def _signal(self, sig: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
