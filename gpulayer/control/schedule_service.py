@@ -346,6 +346,8 @@ class ScheduleService:
                 live, 0, [f"schedule {loaded.record.name}: replaced by {started.job_id}"]
             )
             service.cancel(live)
+        if started.target == "cloud":
+            service.cloud_job_stored()
         if started.target and dispatch:
             service.dispatch()
 

@@ -86,6 +86,7 @@ class ControlService:
         self._changed = threading.Condition()
         self._version = 0
         self._listeners: list[Callable[[], None]] = []
+        self._cloud_listeners: list[Callable[[], None]] = []
         self.last_call = time.monotonic()
         self._started = time.time()
         self._serving = False
@@ -122,6 +123,14 @@ class ControlService:
     def on_work(self, listener: Callable[[], None]) -> None:
         """Call listener whenever new assignments or cancellations may be waiting."""
         self._listeners.append(listener)
+
+    def on_cloud_work(self, listener: Callable[[], None]) -> None:
+        """Call listener whenever a job that a cloud may run was stored."""
+        self._cloud_listeners.append(listener)
+
+    def cloud_job_stored(self) -> None:
+        for listener in self._cloud_listeners:
+            listener()
 
     def notify(self) -> None:
         with self._changed:
@@ -245,6 +254,8 @@ class ControlService:
             reason=None if decision.target else "unschedulable",
             message=decision.message or decision.skipped,
         )
+        if job.target == "cloud" and job.state == "queued":
+            self.cloud_job_stored()
         self.log_system(job.id, 0, decision.notes)
         if client_env is not None and decision.target == "local":
             self._client_env[job.id] = dict(client_env)
@@ -366,6 +377,8 @@ class ControlService:
         self.store.append_logs_many(
             [(job_id, 0, [("system", note) for note in job_notes]) for job_id, job_notes in notes]
         )
+        if any(job.target == "cloud" and job.state == "queued" for job in jobs):
+            self.cloud_job_stored()
         if any(job.state == "queued" for job in jobs):
             self.dispatch()
         else:

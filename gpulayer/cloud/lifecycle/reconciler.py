@@ -82,6 +82,8 @@ DEFAULT_DEADMAN_SECONDS = 600.0
 DEFAULT_PROVISIONING_SECONDS = 600.0
 INSTALL_ROOT = "/var/tmp/gpulayer"
 REAP_EVERY_SECONDS = 60.0
+IDLE_RECHECK_SECONDS = 1.0
+"""How often a loop with no cloud work asks the store again without being told of any."""
 HOLD_RECLAIMED_SECONDS = 600.0
 REQUEST_TAG = "gpulayer:request"
 GANG_SIZE_TAG = "gpulayer:gang-size"
@@ -138,8 +140,12 @@ class Reconciler:
         self._capacity_freed_at = 0.0
         self._reconnecting: set[str] = set()
         self._last_reap = 0.0
+        self._idle_since_check: float | None = None
+        """When the store last showed no cloud work (None: it may hold some)."""
+        self._cloud_news = threading.Event()
         self._thread: threading.Thread | None = None
         service.on_work(self._wake.set)
+        service.on_cloud_work(self._on_cloud_work)
 
     @property
     def settings(self) -> Mapping[str, Any]:
@@ -191,10 +197,32 @@ class Reconciler:
             except Exception:
                 log.exception("lifecycle pass failed")
 
+    def _on_cloud_work(self) -> None:
+        self._cloud_news.set()
+        self._wake.set()
+
+    def _idle(self, now: float) -> bool:
+        """Whether no cloud work exists, asking the store only when it may have changed.
+
+        Every change to jobs wakes this loop; on a server without cloud jobs asking the store
+        each time costs a query per submit and per finish. Only a job stored for a cloud
+        starts cloud work here (instances are this loop's own), and it says so; a second
+        control plane on the same store is seen at the next recheck."""
+        checked = self._idle_since_check
+        told = self._cloud_news.is_set()
+        if checked is not None and not told and 0 <= now - checked < IDLE_RECHECK_SECONDS:
+            return True
+        self._cloud_news.clear()  # before asking: news arriving meanwhile is asked again
+        if self.store.cloud_work_exists():
+            self._idle_since_check = None
+            return False
+        self._idle_since_check = now
+        return True
+
     def reconcile_once(self) -> None:
         now = time.time()
-        if not self.store.cloud_work_exists():
-            # Nothing cloud-bound anywhere: one cheap query, not every instance and queued job.
+        if self._idle(now):
+            # Nothing cloud-bound anywhere: no instance and no queued job is read.
             if now - self._last_reap > REAP_EVERY_SECONDS:
                 self._last_reap = now
                 self._submit("reap", self._reap_unknown)
