@@ -23,6 +23,11 @@ class SpecError(UsageError):
         self.lines = lines
 
 
+class BundleNotKeptError(UsageError):
+    """A job named a content-addressed bundle the server does not keep: the submitter
+    uploads it and asks again (a bundle sent before costs no upload)."""
+
+
 class NotFoundError(GpulayerError):
     """A job, worker or artifact that does not exist."""
 

@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from gpulayer.errors import UsageError
+from gpulayer.errors import BundleNotKeptError, UsageError
 
 DIGEST_PREFIX = "sha256:"
 _HEX = re.compile(r"[0-9a-f]{64}")
@@ -69,12 +69,12 @@ class BundleStore:
         try:
             return self.path(digest).read_bytes()
         except FileNotFoundError:
-            raise UsageError(f"{field}: {DIGEST_PREFIX}{digest} was not uploaded") from None
+            raise BundleNotKeptError(f"{field}: {DIGEST_PREFIX}{digest} was not uploaded") from None
 
     def link_into(self, digest: str, destination: Path) -> None:
         """Give a job the bundle: a hard link to the kept file, and its digest beside it."""
         if not self._link(digest, destination):
-            raise UsageError(f"bundle_id: {DIGEST_PREFIX}{digest} was not uploaded")
+            raise BundleNotKeptError(f"bundle_id: {DIGEST_PREFIX}{digest} was not uploaded")
 
     def link_bytes_into(self, data: bytes, destination: Path) -> str:
         """Give a job a bundle held as bytes elsewhere (a schedule's source in the store):

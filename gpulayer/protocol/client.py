@@ -17,6 +17,7 @@ from typing import Any, BinaryIO
 from urllib.parse import quote, urlencode, urlsplit
 
 from gpulayer.errors import (
+    BundleNotKeptError,
     ControlPlaneError,
     ForbiddenError,
     GpulayerError,
@@ -183,6 +184,12 @@ class ControlClient:
             raise NotFoundError(str(message))
         if status == 409:
             raise StaleAttemptError(str(message))
+        if (
+            status == 400
+            and isinstance(decoded, dict)
+            and decoded.get("kind") == "BundleNotKeptError"
+        ):
+            raise BundleNotKeptError(str(message))
         if status in (400, 413):  # 413: over one of the server's limits, named in the message
             raise UsageError(str(message))
         raise GpulayerError(f"control plane error {status}: {message}")

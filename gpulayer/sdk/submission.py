@@ -97,10 +97,41 @@ def send_jobs(connection: Connection, jobs: list[dict[str, Any]]) -> list[dict[s
 def send_job(connection: Connection, data: dict[str, Any]) -> dict[str, Any]:
     """Submit spec data; sources are handed over as a directory (local) or a bundle (server)."""
     warnings: list[str] = []
-    fields = source_fields(connection, data, warnings)
     if connection.embedded:
+        fields = source_fields(connection, data, warnings)
         fields["client_env"] = dict(os.environ)
-    job = connection.client.submit(data, **fields)
+        job = connection.client.submit(data, **fields)
+    else:
+        job = _submit_with_bundle(connection, data, warnings)
     if warnings:
         job.setdefault("warnings", []).extend(warnings)
     return job
+
+
+def _submit_with_bundle(
+    connection: Connection, data: dict[str, Any], warnings: list[str]
+) -> dict[str, Any]:
+    """One request when the server keeps the job's bundle already (the same source sent
+    again): the job names the bundle by digest, and only a server that lacks it has it
+    uploaded, after which the job is sent again."""
+    from gpulayer.control.paths import home
+    from gpulayer.errors import BundleNotKeptError
+    from gpulayer.protocol.bundle import bundle_warning, create_bundle
+
+    source = _source_folder(data)
+    with tempfile.TemporaryDirectory(prefix="gpulayer-bundle-") as scratch:
+        bundle = Path(scratch) / "source.tar.gz"
+        info = create_bundle(
+            Path(source) if source is not None else Path.cwd(),
+            bundle,
+            exclude=[home().root],
+            inputs=_local_inputs(data),
+        )
+        warning = bundle_warning(info)
+        if warning:
+            warnings.append(warning)
+        try:
+            return connection.client.submit(data, bundle_id=f"sha256:{info.sha256}")
+        except BundleNotKeptError:
+            bundle_id = connection.client.upload_bundle(bundle)
+        return connection.client.submit(data, bundle_id=bundle_id)
