@@ -144,7 +144,7 @@ class Reconciler:
         """When the store last showed no cloud work (None: it may hold some)."""
         self._cloud_news = threading.Event()
         self._thread: threading.Thread | None = None
-        service.on_work(self._wake.set)
+        service.on_work(self._on_work)
         service.on_cloud_work(self._on_cloud_work)
 
     @property
@@ -196,6 +196,12 @@ class Reconciler:
                 self.reconcile_once()
             except Exception:
                 log.exception("lifecycle pass failed")
+
+    def _on_work(self) -> None:
+        # With no cloud work a change to jobs has nothing for this loop: it is not woken (a
+        # thread switch per submit and per finish), and only news of cloud work wakes it.
+        if self._idle_since_check is None:
+            self._wake.set()
 
     def _on_cloud_work(self) -> None:
         self._cloud_news.set()
