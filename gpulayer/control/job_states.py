@@ -68,6 +68,16 @@ class JobStates:
             attempt_id, expect_states=sources(ATTEMPT_TRANSITIONS, to), state=to, **values
         )
 
+    def start_attempts(self, attempt_ids: list[int], started_at: float) -> set[int]:
+        """Several attempts to running in one write, each only from where the table allows;
+        the ids this call moved."""
+        return self.store.update_attempts(
+            attempt_ids,
+            expect_states=sources(ATTEMPT_TRANSITIONS, "running"),
+            state="running",
+            started_at=started_at,
+        )
+
     def _end_attempts(self, job_id: str, job_state: str, reason: str | None) -> None:
         """An attempt never stays live under an ended job (its worker is then fenced)."""
         state = "cancelled" if job_state == "cancelled" else "failed"

@@ -782,14 +782,16 @@ class ControlService:
         """Assignments made for this worker (for its life ``epoch``, when given) that it has
         not started yet."""
         self._check_worker(caller, worker_id)
-        started = []
-        for attempt in self.store.active_attempts(worker_id):
-            if attempt.state != "assigned":
-                continue
-            if epoch is not None and attempt.worker_epoch not in (None, epoch):
-                continue
-            if self.states.move_attempt(attempt.id, "running", started_at=time.time()):
-                started.append(attempt)
+        waiting = [
+            attempt
+            for attempt in self.store.active_attempts(worker_id)
+            if attempt.state == "assigned"
+            and (epoch is None or attempt.worker_epoch in (None, epoch))
+        ]
+        if not waiting:
+            return []
+        moved = self.states.start_attempts([a.id for a in waiting], started_at=time.time())
+        started = [attempt for attempt in waiting if attempt.id in moved]
         if not started:
             return []
         on_this_machine = self.store.get_worker(worker_id).kind == "local"

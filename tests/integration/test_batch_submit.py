@@ -94,6 +94,26 @@ def test_one_long_poll_carries_every_assignment_up_to_capacity(tmp_path: Path) -
     assert service.claim_waiting(worker, 0.0) == []
 
 
+def test_a_claim_starts_all_it_carries_in_one_write_and_each_only_once(tmp_path: Path) -> None:
+    from sqlalchemy import event
+
+    service = plane(tmp_path)
+    worker = register(service, "w", caps(cpu_cores=2))
+    service.submit_many([(command("true"), None, None) for _ in range(4)])
+    writes: list[str] = []
+    event.listen(
+        service.store.engine,
+        "before_cursor_execute",
+        lambda _c, _k, statement, *_: (
+            writes.append(statement) if statement.startswith("UPDATE attempts") else None
+        ),
+    )
+    found = service.claim(worker)
+    assert len(found) == 4 and len(writes) == 1
+    assert {a.state for a in service.store.active_attempts(worker)} == {"running"}
+    assert service.claim(worker) == []  # started attempts are not handed out again
+
+
 def test_submit_many_is_one_transaction_in_order(tmp_path: Path) -> None:
     service = plane(tmp_path)
     register(service, "w", caps(cpu_cores=64))
@@ -274,6 +294,7 @@ def test_an_array_limit_holds_how_many_of_it_run_at_once(tmp_path: Path) -> None
     array = array_jobs(command("true"), parse_array("0-5%2"), "a-0123456789")
     service.submit_many([(job, None, None) for job in [*array, command("true")]])
     running = service.claim_waiting(worker, 1.0)
+
     def index(a: Assignment) -> str:
         return str(a.spec["labels"].get("gpulayer.array.index", "-"))
 

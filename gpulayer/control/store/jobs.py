@@ -327,6 +327,26 @@ class JobStore(StoreBase):
         with self._begin() as conn:
             return conn.execute(update(t.attempts).where(condition).values(**values)).rowcount == 1
 
+    def update_attempts(
+        self, attempt_ids: Sequence[int], *, expect_states: Sequence[str], **values: Any
+    ) -> set[int]:
+        """update_attempt for several attempts in one statement; the ids it moved."""
+        if not attempt_ids:
+            return set()
+        query = (
+            update(t.attempts)
+            .where(
+                and_(
+                    t.attempts.c.id.in_(list(attempt_ids)),
+                    t.attempts.c.state.in_(list(expect_states)),
+                )
+            )
+            .values(**values)
+            .returning(t.attempts.c.id)
+        )
+        with self._begin() as conn:
+            return {row[0] for row in conn.execute(query)}
+
     def attempt_and_epoch(self, attempt_id: int) -> tuple[AttemptRecord, int | None]:
         """The attempt and its worker's current epoch (None: no such worker), in one query."""
         query = (
