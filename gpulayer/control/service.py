@@ -256,7 +256,9 @@ class ControlService:
         )
         if job.target == "cloud" and job.state == "queued":
             self.cloud_job_stored()
-        self.log_system(job.id, 0, decision.notes)
+        if decision.notes or not decision.target:
+            # Else the dispatch pass below tells whoever waits on a change.
+            self.log_system(job.id, 0, decision.notes)
         if client_env is not None and decision.target == "local":
             self._client_env[job.id] = dict(client_env)
         if decision.target:
