@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,22 +55,30 @@ def _local_inputs(job: dict[str, Any]) -> dict[int, Path]:
     return local_input_paths([a if isinstance(a, str) else "job:" for a in artifacts], Path.cwd())
 
 
-def _uploaded_bundle(
-    connection: Connection, source: Path, inputs: dict[int, Path]
-) -> tuple[str, str | None]:
-    """The source and local inputs as a bundle the server keeps: asked for by digest first,
-    uploaded only when the server lacks it (the same source submitted again costs one small
-    request)."""
+@contextlib.contextmanager
+def _bundle_of(source: Path, inputs: dict[int, Path]) -> Iterator[tuple[Path, str, str | None]]:
+    """The source and local inputs bundled in a scratch folder, while the block runs: the
+    bundle's path, its sha256 and a warning about files that changed while bundling."""
     from gpulayer.control.paths import home
     from gpulayer.protocol.bundle import bundle_warning, create_bundle
 
     with tempfile.TemporaryDirectory(prefix="gpulayer-bundle-") as scratch:
         bundle = Path(scratch) / "source.tar.gz"
         info = create_bundle(source, bundle, exclude=[home().root], inputs=inputs)
-        bundle_id = connection.client.kept_bundle(info.sha256)
+        yield bundle, info.sha256, bundle_warning(info)
+
+
+def _uploaded_bundle(
+    connection: Connection, source: Path, inputs: dict[int, Path]
+) -> tuple[str, str | None]:
+    """The source and local inputs as a bundle the server keeps: asked for by digest first,
+    uploaded only when the server lacks it (the same source submitted again costs one small
+    request)."""
+    with _bundle_of(source, inputs) as (bundle, digest, warning):
+        bundle_id = connection.client.kept_bundle(digest)
         if bundle_id is None:
             bundle_id = connection.client.upload_bundle(bundle)
-    return bundle_id, bundle_warning(info)
+    return bundle_id, warning
 
 
 def send_jobs(connection: Connection, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -114,24 +124,15 @@ def _submit_with_bundle(
     """One request when the server keeps the job's bundle already (the same source sent
     again): the job names the bundle by digest, and only a server that lacks it has it
     uploaded, after which the job is sent again."""
-    from gpulayer.control.paths import home
     from gpulayer.errors import BundleNotKeptError
-    from gpulayer.protocol.bundle import bundle_warning, create_bundle
 
     source = _source_folder(data)
-    with tempfile.TemporaryDirectory(prefix="gpulayer-bundle-") as scratch:
-        bundle = Path(scratch) / "source.tar.gz"
-        info = create_bundle(
-            Path(source) if source is not None else Path.cwd(),
-            bundle,
-            exclude=[home().root],
-            inputs=_local_inputs(data),
-        )
-        warning = bundle_warning(info)
+    folder = Path(source) if source is not None else Path.cwd()
+    with _bundle_of(folder, _local_inputs(data)) as (bundle, digest, warning):
         if warning:
             warnings.append(warning)
         try:
-            return connection.client.submit(data, bundle_id=f"sha256:{info.sha256}")
+            return connection.client.submit(data, bundle_id=f"sha256:{digest}")
         except BundleNotKeptError:
             bundle_id = connection.client.upload_bundle(bundle)
         return connection.client.submit(data, bundle_id=bundle_id)

@@ -77,7 +77,7 @@ def test_changes_to_jobs_wake_the_loop_without_a_query_until_a_cloud_job_is_stor
     monkeypatch.setattr(lifecycle, "IDLE_RECHECK_SECONDS", 3600.0, raising=False)
     before = statements[LOOP_THREAD]
     for _ in range(20):
-        service.submit(dict(REMOTE_JOB))  # queued (no worker); its dispatch wakes the loop
+        service.submit(dict(REMOTE_JOB))  # queued (no worker); a change to jobs, no cloud work
         _until(lambda: not reconciler._wake.is_set(), "the loop to take its wake")
     quiet = statements[LOOP_THREAD] - before
     cloud_job = service.submit(dict(CLOUD_JOB))

@@ -210,10 +210,10 @@ class Reconciler:
     def _idle(self, now: float) -> bool:
         """Whether no cloud work exists, asking the store only when it may have changed.
 
-        Every change to jobs wakes this loop; on a server without cloud jobs asking the store
-        each time costs a query per submit and per finish. Only a job stored for a cloud
-        starts cloud work here (instances are this loop's own), and it says so; a second
-        control plane on the same store is seen at the next recheck."""
+        On a server without cloud jobs, asking the store at every change to jobs would cost a
+        query per submit and per finish. Only a job stored for a cloud starts cloud work here
+        (instances are this loop's own), and it says so; a second control plane on the same
+        store is seen at the next recheck."""
         checked = self._idle_since_check
         told = self._cloud_news.is_set()
         if checked is not None and not told and 0 <= now - checked < IDLE_RECHECK_SECONDS:
