@@ -4,7 +4,6 @@ array's id, and a ``gpulayer.array.limit`` label caps how many of them run at on
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 
 ARRAY_LABEL = "gpulayer.array"
@@ -22,24 +21,23 @@ def array_limit(labels: Mapping[str, str]) -> tuple[str, int] | None:
     return array_id, int(limit)
 
 
-def within_limits(
+def held_back(
     queued: Iterable[tuple[str, Mapping[str, str]]],
     running_of: Callable[[str], int],
 ) -> set[str]:
-    """Ids of queued jobs (id, labels), FIFO, that their array's limit lets start now."""
-    allowed: set[str] = set()
-    room: Counter[str] = Counter()
-    known: set[str] = set()
+    """Ids of queued jobs (id, labels), FIFO, that their array's limit keeps from starting
+    now: those past the room the limit leaves, after the array's running jobs."""
+    held: set[str] = set()
+    room: dict[str, int] = {}
     for job_id, labels in queued:
         limited = array_limit(labels)
         if limited is None:
-            allowed.add(job_id)
             continue
         array_id, limit = limited
-        if array_id not in known:
-            known.add(array_id)
+        if array_id not in room:
             room[array_id] = limit - running_of(array_id)
         if room[array_id] > 0:
             room[array_id] -= 1
-            allowed.add(job_id)
-    return allowed
+        else:
+            held.add(job_id)
+    return held

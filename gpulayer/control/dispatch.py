@@ -15,10 +15,18 @@ a job where it cannot run:
 - the whole cache is rebuilt from the store on the first pass (so after a restart) and
   every ``full_every`` seconds after, which also picks up what another control plane sharing
   the store changed.
+
+It keeps the queue too: the queued jobs' ids, targets and times, read whole on the first pass
+and every ``queue_full_every`` seconds (1 by default: a job another control plane queued waits
+no longer than that), and in between brought up to date from what this control plane noted
+(jobs stored queued, jobs that left the queue, a job put back in it), so a pass over a long
+queue reads nothing of it. A job noted as queued that is no longer (taken by another control
+plane) is only a placement the store then refuses: assigning is conditional.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import defaultdict
@@ -26,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpulayer.control.arrays import ARRAY_LABEL, within_limits
+from gpulayer.control.arrays import ARRAY_LABEL, LIMIT_LABEL, held_back
 from gpulayer.control.store import AttemptRecord, JobRecord, QueuedHead, Store, WorkerRecord
 from gpulayer.control.targets import TARGET_WORKER_KIND, WorkerView
 from gpulayer.scheduler import (
@@ -172,11 +180,21 @@ class LivePlacement:
         store: Store,
         *,
         full_every: float = 60.0,
+        queue_full_every: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.full_every = full_every
         """Seconds between full rebuilds from the store; 0 rebuilds on every pass."""
+        self.queue_full_every = queue_full_every
+        """Seconds between reads of the whole queue; 0 reads it on every pass."""
+        self._queue: dict[str, QueuedHead] = {}
+        self._queue_read_at: float | None = None
+        """When the queue was last read whole; None: read it on the next pass."""
+        self._queue_news: list[tuple[str, QueuedHead | None]] = []
+        """Noted since the last pass, in order: a job queued (its head) or gone (None)."""
+        self._items: dict[str, QueuedJob] = {}
+        """Queued jobs as the scheduler takes them, made once per job."""
         self._clock = clock
         self._lock = threading.Lock()
         self._dirty: set[str] = set()
@@ -192,9 +210,10 @@ class LivePlacement:
         self._used: dict[str, dict[str, Any]] = {}
         """Per job with an active attempt when last read, the resources its spec takes."""
         self._specs: dict[str, JobSpec | None] = {}
-        self._labels: dict[str, Mapping[str, str]] = {}
         """Queued jobs' validated specs (a stored spec never changes): validated once, not
         on every pass."""
+        self._labels: dict[str, Mapping[str, str]] = {}
+        """The labels of the queued jobs among them whose array has a parallelism limit."""
         self.rebuilds = 0
         self.refreshed = 0
         """Workers read again one by one (not by a rebuild), for the benchmark and tests."""
@@ -223,6 +242,23 @@ class LivePlacement:
         """Rebuild everything from the store on the next pass."""
         with self._lock:
             self._stale = True
+            self._queue_read_at = None
+
+    def jobs_queued(self, heads: Iterable[QueuedHead]) -> None:
+        """These jobs were stored queued."""
+        with self._lock:
+            self._queue_news.extend((head.id, head) for head in heads)
+
+    def jobs_left_queue(self, job_ids: Iterable[str]) -> None:
+        """These jobs are no longer queued (placed, cancelled, failed, gone)."""
+        with self._lock:
+            self._queue_news.extend((job_id, None) for job_id in job_ids)
+
+    def queue_changed(self) -> None:
+        """The queue changed in a way not noted job by job (a job put back in it): read it
+        whole on the next pass."""
+        with self._lock:
+            self._queue_read_at = None
 
     # --- what a dispatch pass asks ----------------------------------------------------------
 
@@ -272,6 +308,42 @@ class LivePlacement:
             self.rejected += 1
         return kept
 
+    def queued(self) -> list[QueuedHead]:
+        """The queued jobs, FIFO: read whole when due, else as noted since the last pass."""
+        with self._lock:
+            now = self._clock()
+            whole = (
+                self._queue_read_at is None or now - self._queue_read_at >= self.queue_full_every
+            )
+            news, self._queue_news = self._queue_news, []
+            if whole:
+                self._queue_read_at = now
+        try:
+            if whole:
+                # Read after the news was taken: whatever was noted before is in the read.
+                self._queue = {head.id: head for head in self.store.queued_job_heads()}
+                return list(self._queue.values())
+        except BaseException:
+            self.queue_changed()
+            raise
+        for job_id, head in news:
+            if head is None:
+                self._queue.pop(job_id, None)
+            else:
+                self._queue[job_id] = head
+        heads = list(self._queue.values())
+        if any(a.created_at > b.created_at for a, b in itertools.pairwise(heads)):
+            heads.sort(key=lambda head: (head.created_at, head.id))  # a job put back in line
+            self._queue = {head.id: head for head in heads}
+        return heads
+
+    def item_of(self, job_id: str, spec: JobSpec, created_at: float) -> QueuedJob:
+        """The queued job as the scheduler takes it, made once while it stays queued."""
+        item = self._items.get(job_id)
+        if item is None or item.spec is not spec:
+            item = self._items[job_id] = QueuedJob(job_id, spec, created_at)
+        return item
+
     def specs_of(self, heads: Sequence[QueuedHead]) -> dict[str, JobSpec | None]:
         """Each queued job's validated spec, kept while it stays queued: only jobs new to
         the queue are read in full and validated."""
@@ -279,15 +351,20 @@ class LivePlacement:
         missing = [h.id for h in heads if h.id not in known]
         for job in self.store.get_jobs(missing) if missing else []:
             known[job.id] = _readable(job)
-            self._labels[job.id] = job.labels
+            if LIMIT_LABEL in job.labels:
+                self._labels[job.id] = job.labels
         found = {h.id: known.get(h.id) for h in heads}
-        self._specs = found  # jobs no longer queued drop out
-        self._labels = {h.id: self._labels.get(h.id, {}) for h in heads}
+        if len(known) > len(found):
+            self._specs = found  # jobs no longer queued drop out
+            self._labels = {j: self._labels[j] for j in found if j in self._labels}
+        if len(self._items) > len(found):
+            self._items = {job_id: item for job_id, item in self._items.items() if job_id in found}
         return found
 
-    def labels_of(self, job_id: str) -> Mapping[str, str]:
-        """A queued job's labels, as read with its spec."""
-        return self._labels.get(job_id, {})
+    def limited_labels(self) -> Mapping[str, Mapping[str, str]]:
+        """Per queued job of an array with a parallelism limit, its labels, as read with its
+        spec (most queues hold none, and a pass then skips the limits)."""
+        return self._labels
 
     # --- internals --------------------------------------------------------------------------
 
@@ -367,30 +444,33 @@ def plan_assignments(store: Store, live: LivePlacement | None = None) -> list[tu
     With ``live``, the workers come from its cache and every assignment is checked against
     the store once more; without, every worker and running attempt is read for this pass."""
     queued: Sequence[QueuedHead] | Sequence[JobRecord]
-    labels_of: Callable[[str], Mapping[str, str]]
+    labels: Mapping[str, Mapping[str, str]]
     if live is not None:
-        queued = store.queued_job_heads()
+        queued = live.queued()
         validated = live.specs_of(queued)
-        labels_of = live.labels_of
+        labels = live.limited_labels()
     else:
         records = store.queued_jobs()
         queued = records
         validated = {j.id: _readable(j) for j in records}
-        by_id = {j.id: j.labels for j in records}
-        labels_of = by_id.__getitem__
+        labels = {j.id: j.labels for j in records if LIMIT_LABEL in j.labels}
     if not queued:
         return []
     # Job arrays with a parallelism limit: only as many of them as the limit leaves room for.
-    startable = within_limits(
-        ((j.id, labels_of(j.id)) for j in queued),
-        lambda array_id: len(
-            store.jobs_with_label(ARRAY_LABEL, array_id, states=["provisioning", "running"])
-        ),
+    held = (
+        held_back(
+            ((j.id, labels[j.id]) for j in queued if j.id in labels),
+            lambda array_id: len(
+                store.jobs_with_label(ARRAY_LABEL, array_id, states=["provisioning", "running"])
+            ),
+        )
+        if labels
+        else set()
     )
     pools = live.pools() if live is not None else _pools_from(store)
     planned: list[Planned] = []
     for target, kind in TARGET_WORKER_KIND.items():
-        jobs = [j for j in queued if j.target == target and j.id in startable]
+        jobs = [j for j in queued if j.target == target and j.id not in held]
         if not jobs:
             continue
         if target == "cloud":
@@ -400,7 +480,10 @@ def plan_assignments(store: Store, live: LivePlacement | None = None) -> list[tu
         index = pools[kind]
         if not len(index):
             continue
-        queue = [QueuedJob(j.id, spec, j.created_at) for j in jobs if (spec := validated[j.id])]
+        if live is not None:
+            queue = [live.item_of(j.id, s, j.created_at) for j in jobs if (s := validated[j.id])]
+        else:
+            queue = [QueuedJob(j.id, spec, j.created_at) for j in jobs if (spec := validated[j.id])]
         specs = {item.job_id: item.spec for item in queue}
         nodes: dict[str, list[tuple[int, str, tuple[int, ...]]]] = {}
         for assignment in plan(queue, index):

@@ -8,10 +8,17 @@ table forbids (a finished job going back to the queue) can never happen, whoever
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpulayer.control.record_states import sources
-from gpulayer.control.store import TERMINAL_STATES, Store
+from gpulayer.control.store import (
+    TERMINAL_STATES,
+    AttemptEnd,
+    EndRecorded,
+    EndRule,
+    Store,
+)
 
 __all__ = [
     "ACTIVE_ATTEMPT_STATES",
@@ -43,8 +50,12 @@ ACTIVE_ATTEMPT_STATES = ("assigned", "running")
 
 
 class JobStates:
-    def __init__(self, store: Store) -> None:
+    def __init__(
+        self, store: Store, *, on_queue_change: Callable[[str, bool], None] | None = None
+    ) -> None:
         self.store = store
+        self._on_queue_change = on_queue_change
+        """Told (job id, whether it entered the queue) of every move into or out of it."""
 
     def move_job(
         self, job_id: str, to: str, *, only_from: list[str] | None = None, **values: Any
@@ -57,6 +68,8 @@ class JobStates:
         if to in TERMINAL_STATES:
             values.setdefault("finished_at", time.time())
         won = self.store.update_job(job_id, expect_states=allowed, state=to, **values)
+        if won and self._on_queue_change is not None and "queued" in (to, *allowed):
+            self._on_queue_change(job_id, to == "queued")
         if won and to in TERMINAL_STATES:
             self._end_attempts(job_id, to, values.get("reason"))
         return won
@@ -78,9 +91,29 @@ class JobStates:
             started_at=started_at,
         )
 
+    def end_reported(self, ends: Sequence[AttemptEnd]) -> list[EndRecorded]:
+        """Attempts of jobs of one node ending as their worker reported, each attempt with its
+        job (only from running), all in one write: what move_attempt then move_job did for
+        each, with the same tables."""
+        rules = {}
+        for to in {end.state for end in ends}:
+            others = _others_end(to)
+            rules[to] = EndRule(
+                attempt_from=sources(ATTEMPT_TRANSITIONS, to),
+                job_from=[s for s in sources(JOB_TRANSITIONS, to) if s == "running"],
+                others_to=others,
+                others_from=sources(ATTEMPT_TRANSITIONS, others),
+            )
+        return self.store.end_attempts(ends, rules)
+
     def _end_attempts(self, job_id: str, job_state: str, reason: str | None) -> None:
         """An attempt never stays live under an ended job (its worker is then fenced)."""
-        state = "cancelled" if job_state == "cancelled" else "failed"
+        state = _others_end(job_state)
         for attempt in self.store.attempts_for(job_id):
             if attempt.state in ACTIVE_ATTEMPT_STATES:
                 self.move_attempt(attempt.id, state, reason=reason or "job_ended")
+
+
+def _others_end(job_state: str) -> str:
+    """The state a job's live attempts end in when the job ends in ``job_state``."""
+    return "cancelled" if job_state == "cancelled" else "failed"

@@ -23,9 +23,11 @@ from gpulayer.control.output_uploads import OutputLimits
 from gpulayer.control.paths import HomeLayout
 from gpulayer.control.store import (
     TERMINAL_STATES,
+    AttemptEnd,
     AttemptRecord,
     JobRecord,
     LogLine,
+    QueuedHead,
     Store,
     WorkerRecord,
 )
@@ -74,7 +76,7 @@ class ControlService:
         self, store: Store, layout: HomeLayout, *, heartbeat_timeout: float = 30.0
     ) -> None:
         self.store = store
-        self.states = JobStates(store)
+        self.states = JobStates(store, on_queue_change=self._queue_moved)
         self.layout = layout
         self.heartbeat_timeout = heartbeat_timeout
         self.output_limits = OutputLimits()
@@ -117,6 +119,13 @@ class ControlService:
 
         # The dispatch pass's workers, kept between passes: told below of every change.
         self.placement = LivePlacement(store)
+
+    def _queue_moved(self, job_id: str, entered: bool) -> None:
+        """A job moved into the queue or out of it (or out of a state next to it)."""
+        if entered:
+            self.placement.queue_changed()  # put back in line by its time: read with the rest
+        else:
+            self.placement.jobs_left_queue([job_id])
 
     # --- change notification ----------------------------------------------------------------
 
@@ -254,6 +263,7 @@ class ControlService:
             reason=None if decision.target else "unschedulable",
             message=decision.message or decision.skipped,
         )
+        self.placement.jobs_queued(_heads_of([job]))
         if job.target == "cloud" and job.state == "queued":
             self.cloud_job_stored()
         if decision.notes or not decision.target:
@@ -379,6 +389,7 @@ class ControlService:
         self.store.append_logs_many(
             [(job_id, 0, [("system", note) for note in job_notes]) for job_id, job_notes in notes]
         )
+        self.placement.jobs_queued(_heads_of(jobs))
         if any(job.target == "cloud" and job.state == "queued" for job in jobs):
             self.cloud_job_stored()
         if any(job.state == "queued" for job in jobs):
@@ -661,7 +672,14 @@ class ControlService:
 
         ForbiddenError for another worker's attempt; StaleAttemptError once it was given up
         on (lost, fenced, finished) or its worker has registered again since."""
-        attempt, current_epoch = self.store.attempt_and_epoch(attempt_id)
+        return self._owned(*self.store.attempt_and_epoch(attempt_id), caller)
+
+    @staticmethod
+    def _owned(
+        attempt: AttemptRecord, current_epoch: int | None, caller: Principal | None
+    ) -> AttemptRecord:
+        """The checks of own_attempt on an attempt and its worker's epoch as read."""
+        attempt_id = attempt.id
         if (
             caller is not None
             and caller.kind != "admin"
@@ -842,27 +860,79 @@ class ControlService:
         reports: Sequence[tuple[int, AttemptReport]],
         caller: Principal | None = None,
     ) -> list[FinishOutcome]:
-        """Several of one worker's attempts ending: each checked and recorded on its own, as
-        ``finish_attempt`` would, with one dispatch pass after them all."""
+        """Several of one worker's attempts ending: each checked on its own, as
+        ``finish_attempt`` would, those of jobs of one node ending as reported recorded in one
+        write, and one dispatch pass after them all."""
         self._check_worker(caller, worker_id)
-        outcomes = []
+        outcomes: list[FinishOutcome | None] = [None] * len(reports)
         try:
-            for attempt_id, report in reports:
-                try:
-                    self.finish_attempt(attempt_id, report, caller, dispatch=False)
-                except StaleAttemptError as exc:
-                    outcomes.append(
-                        FinishOutcome(attempt_id=attempt_id, outcome="stale", detail=str(exc))
-                    )
-                except (ForbiddenError, NotFoundError) as exc:
-                    outcomes.append(
-                        FinishOutcome(attempt_id=attempt_id, outcome="refused", detail=str(exc))
-                    )
-                else:
-                    outcomes.append(FinishOutcome(attempt_id=attempt_id, outcome="recorded"))
+            plain = self._plain_ends(reports, caller, outcomes)
+            if plain:
+                ends = [end for _, _, end in plain]
+                for (at, attempt, end), done in zip(
+                    plain, self.states.end_reported(ends), strict=True
+                ):
+                    if not done.attempt_moved:
+                        outcomes[at] = FinishOutcome(
+                            attempt_id=end.attempt_id,
+                            outcome="stale",
+                            detail=f"attempt {end.attempt_id} is no longer current",
+                        )
+                        continue
+                    outcomes[at] = FinishOutcome(attempt_id=end.attempt_id, outcome="recorded")
+                    self.placement.job_changed(attempt.job_id)
+                    self.placement.worker_changed(attempt.worker_id)
+                    if done.job_moved or self.is_terminal(attempt.job_id):
+                        self._forget_environment(attempt.job_id)
+            for at, (attempt_id, report) in enumerate(reports):
+                if outcomes[at] is None:
+                    outcomes[at] = self._finish_one(attempt_id, report, caller)
         finally:
             self.dispatch()
-        return outcomes
+        return [outcome for outcome in outcomes if outcome is not None]
+
+    def _plain_ends(
+        self,
+        reports: Sequence[tuple[int, AttemptReport]],
+        caller: Principal | None,
+        outcomes: list[FinishOutcome | None],
+    ) -> list[tuple[int, AttemptRecord, AttemptEnd]]:
+        """The reports that end an attempt of a job of one node as reported (no retry, no
+        gang), checked as own_attempt checks, by position; a report refused or stale here
+        gets its outcome now. The attempts are read in one query."""
+        found = self.store.attempts_and_epochs([attempt_id for attempt_id, _ in reports])
+        plain = []
+        for at, (attempt_id, report) in enumerate(reports):
+            entry = found.get(attempt_id)
+            try:
+                if entry is None:
+                    raise NotFoundError(f"attempt {attempt_id} not found")
+                attempt = self._owned(*entry, caller)
+            except StaleAttemptError as exc:
+                outcomes[at] = FinishOutcome(
+                    attempt_id=attempt_id, outcome="stale", detail=str(exc)
+                )
+                continue
+            except (ForbiddenError, NotFoundError) as exc:
+                outcomes[at] = FinishOutcome(
+                    attempt_id=attempt_id, outcome="refused", detail=str(exc)
+                )
+                continue
+            if report.reason in _RETRYABLE_REASONS or self._is_gang(attempt):
+                continue
+            plain.append((at, attempt, _reported_end(attempt, report)))
+        return plain
+
+    def _finish_one(
+        self, attempt_id: int, report: AttemptReport, caller: Principal | None
+    ) -> FinishOutcome:
+        try:
+            self.finish_attempt(attempt_id, report, caller, dispatch=False)
+        except StaleAttemptError as exc:
+            return FinishOutcome(attempt_id=attempt_id, outcome="stale", detail=str(exc))
+        except (ForbiddenError, NotFoundError) as exc:
+            return FinishOutcome(attempt_id=attempt_id, outcome="refused", detail=str(exc))
+        return FinishOutcome(attempt_id=attempt_id, outcome="recorded")
 
     def finish_attempt(
         self,
@@ -1291,8 +1361,14 @@ class ControlService:
         woken: set[str] = set()
         assigned = 0
         plans = plan_assignments(self.store, self.placement)
-        for (job_id, nodes), attempts in zip(plans, self.store.assign_all(plans), strict=True):
+        results = self.store.assign_all(plans)
+        self.placement.jobs_left_queue(job_id for job_id, _ in plans)
+        for (job_id, nodes), attempts in zip(plans, results, strict=True):
             if attempts is None:
+                # No longer queued (another control plane took it, or it was cancelled): the
+                # room it was given goes to the next pass, at once.
+                with self._dispatch_lock:
+                    self._dispatch_wanted = True
                 continue
             assigned += 1
             woken.update(w for w, _ in nodes)
@@ -1345,3 +1421,25 @@ def _regular_files(root: Path) -> list[tuple[str, Path]]:
         if path.is_file() and not path.is_symlink():
             found.append((path.relative_to(root).as_posix(), path))
     return found
+
+
+def _reported_end(attempt: AttemptRecord, report: AttemptReport) -> AttemptEnd:
+    """The end a worker reported for an attempt of a job of one node, as the store keeps it
+    (its log lines repaired like any of the job's output)."""
+    return AttemptEnd(
+        attempt_id=attempt.id,
+        job_id=attempt.job_id,
+        number=attempt.number,
+        state=report.state,
+        reason=report.reason,
+        exit_code=report.exit_code,
+        result=report.result,
+        message=report.message,
+        # A success without a word keeps the job's message (a target skipped at submit).
+        keep_message=report.message is None and report.state == "succeeded",
+        logs=[(stream, repair_text(text)) for stream, text in report.logs],
+    )
+
+
+def _heads_of(jobs: Sequence[JobRecord]) -> list[QueuedHead]:
+    return [QueuedHead(job.id, job.target, job.created_at) for job in jobs if job.state == "queued"]

@@ -140,3 +140,58 @@ def test_a_local_jobs_environment_is_forgotten_once_its_finish_ends_it(
     assert outcome.outcome == "recorded"
     assert service.store.get_job(job.id).state == ending
     assert service.job_environment(job.id) is None
+
+
+def test_a_batch_of_ends_is_one_write_and_each_attempt_moves_once(
+    plane: tuple[Any, ControlService],
+) -> None:
+    """Jobs of one node ending as reported are recorded in one write transaction: every
+    outcome, log line and job state as one report at a time gave, an attempt reported twice
+    recorded once, and a job ended meanwhile by another path not moved by its late report."""
+    from sqlalchemy import event
+
+    client, service = plane
+    a, a_token = _join(client, "a")
+    first, twice, cancelled, failed = _running(client, service, a, a_token, 4)
+    # Ended as a timeout or another control plane would end it: its attempt ends with it.
+    service.states.move_job(cancelled["job_id"], "cancelled", only_from=["running"])
+    begun: list[str] = []
+    event.listen(
+        service.store.engine,
+        "before_cursor_execute",
+        lambda _c, _k, statement, *_: (
+            begun.append(statement) if statement.startswith(("UPDATE", "INSERT")) else None
+        ),
+    )
+    commits: list[object] = []
+    event.listen(service.store.engine, "commit", lambda conn: commits.append(conn))
+    batch = [
+        _report(first["attempt_id"], logs=[["stdout", "first-line\n"]]),
+        _report(twice["attempt_id"]),
+        _report(twice["attempt_id"], logs=[["stdout", "second-report\n"]]),
+        _report(cancelled["attempt_id"], logs=[["stdout", "late-line\n"]]),
+        _report(failed["attempt_id"], state="failed", exit_code=3, message="boom"),
+    ]
+    answer = client.post(
+        f"/v1/workers/{a}/finish", json={"reports": batch}, headers=_bearer(a_token)
+    )
+    assert answer.status_code == 200, answer.text
+    assert [r["outcome"] for r in answer.json()["results"]] == [
+        "recorded",
+        "recorded",
+        "stale",
+        "stale",
+        "recorded",
+    ]
+    assert len(commits) == 1  # the dispatch pass after the batch writes nothing here
+    assert begun and all("attempts" in s or "jobs" in s or "log" in s for s in begun)
+    jobs = {j: service.store.get_job(j) for j in (first["job_id"], twice["job_id"])}
+    assert {job.state for job in jobs.values()} == {"succeeded"}
+    bad = service.store.get_job(failed["job_id"])
+    assert (bad.state, bad.exit_code, bad.message) == ("failed", 3, "boom")
+    assert service.store.get_job(cancelled["job_id"]).state == "cancelled"
+    assert [x.text for x in service.store.read_logs(first["job_id"])] == ["first-line\n"]
+    assert "second-report\n" not in [x.text for x in service.store.read_logs(twice["job_id"])]
+    assert "late-line\n" not in [x.text for x in service.store.read_logs(cancelled["job_id"])]
+    states = [a.state for j in jobs for a in service.store.attempts_for(j)]
+    assert states == ["succeeded", "succeeded"]

@@ -72,7 +72,8 @@ def test_changes_to_jobs_wake_the_loop_without_a_query_until_a_cloud_job_is_stor
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     service, reconciler, statements = loop
-    _until(lambda: statements[LOOP_THREAD] > 0, "the loop's first look at the store")
+    # Its first look done (both its queries: counting from between them would see the second).
+    _until(lambda: reconciler._idle_since_check is not None, "the loop's first look at the store")
     # From here on only a stored cloud job may make the loop ask again.
     monkeypatch.setattr(lifecycle, "IDLE_RECHECK_SECONDS", 3600.0, raising=False)
     before = statements[LOOP_THREAD]

@@ -19,6 +19,9 @@ STATE_WRITERS = {
         "control/store/jobs.py",
         "<module>",
     ),  # the dispatch's queued -> running, a JOB_TRANSITIONS move
+    # A worker's reported ends: attempt and job moves from the sources JobStates.end_reported
+    # takes from ATTEMPT_TRANSITIONS and JOB_TRANSITIONS.
+    ("control/store/attempt_ends.py", "<module>"),
     ("control/store/instances.py", "InstanceLedger.move_instance"),  # checks TRANSITIONS first
     ("control/store/workers.py", "WorkerStore.move_worker"),  # WORKER_TRANSITIONS
     (

@@ -8,11 +8,16 @@ share one file), PostgreSQL by URL.
 from __future__ import annotations
 
 from gpulayer.cloud.lifecycle.records import InstanceRecord
+from gpulayer.control.store.attempt_ends import (
+    AttemptEnd,
+    AttemptEndStore,
+    EndRecorded,
+    EndRule,
+)
 from gpulayer.control.store.dashboard import DashboardStore
 from gpulayer.control.store.engine import POOL_OVERFLOW, POOL_SIZE, create_store_engine
 from gpulayer.control.store.instances import InstanceLedger
 from gpulayer.control.store.jobs import JobStore, job_row
-from gpulayer.control.store.logs import LogStore
 from gpulayer.control.store.records import (  # noqa: F401 (the store's records)
     IDS_PER_QUERY,
     LIVE_STATES,
@@ -47,7 +52,7 @@ from gpulayer.errors import NotFoundError
 
 class Store(
     JobStore,
-    LogStore,
+    AttemptEndStore,
     WorkerStore,
     TokenStore,
     InstanceLedger,
@@ -61,6 +66,9 @@ class Store(
 __all__ = [
     "POOL_OVERFLOW",
     "POOL_SIZE",
+    "AttemptEnd",
+    "EndRecorded",
+    "EndRule",
     "InstanceRecord",
     "NotFoundError",
     "Store",

@@ -37,7 +37,20 @@ class LogStore(StoreBase):
         """Add lines to a job's log; past the log cap its oldest lines go (see log_cap)."""
         if not lines:
             return
-        now = time.time()
+        with self._begin() as conn:
+            self._append_logs_in(conn, job_id, attempt, lines, node=node, now=time.time())
+
+    def _append_logs_in(
+        self,
+        conn: Any,
+        job_id: str,
+        attempt: int,
+        lines: Sequence[tuple[str, str]],
+        *,
+        node: int | None,
+        now: float,
+    ) -> None:
+        """append_logs within a write transaction the caller holds."""
         rows = [
             {
                 "job_id": job_id,
@@ -50,11 +63,10 @@ class LogStore(StoreBase):
             for s, text in lines
         ]
         added = sum(len(text.encode("utf-8", "replace")) for _, text in lines)
-        with self._begin() as conn:
-            conn.execute(insert(t.logs), rows)
-            held = self._count_log_bytes(conn, job_id, added)
-            if held > self.max_log_bytes:
-                self._cut_log(conn, job_id, attempt, held)
+        conn.execute(insert(t.logs), rows)
+        held = self._count_log_bytes(conn, job_id, added)
+        if held > self.max_log_bytes:
+            self._cut_log(conn, job_id, attempt, held)
 
     def append_logs_many(
         self, batches: Sequence[tuple[str, int, Sequence[tuple[str, str]]]]

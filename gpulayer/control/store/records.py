@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from gpulayer.cloud.lifecycle.records import InstanceRecord
 from gpulayer.errors import GpulayerError
@@ -220,7 +220,10 @@ IDS_PER_QUERY = 500
 """Ids per IN (...) list: well under any database's limit on bound parameters."""
 
 
-def in_chunks(ids: Sequence[str]) -> Iterator[list[str]]:
+_Id = TypeVar("_Id", str, int)
+
+
+def in_chunks(ids: Sequence[_Id]) -> Iterator[list[_Id]]:
     for start in range(0, len(ids), IDS_PER_QUERY):
         yield list(ids[start : start + IDS_PER_QUERY])
 

@@ -1,0 +1,182 @@
+"""Many attempts ending in one write transaction: what a worker's batched finish report
+records, where one attempt at a time took three transactions (its logs, its move, its job's)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import and_, bindparam, select, update
+
+from gpulayer.control import tables as t
+from gpulayer.control.store.logs import LogStore
+from gpulayer.control.store.records import AttemptRecord, attempt_from_row, in_chunks
+
+
+@dataclass(frozen=True)
+class AttemptEnd:
+    """One attempt of a job of one node ending, as its worker reported it."""
+
+    attempt_id: int
+    job_id: str
+    number: int
+    state: str
+    reason: str | None = None
+    exit_code: int | None = None
+    result: Any = None
+    message: str | None = None
+    keep_message: bool = False
+    """Leave the job's message as it is (a success reported without a word)."""
+    logs: Sequence[tuple[str, str]] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class EndRule:
+    """Where the state tables let an end of one state move things from."""
+
+    attempt_from: Sequence[str]
+    job_from: Sequence[str]
+    others_to: str
+    """The state the job's other live attempts end in."""
+    others_from: Sequence[str]
+
+
+@dataclass(frozen=True)
+class EndRecorded:
+    attempt_moved: bool
+    """False: the attempt was no longer live (fenced, cancelled, ended by another report)."""
+    job_moved: bool
+    """False: the job had left ``running`` by another path (a cancel, another plane)."""
+
+
+_NOT_MOVED = EndRecorded(attempt_moved=False, job_moved=False)
+
+_MOVE_ATTEMPT = (
+    update(t.attempts)
+    .where(
+        and_(
+            t.attempts.c.id == bindparam("b_id"),
+            t.attempts.c.state.in_(bindparam("b_from", expanding=True)),
+        )
+    )
+    .values(
+        state=bindparam("b_state"),
+        reason=bindparam("b_reason"),
+        exit_code=bindparam("b_exit"),
+        finished_at=bindparam("b_now"),
+    )
+)
+_END_OTHER_ATTEMPTS = (
+    update(t.attempts)
+    .where(
+        and_(
+            t.attempts.c.job_id == bindparam("b_job"),
+            t.attempts.c.state.in_(bindparam("b_from", expanding=True)),
+        )
+    )
+    .values(
+        state=bindparam("b_state"), reason=bindparam("b_reason"), finished_at=bindparam("b_now")
+    )
+)
+# Built once: statements built per report cost more than running them.
+_END_JOB_KEEPING_MESSAGE = (
+    update(t.jobs)
+    .where(
+        and_(
+            t.jobs.c.id == bindparam("b_job"),
+            t.jobs.c.state.in_(bindparam("b_from", expanding=True)),
+        )
+    )
+    .values(
+        state=bindparam("b_state"),
+        reason=bindparam("b_reason"),
+        exit_code=bindparam("b_exit"),
+        result=bindparam("b_result"),
+        finished_at=bindparam("b_now"),
+    )
+)
+_END_JOB = _END_JOB_KEEPING_MESSAGE.values(message=bindparam("b_message"))
+_ATTEMPTS_WITH_EPOCHS = select(t.attempts, t.workers.c.epoch.label("current_epoch")).select_from(
+    t.attempts.outerjoin(t.workers, t.workers.c.id == t.attempts.c.worker_id)
+)
+
+
+class AttemptEndStore(LogStore):
+    def attempts_and_epochs(
+        self, attempt_ids: Sequence[int]
+    ) -> dict[int, tuple[AttemptRecord, int | None]]:
+        """attempt_and_epoch for several attempts in one query; missing ids are left out."""
+        found: dict[int, tuple[AttemptRecord, int | None]] = {}
+        with self.engine.connect() as conn:
+            for chunk in in_chunks(list(attempt_ids)):
+                query = _ATTEMPTS_WITH_EPOCHS.where(t.attempts.c.id.in_(chunk))
+                for row in conn.execute(query):
+                    found[row.id] = (attempt_from_row(row), row.current_epoch)
+        return found
+
+    def end_attempts(
+        self,
+        ends: Sequence[AttemptEnd],
+        rules: Mapping[str, EndRule],
+    ) -> list[EndRecorded]:
+        """Each end, all in one write transaction, by the rule of its state: the attempt
+        moves only from where the rule allows; only if it moved are its log lines kept and its
+        job moved to the same state (only from where the rule allows); a job that moved takes
+        its other live attempts along. What each end did, in order."""
+        now = time.time()
+        recorded = [_NOT_MOVED] * len(ends)
+        with self._begin() as conn:
+            # In job id order, as assign_all: two servers on one PostgreSQL lock rows alike.
+            # The same attempt twice in one report moves once: the second finds it ended.
+            for at in sorted(range(len(ends)), key=lambda i: (ends[i].job_id, i)):
+                end = ends[at]
+                rule = rules[end.state]
+                moved = conn.execute(
+                    _MOVE_ATTEMPT,
+                    {
+                        "b_id": end.attempt_id,
+                        "b_from": list(rule.attempt_from),
+                        "b_state": end.state,
+                        "b_reason": end.reason,
+                        "b_exit": end.exit_code,
+                        "b_now": now,
+                    },
+                ).rowcount
+                if moved != 1:
+                    continue
+                if end.logs:
+                    self._append_logs_in(conn, end.job_id, end.number, end.logs, node=None, now=now)
+                job_moved = self._end_job_in(conn, end, rule.job_from, now)
+                if job_moved:
+                    conn.execute(
+                        _END_OTHER_ATTEMPTS,
+                        {
+                            "b_job": end.job_id,
+                            "b_from": list(rule.others_from),
+                            "b_state": rule.others_to,
+                            "b_reason": end.reason or "job_ended",
+                            "b_now": now,
+                        },
+                    )
+                recorded[at] = EndRecorded(True, job_moved)
+        return recorded
+
+    @staticmethod
+    def _end_job_in(conn: Any, end: AttemptEnd, job_from: Sequence[str], now: float) -> bool:
+        moved = conn.execute(
+            _END_JOB_KEEPING_MESSAGE if end.keep_message else _END_JOB,
+            {
+                "b_job": end.job_id,
+                "b_from": list(job_from),
+                "b_state": end.state,
+                "b_reason": end.reason,
+                "b_exit": end.exit_code,
+                "b_result": None if end.result is None else json.dumps(end.result),
+                "b_message": end.message,
+                "b_now": now,
+            },
+        )
+        return bool(moved.rowcount == 1)
