@@ -1,0 +1,130 @@
+"""The dispatch pass's queue, kept in memory between whole reads, against a real SQLite store
+in process: a pass over a long queue reads none of it from the store; what another control
+plane queued is placed at the next whole read; a job noted as queued that another control
+plane took is refused by the store and its room goes to the next job at once; a job put back
+in the queue is placed again in its turn."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import event
+
+from gpulayer.control.service import ControlService
+from gpulayer.protocol.messages import AttemptReport
+from gpulayer.spec import JobSpec
+from tests.integration.test_live_placement import plane, register
+from tests.unit.test_scheduler_builders import caps
+
+SMALL = {
+    "workload": {"kind": "command", "command": ["true"]},
+    "placement": {"target": "remote"},
+    "resources": {"cpu_cores": 1},
+}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _queue_reads(service: ControlService) -> list[str]:
+    """Statements that read the queue whole, from here on."""
+    reads: list[str] = []
+
+    def note(_c: object, _k: object, statement: str, *_: object) -> None:
+        if statement.startswith("SELECT jobs.id, jobs.target, jobs.created_at"):
+            reads.append(statement)
+
+    event.listen(service.store.engine, "before_cursor_execute", note)
+    return reads
+
+
+def _plane_with_clock(tmp_path: Path) -> tuple[ControlService, Clock]:
+    service = plane(tmp_path)
+    clock = Clock()
+    service.placement._clock = clock
+    return service, clock
+
+
+def _store_elsewhere(service: ControlService, job_id: str) -> None:
+    """A queued job written into the shared store as another control plane would: this one is
+    told nothing of it."""
+    service.store.insert_job(
+        job_id=job_id,
+        name=job_id,
+        spec=JobSpec.model_validate(SMALL).model_dump(mode="json"),
+        state="queued",
+        target="remote",
+        working_dir=None,
+        has_bundle=False,
+        labels={},
+    )
+
+
+def test_passes_over_a_long_queue_read_none_of_it_between_whole_reads(tmp_path: Path) -> None:
+    service, clock = _plane_with_clock(tmp_path)
+    worker = register(service, "w", caps(cpu_cores=4))
+    jobs = service.submit_many([(dict(SMALL), None, None) for _ in range(300)])
+    reads = _queue_reads(service)
+    for _ in range(20):
+        finished = service.claim(worker)
+        assert finished, "each pass placed the next jobs in line"
+        report = AttemptReport(state="succeeded", exit_code=0)
+        service.finish_attempts(worker, [(a.attempt_id, report) for a in finished])
+    assert reads == []  # twenty passes, none of them read the queue
+    placed = [j.id for j in service.store.get_jobs([j.id for j in jobs]) if j.state != "queued"]
+    assert placed == [j.id for j in jobs[: len(placed)]]  # in their order, none skipped
+    assert len(placed) == 4 * 21
+    clock.now += service.placement.queue_full_every
+    service.dispatch()
+    assert len(reads) == 1  # due again: read whole once
+
+
+def test_a_job_another_control_plane_queued_is_placed_at_the_next_whole_read(
+    tmp_path: Path,
+) -> None:
+    service, clock = _plane_with_clock(tmp_path)
+    worker = register(service, "w", caps(cpu_cores=4))
+    service.dispatch()  # the first pass reads the queue whole
+    _store_elsewhere(service, "j-elsewhere")
+    service.dispatch()
+    assert service.store.get_job("j-elsewhere").state == "queued"  # not read yet
+    clock.now += service.placement.queue_full_every
+    service.dispatch()
+    assert service.store.get_job("j-elsewhere").state == "running"
+    assert [a.job_id for a in service.store.active_attempts(worker)] == ["j-elsewhere"]
+
+
+def test_a_job_taken_elsewhere_gives_its_room_to_the_next_job_at_once(tmp_path: Path) -> None:
+    service, _ = _plane_with_clock(tmp_path)
+    worker = register(service, "w", caps(cpu_cores=1))
+    running, taken, waiting = service.submit_many([(dict(SMALL), None, None) for _ in range(3)])
+    (first,) = service.claim(worker)
+    assert first.job_id == running.id
+    # Another control plane cancels the next job in line: this one still holds it as queued.
+    assert service.store.update_job(taken.id, expect_states=["queued"], state="cancelled")
+    report = AttemptReport(state="succeeded", exit_code=0)
+    service.finish_attempts(worker, [(first.attempt_id, report)])
+    assert service.store.get_job(taken.id).state == "cancelled"  # the store refused it
+    assert service.store.get_job(waiting.id).state == "running"  # in the same call
+
+
+def test_a_job_put_back_in_the_queue_is_placed_again_in_its_turn(tmp_path: Path) -> None:
+    service, _ = _plane_with_clock(tmp_path)
+    worker = register(service, "w", caps(cpu_cores=1))
+    spec = dict(SMALL, retry={"max_attempts": 2, "retry_on": ["preempted"]})
+    retried, later = service.submit_many([(spec, None, None), (dict(SMALL), None, None)])
+    (first,) = service.claim(worker)
+    assert first.job_id == retried.id
+    lost = AttemptReport(state="failed", reason="preempted", message="reclaimed")
+    service.finish_attempts(worker, [(first.attempt_id, lost)])
+    assert service.store.get_job(retried.id).state == "queued"
+    service.heartbeat(worker)  # ready again after the reclaim
+    service.dispatch()
+    (second,) = service.claim(worker)
+    assert second.job_id == retried.id  # ahead of the later job: its place is its time
+    assert service.store.get_job(later.id).state == "queued"
