@@ -468,9 +468,13 @@ def plan_assignments(store: Store, live: LivePlacement | None = None) -> list[tu
         else set()
     )
     pools = live.pools() if live is not None else _pools_from(store)
+    by_target: dict[str, list[QueuedHead | JobRecord]] = defaultdict(list)
+    for j in queued:
+        if j.id not in held:
+            by_target[j.target].append(j)
     planned: list[Planned] = []
     for target, kind in TARGET_WORKER_KIND.items():
-        jobs = [j for j in queued if j.target == target and j.id not in held]
+        jobs = by_target.get(target)
         if not jobs:
             continue
         if target == "cloud":

@@ -12,16 +12,10 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TypeVar
 
 from gpulayer.scheduler.feasibility import reasons_never
-from gpulayer.scheduler.index import WorkerIndex
+from gpulayer.scheduler.index import WorkerIndex, node_count
 from gpulayer.scheduler.outcome import Placement
 from gpulayer.scheduler.snapshot import WorkerSnapshot
-from gpulayer.spec.models import DistributedWorkload, JobSpec
-
-
-def node_count(job: JobSpec) -> int:
-    """How many workers the job needs at once: num_workers for a distributed job, else 1."""
-    workload = job.workload
-    return workload.num_workers if isinstance(workload, DistributedWorkload) else 1
+from gpulayer.spec.models import JobSpec
 
 
 def choose_gang(

@@ -49,7 +49,7 @@ from gpulayer.scheduler.outcome import Explanation, Placement
 from gpulayer.scheduler.snapshot import WorkerSnapshot
 from gpulayer.scheduler.strategies import ORDERINGS, RankKey, ordering_for
 from gpulayer.spec.capabilities import GpuDevice, WorkerCapabilities
-from gpulayer.spec.models import JobSpec, ResourceRequest
+from gpulayer.spec.models import DistributedWorkload, JobSpec, ResourceRequest
 
 PER_HOST_FIELDS: frozenset[str] = frozenset(
     {"hostname", "address", "zone", "hourly_price", "currency"}
@@ -178,6 +178,12 @@ class _KeyEntry:
         """How much of the index's log of added classes these plans have judged."""
 
 
+def node_count(job: JobSpec) -> int:
+    """How many workers the job needs at once: num_workers for a distributed job, else 1."""
+    workload = job.workload
+    return workload.num_workers if isinstance(workload, DistributedWorkload) else 1
+
+
 class WorkerIndex:
     """Registered workers, grouped by class and sorted for fast placement; updated one worker
     at a time.
@@ -193,9 +199,8 @@ class WorkerIndex:
         self._identity_checks = tuple(c for c in self.checks if c.scope == "identity")
         self._class_key = key_reader(self._class_checks)
         self._fit_key = key_reader(self.checks)
-        self._fit_keys: dict[int, tuple[JobSpec, Hashable]] = {}
-        """Per spec object, its fit key: a dispatch pass asks for the key of every queued job,
-        and the control plane hands the same validated spec to pass after pass."""
+        self._fit_keys: dict[int, tuple[JobSpec, tuple[Hashable, int]]] = {}
+        """Per spec object, its pass key (see pass_key)."""
         self._entries: dict[str, _Entry] = {}
         self._groups: dict[Hashable, _Group] = {}
         self._labels: dict[tuple[str, str], set[str]] = {}
@@ -227,10 +232,16 @@ class WorkerIndex:
     def fit_key(self, job: JobSpec) -> Hashable:
         """Jobs with equal keys fit exactly the same workers (strategy only changes the order):
         the values of every job field the chain reads."""
+        return self.pass_key(job)[0]
+
+    def pass_key(self, job: JobSpec) -> tuple[Hashable, int]:
+        """The job's fit key and its node count: jobs with equal pass keys find room, or none,
+        alike within a scheduling pass. Kept per spec object: a pass asks for the key of every
+        queued job, and the control plane hands the same validated spec to pass after pass."""
         known = self._fit_keys.get(id(job))
         if known is not None and known[0] is job:
             return known[1]
-        key = self._fit_key(job)
+        key = (self._fit_key(job), node_count(job))
         if len(self._fit_keys) >= _FIT_KEYS_KEPT:
             self._fit_keys.clear()
         self._fit_keys[id(job)] = (job, key)

@@ -34,6 +34,7 @@ The pass is pure: no clock is read unless ``now`` is left out, and nothing is st
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ from gpulayer.scheduler.snapshot import WorkerSnapshot
 from gpulayer.spec.models import JobSpec
 
 DEFAULT_STARVATION_SECONDS = 300.0
+_FIFO = operator.attrgetter("enqueued_at", "job_id")
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,7 @@ def plan_pass(
     """
     index = workers if isinstance(workers, WorkerIndex) else WorkerIndex(workers)
     clock = time.time() if now is None else now
-    ordered = sorted(queue, key=lambda item: (item.enqueued_at, item.job_id))
+    ordered = sorted(queue, key=_FIFO)
     # Within a pass free capacity only shrinks and the reserved worker only leaves the pool,
     # so a request that found no room finds none later in the pass either.
     memo = not index.has_extra_checks
@@ -118,9 +120,9 @@ def plan_pass(
     assignments: list[Assignment] = []
     for item in ordered:
         spec = item.spec
-        nodes = node_count(spec)
-        key = (index.fit_key(spec), nodes) if memo else None
+        key = index.pass_key(spec) if memo else None
         if key is None or key not in no_room:
+            nodes = node_count(spec)
             if nodes > 1:
                 gang = choose_gang(spec, index, exclude=reserved)
                 if gang is not None:
@@ -141,6 +143,7 @@ def plan_pass(
             if key is not None:
                 no_room.add(key)
         if reservation is None and clock - item.enqueued_at >= starvation_seconds:
+            nodes = node_count(spec)
             if nodes > 1:
                 held = closest_gang(spec, index, exclude=reserved)
                 if held is not None:
