@@ -20,7 +20,7 @@ from gpulayer.cloud.lifecycle import reconciler as lifecycle
 from gpulayer.control.paths import HomeLayout
 from gpulayer.control.service import ControlService
 from gpulayer.control.store import Store
-from gpulayer.spec import JobSpec
+from tests.support.elsewhere import queue_elsewhere
 
 LOOP_THREAD = "gpulayer-lifecycle"
 REMOTE_JOB = {
@@ -96,14 +96,5 @@ def test_a_cloud_job_another_control_plane_stored_is_seen_at_the_next_recheck(
     service, _, statements = loop
     _until(lambda: statements[LOOP_THREAD] > 0, "the loop's first look at the store")
     # Stored straight into the shared store: this control plane is told nothing of it.
-    job = service.store.insert_job(
-        job_id="j-elsewhere",
-        name="elsewhere",
-        spec=JobSpec.model_validate(CLOUD_JOB).model_dump(mode="json"),
-        state="queued",
-        target="cloud",
-        working_dir=None,
-        has_bundle=False,
-        labels={},
-    )
+    job = queue_elsewhere(service.store, "j-elsewhere", CLOUD_JOB)
     _until(lambda: service.store.get_job(job.id).state == "failed", "the job seen and planned")

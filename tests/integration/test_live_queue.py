@@ -12,8 +12,8 @@ from sqlalchemy import event
 
 from gpulayer.control.service import ControlService
 from gpulayer.protocol.messages import AttemptReport
-from gpulayer.spec import JobSpec
 from tests.integration.test_live_placement import plane, register
+from tests.support.elsewhere import queue_elsewhere
 from tests.unit.test_scheduler_builders import caps
 
 SMALL = {
@@ -50,21 +50,6 @@ def _plane_with_clock(tmp_path: Path) -> tuple[ControlService, Clock]:
     return service, clock
 
 
-def _store_elsewhere(service: ControlService, job_id: str) -> None:
-    """A queued job written into the shared store as another control plane would: this one is
-    told nothing of it."""
-    service.store.insert_job(
-        job_id=job_id,
-        name=job_id,
-        spec=JobSpec.model_validate(SMALL).model_dump(mode="json"),
-        state="queued",
-        target="remote",
-        working_dir=None,
-        has_bundle=False,
-        labels={},
-    )
-
-
 def test_passes_over_a_long_queue_read_none_of_it_between_whole_reads(tmp_path: Path) -> None:
     service, clock = _plane_with_clock(tmp_path)
     worker = register(service, "w", caps(cpu_cores=4))
@@ -90,7 +75,7 @@ def test_a_job_another_control_plane_queued_is_placed_at_the_next_whole_read(
     service, clock = _plane_with_clock(tmp_path)
     worker = register(service, "w", caps(cpu_cores=4))
     service.dispatch()  # the first pass reads the queue whole
-    _store_elsewhere(service, "j-elsewhere")
+    queue_elsewhere(service.store, "j-elsewhere", SMALL)
     service.dispatch()
     assert service.store.get_job("j-elsewhere").state == "queued"  # not read yet
     clock.now += service.placement.queue_full_every

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import and_, bindparam, select, update
+from sqlalchemy import Column, Update, and_, bindparam, select, update
 
 from gpulayer.control import tables as t
 from gpulayer.control.store.logs import LogStore
@@ -54,51 +54,31 @@ class EndRecorded:
 
 _NOT_MOVED = EndRecorded(attempt_moved=False, job_moved=False)
 
-_MOVE_ATTEMPT = (
-    update(t.attempts)
-    .where(
-        and_(
-            t.attempts.c.id == bindparam("b_id"),
-            t.attempts.c.state.in_(bindparam("b_from", expanding=True)),
-        )
-    )
-    .values(
-        state=bindparam("b_state"),
-        reason=bindparam("b_reason"),
-        exit_code=bindparam("b_exit"),
-        finished_at=bindparam("b_now"),
-    )
+_BOUND_AS = {
+    "reason": "b_reason",
+    "exit_code": "b_exit",
+    "result": "b_result",
+    "message": "b_message",
+    "finished_at": "b_now",
+}
+
+
+def _conditional_move(key: Column[Any], *columns: str) -> Update:
+    """Built once (statements built per report cost more than running them): the rows whose
+    ``key`` is ``b_key`` move to ``b_state`` only from the states in ``b_from``, with the named
+    columns bound too."""
+    table = key.table
+    where = and_(key == bindparam("b_key"), table.c.state.in_(bindparam("b_from", expanding=True)))
+    bound: dict[str, Any] = {column: bindparam(_BOUND_AS[column]) for column in columns}
+    return update(table).where(where).values(state=bindparam("b_state"), **bound)
+
+
+_MOVE_ATTEMPT = _conditional_move(t.attempts.c.id, "reason", "exit_code", "finished_at")
+_END_OTHER_ATTEMPTS = _conditional_move(t.attempts.c.job_id, "reason", "finished_at")
+_END_JOB_KEEPING_MESSAGE = _conditional_move(
+    t.jobs.c.id, "reason", "exit_code", "result", "finished_at"
 )
-_END_OTHER_ATTEMPTS = (
-    update(t.attempts)
-    .where(
-        and_(
-            t.attempts.c.job_id == bindparam("b_job"),
-            t.attempts.c.state.in_(bindparam("b_from", expanding=True)),
-        )
-    )
-    .values(
-        state=bindparam("b_state"), reason=bindparam("b_reason"), finished_at=bindparam("b_now")
-    )
-)
-# Built once: statements built per report cost more than running them.
-_END_JOB_KEEPING_MESSAGE = (
-    update(t.jobs)
-    .where(
-        and_(
-            t.jobs.c.id == bindparam("b_job"),
-            t.jobs.c.state.in_(bindparam("b_from", expanding=True)),
-        )
-    )
-    .values(
-        state=bindparam("b_state"),
-        reason=bindparam("b_reason"),
-        exit_code=bindparam("b_exit"),
-        result=bindparam("b_result"),
-        finished_at=bindparam("b_now"),
-    )
-)
-_END_JOB = _END_JOB_KEEPING_MESSAGE.values(message=bindparam("b_message"))
+_END_JOB = _conditional_move(t.jobs.c.id, "reason", "exit_code", "result", "message", "finished_at")
 _ATTEMPTS_WITH_EPOCHS = select(t.attempts, t.workers.c.epoch.label("current_epoch")).select_from(
     t.attempts.outerjoin(t.workers, t.workers.c.id == t.attempts.c.worker_id)
 )
@@ -137,7 +117,7 @@ class AttemptEndStore(LogStore):
                 moved = conn.execute(
                     _MOVE_ATTEMPT,
                     {
-                        "b_id": end.attempt_id,
+                        "b_key": end.attempt_id,
                         "b_from": list(rule.attempt_from),
                         "b_state": end.state,
                         "b_reason": end.reason,
@@ -154,7 +134,7 @@ class AttemptEndStore(LogStore):
                     conn.execute(
                         _END_OTHER_ATTEMPTS,
                         {
-                            "b_job": end.job_id,
+                            "b_key": end.job_id,
                             "b_from": list(rule.others_from),
                             "b_state": rule.others_to,
                             "b_reason": end.reason or "job_ended",
@@ -169,7 +149,7 @@ class AttemptEndStore(LogStore):
         moved = conn.execute(
             _END_JOB_KEEPING_MESSAGE if end.keep_message else _END_JOB,
             {
-                "b_job": end.job_id,
+                "b_key": end.job_id,
                 "b_from": list(job_from),
                 "b_state": end.state,
                 "b_reason": end.reason,
