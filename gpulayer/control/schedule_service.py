@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gpulayer.control.store import ScheduleRecord, job_row
+from gpulayer.control.store import QueuedHead, ScheduleRecord, job_row
 from gpulayer.control.targets import choose_target, may_leave_this_machine, with_default_target
 from gpulayer.errors import GpulayerError, NotFoundError, UsageError
 from gpulayer.ids import new_id
@@ -53,6 +53,7 @@ class _Started:
     job_id: str
     notes: list[str]
     target: str | None
+    created_at: float
 
 
 class TickSkipped(GpulayerError):
@@ -334,7 +335,8 @@ class ScheduleService:
             shutil.rmtree(self.layout.job_dir(job_id), ignore_errors=True)
             return None
         kind = "triggered" if manual else f"tick {tick_text}"
-        return _Started(job_id, [f"schedule {record.name}: {kind}", *target.notes], target.target)
+        notes = [f"schedule {record.name}: {kind}", *target.notes]
+        return _Started(job_id, notes, target.target, row["created_at"])
 
     def _announce(
         self, loaded: Loaded, decision: Start, started: _Started, *, dispatch: bool
@@ -346,6 +348,11 @@ class ScheduleService:
                 live, 0, [f"schedule {loaded.record.name}: replaced by {started.job_id}"]
             )
             service.cancel(live)
+        if started.target:
+            # Stored with its run record, not through submit: the dispatch pass is told here.
+            service.placement.jobs_queued(
+                [QueuedHead(started.job_id, started.target, started.created_at)]
+            )
         if started.target == "cloud":
             service.cloud_job_stored()
         if started.target and dispatch:

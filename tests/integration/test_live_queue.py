@@ -6,6 +6,7 @@ in the queue is placed again in its turn."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from sqlalchemy import event
@@ -113,3 +114,26 @@ def test_a_job_put_back_in_the_queue_is_placed_again_in_its_turn(tmp_path: Path)
     (second,) = service.claim(worker)
     assert second.job_id == retried.id  # ahead of the later job: its place is its time
     assert service.store.get_job(later.id).state == "queued"
+
+
+def test_a_scheduled_run_and_a_fired_tick_are_placed_at_once(tmp_path: Path) -> None:
+    """A schedule's job is stored with its run record, not through submit: the dispatch pass
+    is told of it all the same, and places it without waiting for a whole read."""
+    from gpulayer.control.schedule_firing import ScheduleFiring
+    from gpulayer.control.schedule_service import ScheduleService
+
+    service, _ = _plane_with_clock(tmp_path)  # the clock stands still: no whole read is due
+    schedules = ScheduleService(service)
+    service.schedules = schedules
+    worker = register(service, "w", caps(cpu_cores=4))
+    service.dispatch()  # the first pass reads the queue whole
+    nightly = {"name": "nightly", "cron": "0 3 * * *", "job": SMALL, "concurrency": "allow"}
+    record, _ = schedules.apply(nightly)
+    triggered = schedules.trigger("nightly")
+    assert service.store.get_job(triggered).state == "running"
+    schedules.store.update_schedule(record.id, watermark=time.time() - 2 * 86400)
+    firing = ScheduleFiring(schedules)
+    firing.started_at = time.time()
+    firing.run_pass(time.time())
+    fired = [a.job_id for a in service.store.active_attempts(worker)]
+    assert len(fired) == 2 and triggered in fired
