@@ -332,7 +332,8 @@ class LivePlacement:
             else:
                 self._queue[job_id] = head
         heads = list(self._queue.values())
-        if any(a.created_at > b.created_at for a, b in itertools.pairwise(heads)):
+        added = any(head is not None for _, head in news)  # removals keep the order
+        if added and any(a.created_at > b.created_at for a, b in itertools.pairwise(heads)):
             heads.sort(key=lambda head: (head.created_at, head.id))  # a job put back in line
             self._queue = {head.id: head for head in heads}
         return heads

@@ -95,16 +95,7 @@ class JobStates:
         """Attempts of jobs of one node ending as their worker reported, each attempt with its
         job (only from running), all in one write: what move_attempt then move_job did for
         each, with the same tables."""
-        rules = {}
-        for to in {end.state for end in ends}:
-            others = _others_end(to)
-            rules[to] = EndRule(
-                attempt_from=sources(ATTEMPT_TRANSITIONS, to),
-                job_from=[s for s in sources(JOB_TRANSITIONS, to) if s == "running"],
-                others_to=others,
-                others_from=sources(ATTEMPT_TRANSITIONS, others),
-            )
-        return self.store.end_attempts(ends, rules)
+        return self.store.end_attempts(ends, _END_RULES)
 
     def _end_attempts(self, job_id: str, job_state: str, reason: str | None) -> None:
         """An attempt never stays live under an ended job (its worker is then fenced)."""
@@ -117,3 +108,16 @@ class JobStates:
 def _others_end(job_state: str) -> str:
     """The state a job's live attempts end in when the job ends in ``job_state``."""
     return "cancelled" if job_state == "cancelled" else "failed"
+
+
+def _end_rule(to: str) -> EndRule:
+    others = _others_end(to)
+    return EndRule(
+        attempt_from=sources(ATTEMPT_TRANSITIONS, to),
+        job_from=[s for s in sources(JOB_TRANSITIONS, to) if s == "running"],
+        others_to=others,
+        others_from=sources(ATTEMPT_TRANSITIONS, others),
+    )
+
+
+_END_RULES = {to: _end_rule(to) for to in TERMINAL_STATES}

@@ -349,12 +349,8 @@ class ScheduleService:
             )
             service.cancel(live)
         if started.target:
-            # Stored with its run record, not through submit: the dispatch pass is told here.
-            service.placement.jobs_queued(
-                [QueuedHead(started.job_id, started.target, started.created_at)]
-            )
-        if started.target == "cloud":
-            service.cloud_job_stored()
+            # Stored with its run record, not through submit: the service is told here.
+            service.jobs_stored([QueuedHead(started.job_id, started.target, started.created_at)])
         if started.target and dispatch:
             service.dispatch()
 

@@ -137,9 +137,13 @@ class ControlService:
         """Call listener whenever a job that a cloud may run was stored."""
         self._cloud_listeners.append(listener)
 
-    def cloud_job_stored(self) -> None:
-        for listener in self._cloud_listeners:
-            listener()
+    def jobs_stored(self, heads: Sequence[QueuedHead]) -> None:
+        """Jobs stored queued (by a submit, a list submit or a schedule's run): the dispatch
+        pass's queue takes them in, and one for a cloud wakes whoever plans cloud work."""
+        self.placement.jobs_queued(heads)
+        if any(head.target == "cloud" for head in heads):
+            for listener in self._cloud_listeners:
+                listener()
 
     def notify(self) -> None:
         with self._changed:
@@ -263,9 +267,7 @@ class ControlService:
             reason=None if decision.target else "unschedulable",
             message=decision.message or decision.skipped,
         )
-        self.placement.jobs_queued(_heads_of([job]))
-        if job.target == "cloud" and job.state == "queued":
-            self.cloud_job_stored()
+        self.jobs_stored(_heads_of([job]))
         if decision.notes or not decision.target:
             # Else the dispatch pass below tells whoever waits on a change.
             self.log_system(job.id, 0, decision.notes)
@@ -389,9 +391,7 @@ class ControlService:
         self.store.append_logs_many(
             [(job_id, 0, [("system", note) for note in job_notes]) for job_id, job_notes in notes]
         )
-        self.placement.jobs_queued(_heads_of(jobs))
-        if any(job.target == "cloud" and job.state == "queued" for job in jobs):
-            self.cloud_job_stored()
+        self.jobs_stored(_heads_of(jobs))
         if any(job.state == "queued" for job in jobs):
             self.dispatch()
         else:
