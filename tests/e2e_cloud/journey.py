@@ -41,7 +41,17 @@ def wait_for_teardown(job_id: str, lab: Any) -> list[dict[str, Any]]:
     return list(ledger(job_id)["instances"])
 
 
-_TELLING = ("Error", "error:", "Traceback", "failed", "exited with", "timed out", "refused")
+_TELLING = (
+    "Error",
+    "error:",
+    "Traceback",
+    "failed",
+    "exited with",
+    "timed out",
+    "refused",
+    "terminate called",
+    "what():",
+)
 
 
 def why_it_failed(output: str, limit: int = 6000) -> str:

@@ -267,7 +267,7 @@ def test_a_gang_runs_on_two_moto_instances_launched_and_ended_together(
     job_file = gang_job(tmp_path / "src", provider="aws", torch=torch_index)
     result = run_cli(["submit", "-f", str(job_file)], cwd=job_file.parent, timeout=400)
     job = last_job()
-    assert result.returncode == 0, (why_it_failed(result.stderr), job)
+    assert result.returncode == 0, f"{why_it_failed(result.stderr)}\n{job}"
 
     # One call started both nodes, in one zone.
     (launch,) = aws_lab.moto.calls("RunInstances")

@@ -154,7 +154,7 @@ def test_a_gang_runs_on_two_hosts_claimed_together_and_is_torn_down_together(
     job_file = gang_job(tmp_path / "src", max_hourly_cost=0.5, torch=torch_index)
     result = run_cli(["submit", "-f", str(job_file)], cwd=job_file.parent, timeout=400)
     job = last_job()
-    assert result.returncode == 0, (why_it_failed(result.stderr), job)
+    assert result.returncode == 0, f"{why_it_failed(result.stderr)}\n{job}"
     assert job["state"] == "succeeded"
 
     reports = rank_reports(result.stdout + result.stderr)
@@ -276,7 +276,7 @@ def test_rank_zero_runs_on_node_zero_when_node_one_reaches_the_rendezvous_first(
     finally:
         arrivals.close()
     job = last_job()
-    assert result.returncode == 0, (why_it_failed(result.stderr), job)
+    assert result.returncode == 0, f"{why_it_failed(result.stderr)}\n{job}"
     assert job["state"] == "succeeded"
     assert arrivals.order == ["1", "0"]  # node 1's agent started first
     instances = {i["node_rank"]: i["instance_id"] for i in ledger(job["id"])["instances"]}

@@ -249,7 +249,7 @@ def test_a_gang_runs_on_two_gce_instances_in_one_zone_and_ends_together(
     job_file = gang_job(tmp_path / "src", provider="gcp", torch=torch_index)
     result = run_cli(["submit", "-f", str(job_file)], cwd=job_file.parent, timeout=400)
     job = last_job()
-    assert result.returncode == 0, (why_it_failed(result.stderr), job)
+    assert result.returncode == 0, f"{why_it_failed(result.stderr)}\n{job}"
 
     # Two nodes, each inserted with a request id of its own, in one zone, under one tag.
     inserts = gcp_lab.calls("instances.insert")
