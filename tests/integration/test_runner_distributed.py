@@ -32,6 +32,9 @@ sys.stdout.write(f"rank {rank} of {world} sum {t.item():g} args {sys.argv[1:]}\n
 if rank == 0:
     (pathlib.Path(os.environ["GPULAYER_OUTPUT_DIR"]) / "done").write_text("ok")
 dist.destroy_process_group()
+# Leave before the interpreter's teardown, where torch 2.13's gloo can abort a finished rank.
+sys.stdout.flush()
+os._exit(0)
 """
 
 FUNCTIONS = r"""
