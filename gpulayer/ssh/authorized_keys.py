@@ -39,6 +39,18 @@ def _path(path: str) -> str:
     return shlex.quote(path)
 
 
+def _one_at_a_time(body: str) -> str:
+    # Every edit reads the file and writes it back, and launches and teardowns on other
+    # threads or controllers edit the same file at once (a cluster's shared home): without a
+    # lock, two removals can each put back the line the other took out, leaving a job's key
+    # behind. flock's lock ends with the shell however it ends; a host without flock(1)
+    # edits unlocked, as one launch at a time needs no lock.
+    return (
+        "{ if command -v flock >/dev/null 2>&1; then flock -w 60 9 || exit 75; fi; "
+        f'{body}; }} 9>>"$f.gpulayer-lock"'
+    )
+
+
 def add_authorized_key_command(path: str, public_key: str, request_id: str) -> str:
     """Host command: append the key line unless the request's line is there already."""
     line = shlex.quote(authorized_key_line(public_key, request_id))
@@ -46,20 +58,20 @@ def add_authorized_key_command(path: str, public_key: str, request_id: str) -> s
     return (
         f"umask 077; f={_path(path)}; "
         'mkdir -p "$(dirname "$f")" && touch "$f" || exit 1; '
-        f"if awk -v m={mark} '$NF == m {{ found = 1 }} END {{ exit !found }}' \"$f\"; "
-        "then exit 0; fi; "
-        # A file without a final newline would glue our line onto the user's last key.
-        'if [ -s "$f" ] && [ -n "$(tail -c 1 "$f")" ]; then echo >>"$f"; fi; '
-        f'printf "%s\\n" {line} >>"$f"'
+        + _one_at_a_time(
+            f"if awk -v m={mark} '$NF == m {{ found = 1 }} END {{ exit !found }}' \"$f\"; "
+            "then exit 0; fi; "
+            # A file without a final newline would glue our line onto the user's last key.
+            'if [ -s "$f" ] && [ -n "$(tail -c 1 "$f")" ]; then echo >>"$f"; fi; '
+            f'printf "%s\\n" {line} >>"$f"'
+        )
     )
 
 
 def remove_authorized_key_command(path: str, request_id: str) -> str:
     """Host command: drop the request's line, keeping the file itself (owner, mode, inode)."""
     mark = shlex.quote(authorized_key_marker(request_id))
-    return (
-        f"umask 077; f={_path(path)}; "
-        '[ -f "$f" ] || exit 0; '
+    return f'umask 077; f={_path(path)}; [ -f "$f" ] || exit 0; ' + _one_at_a_time(
         'tmp="$f.gpulayer-$$"; '
         f'awk -v m={mark} \'$NF != m\' "$f" >"$tmp" && cat "$tmp" >"$f"; '
         'status=$?; rm -f "$tmp"; exit $status'

@@ -42,3 +42,30 @@ def test_add_and_remove_keep_the_users_own_lines(tmp_path: Path) -> None:
     remove = remove_authorized_key_command("~/.ssh/authorized_keys", "r-2")
     subprocess.run(["sh", "-c", remove], check=True, env=env)
     assert file.read_text().splitlines() == ["ssh-ed25519 AAAAmine me@laptop"]
+
+
+def test_edits_at_once_from_many_launches_lose_no_line(tmp_path: Path) -> None:
+    """A cluster's shared home takes the keys of jobs launched and torn down at once: every
+    edit is read-modify-write, so two at a time must not undo each other (a removed key back
+    in the file is a credential left behind; an added one lost is a job that cannot log in)."""
+    keys = [generate_keypair(tmp_path / "keys", f"r-{n}") for n in range(8)]
+    file = tmp_path / "home" / ".ssh" / "authorized_keys"
+    file.parent.mkdir(parents=True)
+    env = {"HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
+    path = "~/.ssh/authorized_keys"
+    leaving, arriving = range(4), range(4, 8)
+    for _ in range(15):
+        file.write_text("ssh-ed25519 AAAAmine me@laptop\n")
+        for n in leaving:
+            add = add_authorized_key_command(path, keys[n].public_key, f"r-{n}")
+            subprocess.run(["sh", "-c", add], check=True, env=env)
+        edits = [remove_authorized_key_command(path, f"r-{n}") for n in leaving] + [
+            add_authorized_key_command(path, keys[n].public_key, f"r-{n}") for n in arriving
+        ]
+        shells = [subprocess.Popen(["sh", "-c", edit], env=env) for edit in edits]
+        assert [shell.wait(timeout=60) for shell in shells] == [0] * len(edits)
+        lines = file.read_text().splitlines()
+        assert lines[0] == "ssh-ed25519 AAAAmine me@laptop"
+        assert sorted(line.rsplit(":", 1)[1] for line in lines[1:]) == [
+            f"r-{n}" for n in arriving
+        ], lines

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e_cloud.journey import last_job, ledger, wait_until
+from tests.e2e_cloud.journey import last_job, ledger, wait_until, why_it_failed
 from tests.e2e_cloud.test_cloud_ssh_journey import host_entry, job_processes
 from tests.integration.slurm.conftest import slurm_section
 from tests.support.cli import run_cli
@@ -200,7 +200,7 @@ def test_a_two_node_gloo_gang_is_one_allocation(
     (folder / "job.json").write_text(json.dumps(spec))
     result = run_cli(["submit", "-f", str(folder / "job.json")], cwd=folder, timeout=900)
     job = last_job()
-    assert result.returncode == 0, (result.stderr[-3000:], job)
+    assert result.returncode == 0, f"{why_it_failed(result.stderr)}\n{job}"
     ranks = [
         json.loads(line.split("RANKINFO ", 1)[1])
         for line in (result.stdout + result.stderr).splitlines()
@@ -554,7 +554,7 @@ def test_a_partition_without_capacity_falls_back_to_the_next_target(
         (tmp_path / "job.json").write_text(json.dumps(spec))
         result = run_cli(["submit", "-f", str(tmp_path / "job.json")], timeout=180)
         job = last_job()
-        assert result.returncode == 0, (result.stderr[-3000:], job)
+        assert result.returncode == 0, f"{why_it_failed(result.stderr)}\n{job}"
         assert (job["state"], job["target"]) == ("succeeded", "local")
         assert f"ran on {os.uname().nodename}" in result.stdout
         # Why Slurm was skipped, in Slurm's words, then where the job went: in its log and
@@ -621,7 +621,7 @@ def test_a_busy_partition_gives_way_to_a_rented_machine(
         (tmp_path / "job.json").write_text(json.dumps(spec))
         result = run_cli(["submit", "-f", str(tmp_path / "job.json")], timeout=300)
         job = last_job()
-        assert result.returncode == 0, (result.stderr[-3000:], job)
+        assert result.returncode == 0, f"{why_it_failed(result.stderr)}\n{job}"
         assert (job["state"], job["target"]) == ("succeeded", "cloud")
         assert f"ran in {rented_installs}" in result.stdout, result.stdout
         tried, rented_try = ledger(job["id"])["instances"]
