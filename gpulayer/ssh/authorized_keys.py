@@ -43,10 +43,11 @@ def _one_at_a_time(body: str) -> str:
     # Every edit reads the file and writes it back, and launches and teardowns on other
     # threads or controllers edit the same file at once (a cluster's shared home): without a
     # lock, two removals can each put back the line the other took out, leaving a job's key
-    # behind. flock's lock ends with the shell however it ends; a host without flock(1)
-    # edits unlocked, as one launch at a time needs no lock.
+    # behind. flock's lock ends with the shell however it ends, and every holder is a short
+    # edit, so it waits without a limit of its own (busybox's flock has no -w either); a
+    # host without flock(1) edits unlocked, as one launch at a time needs no lock.
     return (
-        "{ if command -v flock >/dev/null 2>&1; then flock -w 60 9 || exit 75; fi; "
+        "{ if command -v flock >/dev/null 2>&1; then flock 9 || exit 75; fi; "
         f'{body}; }} 9>>"$f.gpulayer-lock"'
     )
 
