@@ -193,6 +193,9 @@ class LivePlacement:
         """When the queue was last read whole; None: read it on the next pass."""
         self._queue_news: list[tuple[str, QueuedHead | None]] = []
         """Noted since the last pass, in order: a job queued (its head) or gone (None)."""
+        self._known_specs: dict[str, tuple[JobSpec, Mapping[str, str]]] = {}
+        """Noted since the last pass: jobs stored queued with the spec their submit validated
+        (and the labels stored with it), so the pass need not read and validate them again."""
         self._items: dict[str, QueuedJob] = {}
         """Queued jobs as the scheduler takes them, made once per job."""
         self._clock = clock
@@ -244,10 +247,17 @@ class LivePlacement:
             self._stale = True
             self._queue_read_at = None
 
-    def jobs_queued(self, heads: Iterable[QueuedHead]) -> None:
-        """These jobs were stored queued."""
+    def jobs_queued(
+        self,
+        heads: Iterable[QueuedHead],
+        specs: Mapping[str, tuple[JobSpec, Mapping[str, str]]] | None = None,
+    ) -> None:
+        """These jobs were stored queued; ``specs``: per job, the validated spec its stored one
+        is the dump of, and its stored labels (a job left out is read when first placed)."""
         with self._lock:
             self._queue_news.extend((head.id, head) for head in heads)
+            if specs:
+                self._known_specs.update(specs)
 
     def jobs_left_queue(self, job_ids: Iterable[str]) -> None:
         """These jobs are no longer queued (placed, cancelled, failed, gone)."""
@@ -316,8 +326,13 @@ class LivePlacement:
                 self._queue_read_at is None or now - self._queue_read_at >= self.queue_full_every
             )
             news, self._queue_news = self._queue_news, []
+            known, self._known_specs = self._known_specs, {}
             if whole:
                 self._queue_read_at = now
+        for job_id, (spec, labels) in known.items():
+            self._specs.setdefault(job_id, spec)  # dropped by specs_of once no longer queued
+            if LIMIT_LABEL in labels:
+                self._labels[job_id] = labels
         try:
             if whole:
                 # Read after the news was taken: whatever was noted before is in the read.

@@ -12,7 +12,7 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -137,10 +137,15 @@ class ControlService:
         """Call listener whenever a job that a cloud may run was stored."""
         self._cloud_listeners.append(listener)
 
-    def jobs_stored(self, heads: Sequence[QueuedHead]) -> None:
+    def jobs_stored(
+        self,
+        heads: Sequence[QueuedHead],
+        specs: Mapping[str, tuple[JobSpec, Mapping[str, str]]] | None = None,
+    ) -> None:
         """Jobs stored queued (by a submit, a list submit or a schedule's run): the dispatch
-        pass's queue takes them in, and one for a cloud wakes whoever plans cloud work."""
-        self.placement.jobs_queued(heads)
+        pass's queue takes them in (with ``specs``, the validated spec each stored one was
+        dumped from, and its labels), and one for a cloud wakes whoever plans cloud work."""
+        self.placement.jobs_queued(heads, specs)
         if any(head.target == "cloud" for head in heads):
             for listener in self._cloud_listeners:
                 listener()
@@ -267,7 +272,7 @@ class ControlService:
             reason=None if decision.target else "unschedulable",
             message=decision.message or decision.skipped,
         )
-        self.jobs_stored(_heads_of([job]))
+        self.jobs_stored(_heads_of([job]), {job.id: (spec, job.labels)})
         if decision.notes or not decision.target:
             # Else the dispatch pass below tells whoever waits on a change.
             self.log_system(job.id, 0, decision.notes)
@@ -391,7 +396,10 @@ class ControlService:
         self.store.append_logs_many(
             [(job_id, 0, [("system", note) for note in job_notes]) for job_id, job_notes in notes]
         )
-        self.jobs_stored(_heads_of(jobs))
+        self.jobs_stored(
+            _heads_of(jobs),
+            {job.id: (spec, job.labels) for job, (spec, _, _) in zip(jobs, specs, strict=True)},
+        )
         if any(job.state == "queued" for job in jobs):
             self.dispatch()
         else:

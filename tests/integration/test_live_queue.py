@@ -70,6 +70,42 @@ def test_passes_over_a_long_queue_read_none_of_it_between_whole_reads(tmp_path: 
     assert len(reads) == 1  # due again: read whole once
 
 
+def _job_row_reads(service: ControlService) -> list[str]:
+    """Statements that read whole job rows (a spec among them), from here on."""
+    reads: list[str] = []
+
+    def note(_c: object, _k: object, statement: str, *_: object) -> None:
+        if statement.startswith("SELECT jobs.id, jobs.name, jobs.spec"):
+            reads.append(statement)
+
+    event.listen(service.store.engine, "before_cursor_execute", note)
+    return reads
+
+
+def test_jobs_this_plane_stored_are_placed_without_reading_their_rows(tmp_path: Path) -> None:
+    """A submit hands its validated spec to the dispatch pass: placing the job reads no job
+    row, only the submit's reply reads its fresh state (before: the new row was also read
+    back at once, then read and validated again by the pass)."""
+    service, _ = _plane_with_clock(tmp_path)
+    worker = register(service, "w", caps(cpu_cores=3))
+    service.dispatch()  # the first pass reads the queue whole
+    reads = _job_row_reads(service)
+    singles = [service.submit(dict(SMALL)).id for _ in range(2)]
+    assert len(reads) == 2  # each reply's fresh state
+    many = service.submit_many([(dict(SMALL), None, None) for _ in range(40)])
+    assert len(reads) == 3  # the reply's fresh states, in one read
+    assert [a.job_id for a in service.claim(worker)] == [*singles, many[0].id]
+    for _ in range(3):
+        running = service.store.active_attempts(worker)
+        report = AttemptReport(state="succeeded", exit_code=0)
+        before = len(reads)
+        service.finish_attempts(worker, [(a.id, report) for a in running])
+        assert len(reads) == before  # nor did the pass that placed the list's next jobs
+        service.claim(worker)  # (a claim reads the specs it hands over)
+    states = [j.state for j in service.store.get_jobs([j.id for j in many])]
+    assert states[:10] == ["succeeded"] * 7 + ["running"] * 3 and set(states[10:]) == {"queued"}
+
+
 def test_a_job_another_control_plane_queued_is_placed_at_the_next_whole_read(
     tmp_path: Path,
 ) -> None:

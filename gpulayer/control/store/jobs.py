@@ -87,6 +87,29 @@ def job_row(
     }
 
 
+def _new_job_record(fields: dict[str, Any], row: dict[str, Any]) -> JobRecord:
+    """What reading back the row ``job_row(**fields)`` made would give."""
+    return JobRecord(
+        id=row["id"],
+        name=row["name"],
+        spec=fields["spec"],
+        state=row["state"],
+        reason=row["reason"],
+        message=row["message"],
+        exit_code=None,
+        result=None,
+        target=row["target"],
+        working_dir=row["working_dir"],
+        has_bundle=bool(row["has_bundle"]),
+        attempts=row["attempts"],
+        cancel_requested=row["cancel_requested"],
+        created_at=row["created_at"],
+        started_at=None,
+        finished_at=row["finished_at"],
+        labels=dict(fields["labels"]),
+    )
+
+
 # Enough to place a burst in a few transactions, few enough that no writer waits long
 # behind one.
 _ASSIGNMENTS_PER_TRANSACTION = 64
@@ -130,7 +153,7 @@ class JobStore(StoreBase):
         with self._begin() as conn:
             conn.execute(insert(t.jobs).values(**values))
             conn.execute(insert(t.log_usage).values(job_id=values["id"], bytes=0, cut_bytes=0))
-        return self.get_job(values["id"])
+        return _new_job_record(fields, values)
 
     def insert_jobs(self, rows: Sequence[dict[str, Any]]) -> list[JobRecord]:
         """Insert several new jobs in one transaction; each row is job_row's fields."""
@@ -143,7 +166,10 @@ class JobStore(StoreBase):
                 insert(t.log_usage),
                 [{"job_id": v["id"], "bytes": 0, "cut_bytes": 0} for v in values],
             )
-        return self.get_jobs([v["id"] for v in values])
+        # The rows as written, not read back: nothing else writes a new job's row before its
+        # id is handed out, and a list submit stores thousands of them. Each record's spec
+        # is the dict given for it.
+        return [_new_job_record(fields, v) for fields, v in zip(rows, values, strict=True)]
 
     def get_jobs(self, job_ids: Sequence[str]) -> list[JobRecord]:
         """These jobs, in the order given (missing ones left out)."""
