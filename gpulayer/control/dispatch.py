@@ -7,9 +7,10 @@ end), not every worker and every running attempt. Three things keep that cache f
 a job where it cannot run:
 
 - every worker a pass chose is read again, with its running attempts, just before the
-  assignments are handed back, and each assignment is judged by the feasibility checks on
-  that fresh snapshot (with the pass's earlier assignments taken from it); one that no
-  longer fits is dropped and its job waits for the next pass;
+  assignments are handed back (unless the same pass read it already, before planning), and
+  each assignment is judged by the feasibility checks on that fresh snapshot (with the
+  pass's earlier assignments taken from it); one that no longer fits is dropped and its job
+  waits for the next pass;
 - every worker a pass chose is read again on the next pass, whatever became of its
   assignments;
 - the whole cache is rebuilt from the store on the first pass (so after a restart) and
@@ -209,6 +210,9 @@ class LivePlacement:
         self._jobs_on: dict[str, set[str]] = defaultdict(set)
         """Per job, the workers its active attempts ran on when last read."""
         self._runs: dict[str, set[str]] = {}
+        self._read_this_pass: dict[str, WorkerView | None] = {}
+        """The workers this pass read from the store before planning, as read (None: its
+        row is gone): the final check takes them as they are rather than reading again."""
         self._parsed: _Parsed = {}
         self._used: dict[str, dict[str, Any]] = {}
         """Per job with an active attempt when last read, the resources its spec takes."""
@@ -278,6 +282,7 @@ class LivePlacement:
             full = self._stale or self._clock() - self._built_at >= self.full_every
             dirty, self._dirty = self._dirty, set()
             self._stale = False
+        self._read_this_pass = {}
         try:
             if full:
                 self._rebuild()
@@ -296,7 +301,11 @@ class LivePlacement:
         ids = {worker_id for p in planned for worker_id, _ in p.nodes}
         if not ids:
             return []
-        fresh, _ = _read_views(self.store, ids, self._parsed, self._used)
+        read, self._read_this_pass = self._read_this_pass, {}  # this pass's reads only
+        fresh = {w: view for w in ids & read.keys() if (view := read[w]) is not None}
+        unread = ids - read.keys()
+        if unread:
+            fresh.update(_read_views(self.store, unread, self._parsed, self._used)[0])
         self.worker_changed(*ids)
         now = {worker_id: view.snapshot for worker_id, view in fresh.items()}
         kept = []
@@ -394,6 +403,7 @@ class LivePlacement:
         known = {w.id for w in workers}
         self._parsed = {k: v for k, v in self._parsed.items() if k in known}
         views = _views(workers, attempts, specs, self._parsed)
+        self._read_this_pass = {view.snapshot.id: view for view in views}
         pools: dict[str, list[WorkerSnapshot]] = {kind: [] for kind in _KINDS}
         kind_of: dict[str, str] = {}
         for view in views:
@@ -411,6 +421,7 @@ class LivePlacement:
 
     def _refresh(self, worker_ids: set[str]) -> None:
         fresh, runs = _read_views(self.store, worker_ids, self._parsed, self._used)
+        self._read_this_pass = {worker_id: fresh.get(worker_id) for worker_id in worker_ids}
         with self._lock:
             for worker_id in worker_ids:
                 self._set_runs(worker_id, runs.get(worker_id, set()))

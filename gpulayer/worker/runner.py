@@ -372,7 +372,12 @@ class JobRun:
         try:
             if self._cancelled.is_set():
                 raise _SetupFailed("cancelled", "cancelled before start")
-            for path in (self.input_dir, self.output_dir, self.control_dir):
+            folders = [self.input_dir, self.output_dir]
+            if not isinstance(self.ctx.spec.workload, CommandWorkload):
+                # Only a function's or a launcher's job is handed files in it (its call, its
+                # result, its reports); each folder is an inode made per attempt.
+                folders.append(self.control_dir)
+            for path in folders:
                 path.mkdir(parents=True, exist_ok=True)
             # Cheapest checks first: nothing is unpacked or copied for a job that cannot run.
             secrets = self._resolve_secrets()

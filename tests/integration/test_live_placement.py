@@ -156,6 +156,32 @@ def test_a_worker_lost_behind_its_back_takes_no_job(tmp_path: Path) -> None:
     assert store.get_job(job).state == "running"
 
 
+def test_a_pass_reads_a_worker_once_when_it_read_it_before_planning(tmp_path: Path) -> None:
+    """A finish makes the next pass read its worker again; the jobs that pass places there
+    are checked against that read, not a second one (before: the worker and its attempts
+    were read twice in the same pass)."""
+    from sqlalchemy import event
+
+    service = plane(tmp_path)
+    worker = register(service, "w", caps(cpu_cores=2))
+    for _ in range(4):
+        submit(service, cpu_cores=1)
+    running = service.claim(worker)
+    assert len(running) == 2
+    reads: list[str] = []
+
+    def note(_c: object, _k: object, statement: str, *_: object) -> None:
+        if statement.startswith("SELECT workers.id, workers.name"):
+            reads.append(statement)
+
+    event.listen(service.store.engine, "before_cursor_execute", note)
+    done = AttemptReport(state="succeeded", exit_code=0)
+    service.finish_attempts(worker, [(a.attempt_id, done) for a in running])
+    assert len(reads) == 1
+    assert len(service.claim(worker)) == 2  # both freed cores went to the next jobs
+    assert service.placement.rejected == 0
+
+
 def test_a_periodic_rebuild_picks_up_what_no_one_noted(tmp_path: Path) -> None:
     store = Store(f"sqlite:///{tmp_path / 'state.db'}")
     now = [1000.0]
