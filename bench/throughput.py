@@ -8,7 +8,9 @@ For each checkout (this one, and ``--baseline`` when given) and each database, s
 
 - launch_many: one SDK process submits ``--jobs`` jobs (``gl.launch_many`` where the checkout
   has it, else one ``gl.launch`` each) and the clock runs until every job has finished;
-- cli: 20 concurrent shells run ``gpulayer submit -d`` ``--cli-jobs`` times in all;
+- cli: 20 concurrent shells run ``gpulayer submit -d`` ``--cli-jobs`` times in all, and
+  then, as its floor, the same shells start ``python -c pass`` as many times (no Python CLI's
+  burst can go faster on this machine);
 - array: one ``gpulayer submit --array 0-N`` (where the checkout has it);
 - busy (only when named in ``--scenarios``): 20 threads submit ``--jobs`` jobs to a server that
   20 workers keep busy, and each submit's median, 99th percentile and slowest latency is shown;
@@ -387,6 +389,24 @@ def database_url(database: str) -> Iterator[str | None]:
         yield url
 
 
+def interpreter_floor(starts: int) -> tuple[float, float]:
+    """(starts/s, CPU-ms a start) for the CLI burst's 20 shells starting this Python with
+    nothing to do, ``starts`` times in all: what any Python CLI's burst is bounded by here."""
+    each = [starts // CLI_SHELLS + (i < starts % CLI_SHELLS) for i in range(CLI_SHELLS)]
+    line = f"{sys.executable} -c pass"
+    before = children_cpu()
+    started = time.monotonic()
+    shells = [
+        subprocess.Popen(["sh", "-c", f"for i in $(seq {count}); do {line}; done"])
+        for count in each
+        if count
+    ]
+    for shell in shells:
+        shell.wait()
+    seconds = time.monotonic() - started
+    return starts / seconds, (children_cpu() - before) * 1000 / starts
+
+
 # --- a busy server's slowest submit --------------------------------------------------------
 
 
@@ -672,6 +692,12 @@ def main() -> None:
                     if result is not None:
                         columns[f"{tree.label}/{database}"] = result.row()
             print_table(name, columns)
+            if name == "cli":
+                rate, cpu_ms = interpreter_floor(args.cli_jobs)
+                print(
+                    f"  floor: the same {CLI_SHELLS} shells starting `python -c pass` instead: "
+                    f"{rate:.1f}/s, {cpu_ms:.0f} CPU-ms a start"
+                )
         if "busy" in scenarios:
             print_table(
                 f"each submit's latency: {BUSY_THREADS} threads submit {args.jobs} jobs, "

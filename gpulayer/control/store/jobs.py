@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -38,20 +38,15 @@ from gpulayer.errors import NotFoundError
 
 # Built once: a dispatch pass runs these for every job it places, and building the statement
 # objects cost more than running them.
+# The win and the new attempt number in one statement, the attempts written and read in
+# another: a dispatch pass places hundreds of jobs, and each statement costs more than the row.
 _WIN_QUEUED_JOB = (
     update(t.jobs)
     .where(and_(t.jobs.c.id == bindparam("b_job"), t.jobs.c.state == "queued"))
     .values(state="running", attempts=t.jobs.c.attempts + 1, started_at=bindparam("b_now"))
+    .returning(t.jobs.c.attempts)
 )
-_JOB_ATTEMPTS = select(t.jobs.c.attempts).where(t.jobs.c.id == bindparam("b_job"))
-_WORKER_EPOCH = select(t.workers.c.epoch).where(t.workers.c.id == bindparam("b_worker"))
-_INSERT_ATTEMPT = insert(t.attempts)
-_ATTEMPTS_OF_NUMBER = (
-    select(t.attempts)
-    .where(t.attempts.c.job_id == bindparam("b_job"))
-    .where(t.attempts.c.number == bindparam("b_number"))
-    .order_by(t.attempts.c.node_rank)
-)
+_INSERT_ATTEMPT = insert(t.attempts).returning(*t.attempts.c)
 
 
 def job_row(
@@ -116,32 +111,42 @@ _ASSIGNMENTS_PER_TRANSACTION = 64
 
 
 def _assign_in(
-    conn: Connection, job_id: str, nodes: Sequence[tuple[str, Sequence[int]]], now: float
+    conn: Connection,
+    job_id: str,
+    nodes: Sequence[tuple[str, Sequence[int]]],
+    now: float,
+    epochs: Mapping[str, int | None],
 ) -> list[AttemptRecord] | None:
-    """Within a write transaction: the queued job moved to running, with an attempt per node;
-    None (and nothing written) when it is no longer queued."""
-    won = conn.execute(_WIN_QUEUED_JOB, {"b_job": job_id, "b_now": now}).rowcount
-    if won != 1:
+    """Within a write transaction: the queued job moved to running, with an attempt per node
+    (each carrying its worker's epoch from ``epochs``, read in the same transaction); None
+    (and nothing written) when it is no longer queued."""
+    number = conn.execute(_WIN_QUEUED_JOB, {"b_job": job_id, "b_now": now}).scalar()
+    if number is None:
         return None
-    number = conn.execute(_JOB_ATTEMPTS, {"b_job": job_id}).scalar_one()
-    new_attempts = []
-    for rank, (worker_id, gpu_indices) in enumerate(nodes):
-        epoch = conn.execute(_WORKER_EPOCH, {"b_worker": worker_id}).scalar()
-        new_attempts.append(
-            {
-                "job_id": job_id,
-                "number": number,
-                "worker_id": worker_id,
-                "gpu_indices": json.dumps(list(gpu_indices)),
-                "state": "assigned",
-                "created_at": now,
-                "worker_epoch": epoch,
-                "node_rank": rank,
-            }
-        )
-    conn.execute(_INSERT_ATTEMPT, new_attempts)
-    rows = conn.execute(_ATTEMPTS_OF_NUMBER, {"b_job": job_id, "b_number": number}).all()
-    return [attempt_from_row(r) for r in rows]
+    new_attempts = [
+        {
+            "job_id": job_id,
+            "number": number,
+            "worker_id": worker_id,
+            "gpu_indices": json.dumps(list(gpu_indices)),
+            "state": "assigned",
+            "created_at": now,
+            "worker_epoch": epochs.get(worker_id),
+            "node_rank": rank,
+        }
+        for rank, (worker_id, gpu_indices) in enumerate(nodes)
+    ]
+    rows = conn.execute(_INSERT_ATTEMPT.values(new_attempts)).all()
+    return sorted((attempt_from_row(r) for r in rows), key=lambda a: a.node_rank)
+
+
+def _epochs_in(conn: Connection, worker_ids: Iterable[str]) -> dict[str, int | None]:
+    """These workers' epochs as the transaction sees them (a worker without a row: none)."""
+    found: dict[str, int | None] = {}
+    for chunk in in_chunks(sorted(set(worker_ids))):
+        query = select(t.workers.c.id, t.workers.c.epoch).where(t.workers.c.id.in_(chunk))
+        found.update((row.id, row.epoch) for row in conn.execute(query))
+    return found
 
 
 class JobStore(StoreBase):
@@ -292,11 +297,12 @@ class JobStore(StoreBase):
             now = time.time()
             chunk = range(start, min(start + _ASSIGNMENTS_PER_TRANSACTION, len(plans)))
             with self._begin() as conn:
+                epochs = _epochs_in(conn, (w for at in chunk for w, _ in plans[at][1]))
                 # In job id order (a stable sort): two servers on one PostgreSQL then lock the
                 # jobs' rows in the same order, and neither can wait on the other in a cycle.
                 for at in sorted(chunk, key=lambda i: plans[i][0]):
                     job_id, nodes = plans[at]
-                    results[at] = _assign_in(conn, job_id, nodes, now)
+                    results[at] = _assign_in(conn, job_id, nodes, now, epochs)
         return results
 
     def gang_of(self, attempt: AttemptRecord) -> list[AttemptRecord]:
