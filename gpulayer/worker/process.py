@@ -16,6 +16,7 @@ import contextlib
 import errno
 import logging
 import os
+import select
 import selectors
 import shutil
 import signal
@@ -111,6 +112,8 @@ class ProcessTree:
         self._known: dict[int, int] = {}
         self._returncode: int | None = None
         self._can_scan = PROC.is_dir()
+        self._pidfd = _pidfd_of(self.pid)
+        """Readable once the leader has exited (None where the kernel has no pidfds)."""
 
     @classmethod
     def spawn(
@@ -180,6 +183,24 @@ class ProcessTree:
                 code = info.si_status
                 self._returncode = code if info.si_code == os.CLD_EXITED else -code
         return self._returncode
+
+    @property
+    def sees_exit(self) -> bool:
+        """Whether :meth:`wait_exit` returns as soon as the leader exits; else only at its
+        timeout or wake-up, and the caller polls."""
+        return self._pidfd is not None
+
+    def wait_exit(self, timeout: float, wake_fd: int | None = None) -> None:
+        """Block until the leader exits (where :attr:`sees_exit`), ``wake_fd`` turns readable
+        or ``timeout`` seconds pass, whichever is first. Reaps nothing."""
+        fds = [fd for fd in (self._pidfd, wake_fd) if fd is not None]
+        if not fds:
+            time.sleep(timeout)
+            return
+        poller = select.poll()  # not select(): a busy worker's descriptors pass 1024
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        poller.poll(max(0, round(timeout * 1000)))
 
     def refresh(self) -> None:
         """Remember the tree's current members, so that those who leave the session are
@@ -260,10 +281,26 @@ class ProcessTree:
     def close(self) -> int:
         """Reap the leader and close our ends of its pipes; returns its exit code."""
         code = self.popen.wait()
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
         for pipe in (self.popen.stdout, self.popen.stderr):
             if pipe is not None:
                 pipe.close()
         return code
+
+
+def _pidfd_of(pid: int) -> int | None:
+    """A descriptor that turns readable when ``pid`` (our unreaped child) exits: the job's end
+    is seen at once rather than at the next poll, which held every short job's slot for the
+    poll's interval (Linux 5.3 and later; None elsewhere)."""
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is None:
+        return None
+    try:
+        return int(pidfd_open(pid))
+    except OSError:
+        return None
 
 
 def _start(

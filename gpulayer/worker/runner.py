@@ -16,6 +16,7 @@ A per-attempt ``job_dir`` holds::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -228,6 +229,9 @@ class JobRun:
         self._on_log = on_log
         self._log_lock = threading.Lock()
         self._cancelled = threading.Event()
+        self._wake_lock = threading.Lock()
+        self._wake_write: int | None = None
+        """While the job runs, writing here wakes the supervisor's wait (a cancel)."""
         self._started = False
         self._redactor = Redactor(())
         self._python = ctx.python
@@ -265,6 +269,10 @@ class JobRun:
         """End the job's whole process tree; run() returns cancelled. Safe from any thread,
         before or during run()."""
         self._cancelled.set()
+        with self._wake_lock:
+            if self._wake_write is not None:
+                with contextlib.suppress(OSError):  # a full pipe is awake already
+                    os.write(self._wake_write, b"x")
 
     def _log(self, stream: str, text: str) -> None:
         with self._log_lock:
@@ -512,25 +520,38 @@ class JobRun:
         return self._finished(code)
 
     def _wait(self, tree: ProcessTree) -> Literal["exited", "timeout", "cancelled"]:
+        """Until the job's leader exits, its time is up or it is cancelled: woken by each
+        of these at once (by polling the leader where the kernel cannot tell its exit)."""
         timeout = self.ctx.spec.timeout_seconds
         deadline = None if timeout is None else time.monotonic() + timeout
         # Not at once: the tree is its leader alone at first, and most short jobs end
         # before a scan of every process on the machine would find anything more.
         next_refresh = time.monotonic() + _REFRESH_SECONDS
-        while True:
-            if tree.exited() is not None:
-                return "exited"
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                return "timeout"
-            if now >= next_refresh:
-                tree.refresh()
-                next_refresh = now + _REFRESH_SECONDS
-            wait = (
-                _POLL_SECONDS if deadline is None else max(0.0, min(_POLL_SECONDS, deadline - now))
-            )
-            if self._cancelled.wait(wait):
-                return "cancelled"
+        wake_read, wake_write = os.pipe()
+        os.set_blocking(wake_write, False)
+        with self._wake_lock:
+            self._wake_write = wake_write
+        try:
+            while True:
+                if tree.exited() is not None:
+                    return "exited"
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    return "timeout"
+                if self._cancelled.is_set():
+                    return "cancelled"
+                if now >= next_refresh:
+                    tree.refresh()
+                    next_refresh = now + _REFRESH_SECONDS
+                wait = next_refresh - now if tree.sees_exit else _POLL_SECONDS
+                if deadline is not None:
+                    wait = min(wait, deadline - now)
+                tree.wait_exit(max(0.0, wait), wake_read)
+        finally:
+            with self._wake_lock:
+                self._wake_write = None
+            os.close(wake_read)
+            os.close(wake_write)
 
     def _finished(self, code: int) -> RunOutcome:
         workload = self.ctx.spec.workload

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpulayer.procs import ProcStat, parse_stat
-from gpulayer.worker.process import OutputPump, Redactor, tree_members
+from gpulayer.worker.process import OutputPump, ProcessTree, Redactor, tree_members
 
 # --- /proc/<pid>/stat -------------------------------------------------------------------------
 
@@ -198,3 +198,48 @@ def test_finish_gives_up_on_a_pipe_someone_else_holds() -> None:
     assert pump.finish(timeout=0.1) is False
     os.close(out_w)
     os.close(out_r)
+
+
+# --- waiting for the leader -------------------------------------------------------------------
+
+
+def _waited(tree: ProcessTree, wake_fd: int | None = None) -> threading.Thread:
+    """A thread in tree.wait_exit with an hour's timeout: it ends only if something woke it."""
+    waiter = threading.Thread(target=tree.wait_exit, args=(3600.0, wake_fd), daemon=True)
+    waiter.start()
+    return waiter
+
+
+def test_the_leaders_exit_wakes_the_wait_at_once(tmp_path: Path) -> None:
+    """Where the kernel tells a child's exit, the supervisor is woken by it, not by a poll
+    (a 50 ms poll held every short job's slot that long)."""
+    go = tmp_path / "go"
+    script = 'while [ ! -e "$0" ]; do sleep 0.01; done; exit 3'
+    tree = ProcessTree.spawn(["/bin/sh", "-c", script, str(go)], cwd=tmp_path, env={"PATH": os.environ["PATH"]})
+    if not tree.sees_exit:
+        tree.terminate(5)
+        tree.close()
+        pytest.skip("this kernel has no pidfds: the wait polls")
+    waiter = _waited(tree)
+    assert tree.exited() is None and waiter.is_alive()
+    go.touch()
+    waiter.join(timeout=60)
+    assert not waiter.is_alive()
+    assert tree.exited() == 3
+    assert tree.close() == 3
+
+
+def test_a_wake_descriptor_ends_the_wait_while_the_job_runs(tmp_path: Path) -> None:
+    tree = ProcessTree.spawn(["sleep", "600"], cwd=tmp_path, env=dict(os.environ))
+    wake_read, wake_write = os.pipe()
+    try:
+        waiter = _waited(tree, wake_read)
+        os.write(wake_write, b"x")
+        waiter.join(timeout=60)
+        assert not waiter.is_alive()
+        assert tree.exited() is None  # woken by the descriptor: the job runs on
+    finally:
+        tree.terminate(5)
+        tree.close()
+        os.close(wake_read)
+        os.close(wake_write)
