@@ -124,6 +124,7 @@ def run_server(
     firing = attach_schedules(service)
     app = create_app(service, authenticate, embedded=False)
     stop = threading.Event()
+    stop_dispatcher = service.start_dispatcher()
 
     def maintenance() -> None:
         while not stop.wait(min(1.0, heartbeat_timeout / 4)):
@@ -153,6 +154,7 @@ def run_server(
     finally:
         listener.close()
         stop.set()
+        stop_dispatcher()
         firing.stop()
         lifecycle.stop()
         store.close()

@@ -85,6 +85,9 @@ class ControlService:
         self._dispatching = False
         self._dispatch_wanted = False
         self._dispatch_loud = False
+        self._dispatch_asked: threading.Event | None = None
+        """Set to ask the dispatcher thread for a pass (None: no such thread; passes are
+        made by whoever asks for them)."""
         self._changed = threading.Condition()
         self._version = 0
         self._listeners: list[Callable[[], None]] = []
@@ -870,7 +873,7 @@ class ControlService:
     ) -> list[FinishOutcome]:
         """Several of one worker's attempts ending: each checked on its own, as
         ``finish_attempt`` would, those of jobs of one node ending as reported recorded in one
-        write, and one dispatch pass after them all."""
+        write, and one dispatch pass after them all (see :meth:`dispatch_soon`)."""
         self._check_worker(caller, worker_id)
         outcomes: list[FinishOutcome | None] = [None] * len(reports)
         try:
@@ -896,7 +899,7 @@ class ControlService:
                 if outcomes[at] is None:
                     outcomes[at] = self._finish_one(attempt_id, report, caller)
         finally:
-            self.dispatch()
+            self.dispatch_soon()
         return [outcome for outcome in outcomes if outcome is not None]
 
     def _plain_ends(
@@ -1329,6 +1332,48 @@ class ControlService:
             if len(reasons) > (nodes > 1)
             else [*reasons, "waiting for its turn in the queue"]
         )
+
+    def start_dispatcher(self) -> Callable[[], None]:
+        """From now on the passes that finishes ask for are made on a thread of their own, so
+        a worker's batch of reports is answered once it is recorded, not after the pass its
+        freed room starts; returns how to stop the thread. Without it (in process, in a
+        test) every finish makes its pass before it returns."""
+        asked = threading.Event()
+        stopping = threading.Event()
+
+        def passes() -> None:
+            while True:
+                asked.wait()
+                if stopping.is_set():
+                    return
+                asked.clear()
+                try:
+                    self.dispatch()
+                except Exception:
+                    log.exception("dispatch pass failed")
+                with self._dispatch_lock:
+                    # Asked for again while its passes ran, with no other caller making them.
+                    if self._dispatch_wanted and not self._dispatching:
+                        asked.set()
+
+        self._dispatch_asked = asked
+        threading.Thread(target=passes, name="gpulayer-dispatch", daemon=True).start()
+
+        def stop() -> None:
+            self._dispatch_asked = None
+            stopping.set()
+            asked.set()
+
+        return stop
+
+    def dispatch_soon(self) -> None:
+        """Ask for a dispatch pass: the dispatcher thread's where one runs (the caller goes on
+        at once; passes asked for meanwhile are made together), else made now."""
+        asked = self._dispatch_asked
+        if asked is None:
+            self.dispatch()
+        else:
+            asked.set()
 
     def dispatch(self, *, quiet: bool = False) -> int:
         """Place queued jobs on workers with room. Returns how many were assigned.

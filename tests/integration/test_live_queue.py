@@ -173,3 +173,39 @@ def test_a_scheduled_run_and_a_fired_tick_are_placed_at_once(tmp_path: Path) -> 
     firing.run_pass(time.time())
     fired = [a.job_id for a in service.store.active_attempts(worker)]
     assert len(fired) == 2 and triggered in fired
+
+
+def test_with_a_dispatcher_a_finish_is_answered_before_the_pass_it_asked_for(
+    tmp_path: Path,
+) -> None:
+    """A server makes passes on a thread of their own: the request carrying a worker's
+    finishes writes them and returns; the pass that gives their room to the next jobs runs
+    beside it (before: in the request, which kept the worker's next batch waiting)."""
+    import threading
+
+    service, _ = _plane_with_clock(tmp_path)
+    worker = register(service, "w", caps(cpu_cores=2))
+    jobs = service.submit_many([(dict(SMALL), None, None) for _ in range(4)])
+    running = service.claim(worker)
+    assert sorted(a.job_id for a in running) == sorted(j.id for j in jobs[:2])
+    assigns_by_thread: list[int] = []
+
+    def note(_c: object, _k: object, statement: str, *_: object) -> None:
+        if statement.startswith("INSERT INTO attempts"):
+            assigns_by_thread.append(threading.get_ident())
+
+    event.listen(service.store.engine, "before_cursor_execute", note)
+    stop = service.start_dispatcher()
+    try:
+        report = AttemptReport(state="succeeded", exit_code=0)
+        outcomes = service.finish_attempts(worker, [(a.attempt_id, report) for a in running])
+        assert [o.outcome for o in outcomes] == ["recorded", "recorded"]
+        deadline = time.monotonic() + 30
+        while len(service.store.active_attempts(worker)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sorted(a.job_id for a in service.store.active_attempts(worker)) == sorted(
+            j.id for j in jobs[2:]
+        )
+        assert assigns_by_thread and threading.get_ident() not in assigns_by_thread
+    finally:
+        stop()
