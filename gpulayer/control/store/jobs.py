@@ -46,7 +46,7 @@ _WIN_QUEUED_JOB = (
     .values(state="running", attempts=t.jobs.c.attempts + 1, started_at=bindparam("b_now"))
     .returning(t.jobs.c.attempts)
 )
-_INSERT_ATTEMPT = insert(t.attempts).returning(*t.attempts.c)
+_INSERT_ATTEMPTS = insert(t.attempts).returning(*t.attempts.c, sort_by_parameter_order=True)
 
 
 def job_row(
@@ -136,8 +136,11 @@ def _assign_in(
         }
         for rank, (worker_id, gpu_indices) in enumerate(nodes)
     ]
-    rows = conn.execute(_INSERT_ATTEMPT.values(new_attempts)).all()
-    return sorted((attempt_from_row(r) for r in rows), key=lambda a: a.node_rank)
+    # One statement made once (a statement built per call is compiled per call).
+    params: dict[str, Any] | list[dict[str, Any]] = (
+        new_attempts[0] if len(new_attempts) == 1 else new_attempts
+    )
+    return [attempt_from_row(r) for r in conn.execute(_INSERT_ATTEMPTS, params)]
 
 
 def _epochs_in(conn: Connection, worker_ids: Iterable[str]) -> dict[str, int | None]:
