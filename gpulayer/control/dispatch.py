@@ -323,6 +323,13 @@ class LivePlacement:
             else:
                 now.update(taken)
                 kept.append(p)
+                # What the job will take, known here: the next pass reads its workers' new
+                # attempts without reading this job's spec back (whether or not the store
+                # then takes the assignment: a job not running on a worker is not counted).
+                r = p.spec.resources
+                self._used.setdefault(
+                    p.job_id, {"resources": {"cpu_cores": r.cpu_cores, "memory_gb": r.memory_gb}}
+                )
                 continue
             self.rejected += 1
         return kept

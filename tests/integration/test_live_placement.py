@@ -182,6 +182,34 @@ def test_a_pass_reads_a_worker_once_when_it_read_it_before_planning(tmp_path: Pa
     assert service.placement.rejected == 0
 
 
+def test_the_jobs_a_pass_placed_are_counted_without_reading_their_specs(tmp_path: Path) -> None:
+    """A pass knows what each job it placed takes: the next pass, reading that worker's
+    attempts again, does not read those jobs' specs back (before: one read a pass)."""
+    from sqlalchemy import event
+
+    service = plane(tmp_path)
+    worker = register(service, "w", caps(cpu_cores=4))
+    for _ in range(8):
+        submit(service, cpu_cores=1)
+    first = service.claim(worker)
+    done = AttemptReport(state="succeeded", exit_code=0)
+    service.finish_attempts(worker, [(a.attempt_id, done) for a in first[:2]])
+    spec_reads: list[str] = []
+
+    def note(_c: object, _k: object, statement: str, *_: object) -> None:
+        if statement.startswith("SELECT jobs.id, jobs.spec"):
+            spec_reads.append(statement)
+
+    event.listen(service.store.engine, "before_cursor_execute", note)
+    service.finish_attempts(worker, [(a.attempt_id, done) for a in first[2:]])
+    assert spec_reads == []
+    # And what it counted is right: the last four running, the worker full.
+    running = service.store.active_attempts(worker)
+    assert len(running) == 4
+    assert service.placement.pools()["remote"].get(worker).free_cpu_cores == 0
+    assert service.placement.rejected == 0
+
+
 def test_a_periodic_rebuild_picks_up_what_no_one_noted(tmp_path: Path) -> None:
     store = Store(f"sqlite:///{tmp_path / 'state.db'}")
     now = [1000.0]
