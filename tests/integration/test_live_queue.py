@@ -32,16 +32,21 @@ class Clock:
         return self.now
 
 
-def _queue_reads(service: ControlService) -> list[str]:
-    """Statements that read the queue whole, from here on."""
-    reads: list[str] = []
+def _statements(service: ControlService, prefix: str) -> list[str]:
+    """The statements starting with ``prefix`` that the store runs from here on."""
+    seen: list[str] = []
 
     def note(_c: object, _k: object, statement: str, *_: object) -> None:
-        if statement.startswith("SELECT jobs.id, jobs.target, jobs.created_at"):
-            reads.append(statement)
+        if statement.startswith(prefix):
+            seen.append(statement)
 
     event.listen(service.store.engine, "before_cursor_execute", note)
-    return reads
+    return seen
+
+
+def _queue_reads(service: ControlService) -> list[str]:
+    """Statements that read the queue whole, from here on."""
+    return _statements(service, "SELECT jobs.id, jobs.target, jobs.created_at")
 
 
 def _plane_with_clock(tmp_path: Path) -> tuple[ControlService, Clock]:
@@ -72,14 +77,7 @@ def test_passes_over_a_long_queue_read_none_of_it_between_whole_reads(tmp_path: 
 
 def _job_row_reads(service: ControlService) -> list[str]:
     """Statements that read whole job rows (a spec among them), from here on."""
-    reads: list[str] = []
-
-    def note(_c: object, _k: object, statement: str, *_: object) -> None:
-        if statement.startswith("SELECT jobs.id, jobs.name, jobs.spec"):
-            reads.append(statement)
-
-    event.listen(service.store.engine, "before_cursor_execute", note)
-    return reads
+    return _statements(service, "SELECT jobs.id, jobs.name, jobs.spec")
 
 
 def test_jobs_this_plane_stored_are_placed_without_reading_their_rows(tmp_path: Path) -> None:

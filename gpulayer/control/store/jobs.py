@@ -82,26 +82,32 @@ def job_row(
     }
 
 
+_AS_WRITTEN = (
+    "id",
+    "name",
+    "state",
+    "reason",
+    "message",
+    "target",
+    "working_dir",
+    "attempts",
+    "cancel_requested",
+    "created_at",
+    "finished_at",
+)
+"""A new job's fields a read of its row gives back unchanged."""
+
+
 def _new_job_record(fields: dict[str, Any], row: dict[str, Any]) -> JobRecord:
     """What reading back the row ``job_row(**fields)`` made would give."""
     return JobRecord(
-        id=row["id"],
-        name=row["name"],
+        **{name: row[name] for name in _AS_WRITTEN},
         spec=fields["spec"],
-        state=row["state"],
-        reason=row["reason"],
-        message=row["message"],
+        labels=dict(fields["labels"]),
+        has_bundle=bool(row["has_bundle"]),
         exit_code=None,
         result=None,
-        target=row["target"],
-        working_dir=row["working_dir"],
-        has_bundle=bool(row["has_bundle"]),
-        attempts=row["attempts"],
-        cancel_requested=row["cancel_requested"],
-        created_at=row["created_at"],
         started_at=None,
-        finished_at=row["finished_at"],
-        labels=dict(fields["labels"]),
     )
 
 
