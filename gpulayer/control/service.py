@@ -1351,6 +1351,7 @@ class ControlService:
                     self.dispatch()
                 except Exception:
                     log.exception("dispatch pass failed")
+                    stopping.wait(0.5)  # a store that keeps failing is not asked in a loop
                 with self._dispatch_lock:
                     # Asked for again while its passes ran, with no other caller making them.
                     if self._dispatch_wanted and not self._dispatching:
