@@ -109,7 +109,10 @@ def test_a_worker_stopped_past_its_timeout_cannot_touch_the_retry(
     hold = 3.0 if stale_attempt.startswith("finishes") else 300.0
     job_id = submit(client, body_job(marker, hold, ledger))
     frozen = worker_named(cluster, running_on(client, job_id))
-    wait_until(lambda: processes_with(marker, attempt=1), 30, "attempt 1 running")
+    # The body and the daemon it forks: one process alone may still be the shell that holds
+    # the job until its worker has moved it into the attempt's cgroup, and a worker stopped
+    # then would never let the body start.
+    wait_until(lambda: len(processes_with(marker, attempt=1)) >= 2, 30, "attempt 1's body up")
     frozen.signal(signal.SIGSTOP)  # silent but alive: what a network partition looks like
     try:
         job = wait_for_job(client, job_id, {"succeeded", "failed"}, timeout=60)
