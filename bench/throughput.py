@@ -70,6 +70,18 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def shell_burst(line: str, count: int, **popen: Any) -> None:
+    """Run ``line`` ``count`` times in all from CLI_SHELLS shells at once; wait for them."""
+    each = [count // CLI_SHELLS + (i < count % CLI_SHELLS) for i in range(CLI_SHELLS)]
+    shells = [
+        subprocess.Popen(["sh", "-c", f"for i in $(seq {n}); do {line}; done"], **popen)
+        for n in each
+        if n
+    ]
+    for shell in shells:
+        shell.wait()
+
+
 @dataclass
 class Tree:
     """A gpulayer checkout whose code the processes run."""
@@ -334,21 +346,10 @@ def scenario(
                     )
 
             elif name == "cli":
-                each = [jobs // CLI_SHELLS + (i < jobs % CLI_SHELLS) for i in range(CLI_SHELLS)]
                 line = f"{sys.executable} -m gpulayer submit -d --target remote -- true >/dev/null"
 
                 def run() -> None:
-                    shells = [
-                        subprocess.Popen(
-                            ["sh", "-c", f"for i in $(seq {count}); do {line}; done"],
-                            env=env,
-                            cwd=source,
-                        )
-                        for count in each
-                        if count
-                    ]
-                    for shell in shells:
-                        shell.wait()
+                    shell_burst(line, jobs, env=env, cwd=source)
 
             else:
 
@@ -392,17 +393,9 @@ def database_url(database: str) -> Iterator[str | None]:
 def interpreter_floor(starts: int) -> tuple[float, float]:
     """(starts/s, CPU-ms a start) for the CLI burst's 20 shells starting this Python with
     nothing to do, ``starts`` times in all: what any Python CLI's burst is bounded by here."""
-    each = [starts // CLI_SHELLS + (i < starts % CLI_SHELLS) for i in range(CLI_SHELLS)]
-    line = f"{sys.executable} -c pass"
     before = children_cpu()
     started = time.monotonic()
-    shells = [
-        subprocess.Popen(["sh", "-c", f"for i in $(seq {count}); do {line}; done"])
-        for count in each
-        if count
-    ]
-    for shell in shells:
-        shell.wait()
+    shell_burst(f"{sys.executable} -c pass", starts)
     seconds = time.monotonic() - started
     return starts / seconds, (children_cpu() - before) * 1000 / starts
 
@@ -618,16 +611,9 @@ def slurm_burst(jobs: int, base: Path) -> tuple[float, float] | str:
         return "skipped: slurm-wlm is not installed (apt-get install slurm-wlm)"
     try:
         with slurm_cluster(base) as env:
-            each = [jobs // CLI_SHELLS + (i < jobs % CLI_SHELLS) for i in range(CLI_SHELLS)]
             line = f"sbatch -Q -o /dev/null --wrap true --chdir {base} >/dev/null"
             started = time.monotonic()
-            shells = [
-                subprocess.Popen(["sh", "-c", f"for i in $(seq {n}); do {line}; done"], env=env)
-                for n in each
-                if n
-            ]
-            for shell in shells:
-                shell.wait()
+            shell_burst(line, jobs, env=env)
             submitted = time.monotonic() - started
 
             def drained() -> bool:

@@ -36,10 +36,9 @@ from gpulayer.control.store.records import (
 )
 from gpulayer.errors import NotFoundError
 
-# Built once: a dispatch pass runs these for every job it places, and building the statement
-# objects cost more than running them.
-# The win and the new attempt number in one statement, the attempts written and read in
-# another: a dispatch pass places hundreds of jobs, and each statement costs more than the row.
+# Built once, and two a job: a dispatch pass runs these for every job it places, and building
+# or compiling a statement costs more than running it. The win returns the new attempt number;
+# the attempts are written and read back in one statement.
 _WIN_QUEUED_JOB = (
     update(t.jobs)
     .where(and_(t.jobs.c.id == bindparam("b_job"), t.jobs.c.state == "queued"))
