@@ -248,12 +248,10 @@ class SshSession:
             with attempt:
                 channel = transport.open_session(timeout=self._timeout)
                 try:
-                    channel.exec_command(line)
+                    channel.exec_command(_WITHOUT_INPUT + line)
                 except BaseException:
                     channel.close()
                     raise
-                # No input is ever sent: commands that read stdin see EOF, never wait forever.
-                channel.shutdown_write()
                 return channel
         raise AssertionError("unreachable")  # tenacity re-raises the last error
 
@@ -366,6 +364,14 @@ class SshSession:
             except (OSError, EOFError, paramiko.SSHException) as exc:
                 raise SshTransferError(f"cannot open SFTP on {self.target}: {exc}") from exc
         return self._sftp
+
+
+# No input is ever sent: a command that reads stdin sees EOF at once, never waits forever. The
+# host's shell gives it /dev/null rather than the channel getting an EOF from here: paramiko
+# sends an EOF outside the channel's lock, so one that crosses the close of a command that
+# ended at once reaches sshd after our CLOSE, and sshd drops the whole connection for it
+# ("ieof packet referred to nonexistent channel"; 2 batches in 200 of 24 commands on 8 threads).
+_WITHOUT_INPUT = "exec </dev/null; "
 
 
 def _pump(

@@ -253,6 +253,12 @@ def _splice(sock: socket.socket, channel: paramiko.Channel, closing: threading.E
                 channel.sendall(data)
             else:
                 sock_open = False
+                if not chan_open:
+                    # Both ways are done: a close carries its own EOF in order, where a
+                    # half-close sent as the far side closes can reach sshd after the CLOSE
+                    # and end the whole connection (see session._WITHOUT_INPUT).
+                    channel.close()
+                    return
                 channel.shutdown_write()
         if channel in ready:
             data = channel.recv(_CHUNK)
