@@ -142,6 +142,9 @@ def write_providers(home: Path, aws: AwsLab, work: Path, **orchestrator: Any) ->
             # Never the real power-off: the "instances" are this very machine.
             "deadman_action": f"record:{record}",
             "ssh_cidr": f"{aws.lab.gateway}/32",
+            # moto's first listing of a region builds its whole instance-type table: under a
+            # loaded machine that has taken longer than the default wait.
+            "cloud_wait_seconds": 120,
             **orchestrator,
         },
     }
@@ -169,6 +172,8 @@ def aws_settings(aws: AwsLab, work: Path) -> dict[str, Any]:
 def aws_offers() -> list[dict[str, Any]]:
     result = run_cli(["offers", "--provider", "aws", "--json"])
     assert result.returncode == 0, result.stderr
+    # Zones come from the live listing only: the catalog it falls back to names none.
+    assert "live offers unavailable" not in result.stderr, result.stderr
     return list(json.loads(result.stdout))
 
 
