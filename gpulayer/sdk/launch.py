@@ -17,6 +17,11 @@ def _builder_for(what: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Jo
 
     if isinstance(what, JobBuilder):
         return what
+    if isinstance(what, dict):
+        # Before the protocol check below, which costs a scan of the protocol's members.
+        builder = JobBuilder({})
+        builder._data = dict(what)
+        return builder
     if isinstance(what, BuildsJob):
         return what.builder(*args, **kwargs)
     if callable(what) and not isinstance(what, type):
@@ -27,10 +32,6 @@ def _builder_for(what: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Jo
         builder = JobBuilder({})
         builder._data = what.model_dump(mode="json", exclude_defaults=True)
         builder._data.setdefault("workload", what.workload.model_dump(mode="json"))
-        return builder
-    if isinstance(what, dict):
-        builder = JobBuilder({})
-        builder._data = dict(what)
         return builder
     raise UsageError(
         f"launch: expected a JobSpec, a builder, a dict or a function, not {type(what).__name__}"
@@ -92,6 +93,7 @@ def job_data(what: Any, args: tuple[Any, ...], overrides: dict[str, Any]) -> dic
     relative paths made absolute against the current directory."""
     from gpulayer.sdk.builders import PLACEMENT_KEYS as _PLACEMENT
     from gpulayer.sdk.builders import RESOURCE_ALIASES, RESOURCE_KEYS, TOP_KEYS
+    from gpulayer.spec.validate import validate_spec
 
     call_kwargs: dict[str, Any] = {}
     if callable(what) and not isinstance(what, (JobBuilder, type, dict)):
@@ -107,7 +109,7 @@ def job_data(what: Any, args: tuple[Any, ...], overrides: dict[str, Any]) -> dic
     builder = _builder_for(what, args, call_kwargs)
     builder.override(**overrides)
     data = builder.to_dict()
-    builder.spec()  # bad input fails here, in the caller, naming the field
+    validate_spec(data)  # bad input fails here, in the caller, naming the field
     _absolutize(data)
     return data
 
