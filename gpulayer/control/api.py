@@ -393,10 +393,7 @@ def create_app(
     def bundle(job_id: str, who: Principal = Depends(caller)) -> FileResponse:
         resolved = service.resolve_job_id(job_id)
         service.check_job_access(resolved, who)
-        path = service.layout.bundle_file(resolved)
-        if not path.exists():
-            raise NotFoundError(f"job {job_id} has no source bundle")
-        return FileResponse(path)
+        return FileResponse(service.bundle_path(resolved))
 
     @app.put("/v1/attempts/{attempt_id}/outputs", openapi_extra=_ARCHIVE_BODY)
     async def upload_outputs(

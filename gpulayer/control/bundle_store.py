@@ -1,10 +1,10 @@
 """Source bundles kept once by content: ``bundles/<sha256>.tar.gz`` under the server's home.
 
-A submit asks for a digest first and uploads only a bundle the server lacks; each job's
-``source.tar.gz`` is a hard link to the kept file (a copy where links do not work), and a
-``bundle.sha256`` beside it names the digest, so a worker can cache bundles by digest too.
-A kept bundle goes when the last job linking it is deleted. A schedule holds its source's
-bytes in the store; each run keeps them here again if they went, and links them the same way.
+A submit asks for a digest first and uploads only a bundle the server lacks; a job's row names
+its bundle by digest, and workers cache bundles by digest too. A kept bundle goes when the last
+job naming it is deleted. A schedule holds its source's bytes in the store; each run keeps them
+here again if they went. Jobs stored before schema 10 have their bundle in their own folder
+instead: a hard link to the kept file, with ``bundle.sha256`` beside it naming the digest.
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ import contextlib
 import hashlib
 import os
 import re
-import shutil
 import tempfile
+import threading
 from pathlib import Path
 
 from gpulayer.errors import BundleNotKeptError, UsageError
 
 DIGEST_PREFIX = "sha256:"
 _HEX = re.compile(r"[0-9a-f]{64}")
-DIGEST_FILE = "bundle.sha256"
+DIGEST_FILE = "bundle.sha256"  # beside a job's own bundle file (before schema 10)
 
 
 def parse_digest(bundle_id: str, field: str = "bundle_id") -> str | None:
@@ -46,6 +46,9 @@ class BundleStore:
     def __init__(self, root: Path) -> None:
         self.root = root / "bundles"
         self._staging = root / "incoming"  # same filesystem: a finished write moves in whole
+        # Held from checking a bundle is kept to writing the job row that names it, and from
+        # finding no row names a bundle to removing it: no job is left naming a removed file.
+        self.lock = threading.Lock()
 
     def path(self, digest: str) -> Path:
         return self.root / f"{digest}.tar.gz"
@@ -71,48 +74,32 @@ class BundleStore:
         except FileNotFoundError:
             raise BundleNotKeptError(f"{field}: {DIGEST_PREFIX}{digest} was not uploaded") from None
 
-    def link_into(self, digest: str, destination: Path) -> None:
-        """Give a job the bundle: a hard link to the kept file, and its digest beside it."""
-        if not self._link(digest, destination):
-            raise BundleNotKeptError(f"bundle_id: {DIGEST_PREFIX}{digest} was not uploaded")
+    def require(self, digest: str, field: str = "bundle_id") -> None:
+        """Refuse a digest whose bundle is not kept; call it holding :attr:`lock`."""
+        if not self.has(digest):
+            raise BundleNotKeptError(f"{field}: {DIGEST_PREFIX}{digest} was not uploaded")
 
-    def link_bytes_into(self, data: bytes, destination: Path) -> str:
-        """Give a job a bundle held as bytes elsewhere (a schedule's source in the store):
-        kept here by digest when absent, then linked as an upload is, so that workers fetch
-        it once for every job of that content. Returns the digest."""
+    def keep_bytes(self, data: bytes) -> str:
+        """Keep a bundle held as bytes elsewhere (a schedule's source in the store), when it
+        is not kept already, so that workers fetch it once for every job of that content.
+        Returns the digest; call it holding :attr:`lock`."""
         digest = hashlib.sha256(data).hexdigest()
-        # Twice at most: the last job linking the kept file may be deleted in between.
-        for _ in range(2):
-            if not self.has(digest):
-                self._write(digest, data)
-            if self._link(digest, destination):
-                return digest
-        raise UsageError(f"bundle_id: {DIGEST_PREFIX}{digest} went while a job was linking it")
+        if not self.has(digest):
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._staging.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(
+                dir=self._staging, suffix=".tar.gz", delete=False
+            ) as out:
+                out.write(data)
+            os.replace(out.name, self.path(digest))
+        return digest
 
-    def _write(self, digest: str, data: bytes) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
+    def staging_path(self) -> Path:
+        """A fresh path to write a bundle at before :meth:`keep` takes it in."""
         self._staging.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=self._staging, suffix=".tar.gz", delete=False) as out:
-            out.write(data)
-        os.replace(out.name, self.path(digest))
-
-    def _link(self, digest: str, destination: Path) -> bool:
-        """False when the kept file is not there."""
-        kept = self.path(digest)
-        if not kept.is_file():
-            return False
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(kept, destination)
-        except FileNotFoundError:
-            return False
-        except OSError:
-            try:
-                shutil.copyfile(kept, destination)
-            except FileNotFoundError:
-                return False
-        (destination.parent / DIGEST_FILE).write_text(digest)
-        return True
+        handle, name = tempfile.mkstemp(dir=self._staging, suffix=".tar.gz")
+        os.close(handle)
+        return Path(name)
 
     @staticmethod
     def digest_of(job_dir: Path) -> str | None:
@@ -124,7 +111,8 @@ class BundleStore:
         return digest if _HEX.fullmatch(digest) else None
 
     def release(self, digest: str) -> None:
-        """A job linking this bundle is gone: drop the kept file once no job links it."""
+        """No job row names this bundle any more: drop the kept file unless a job stored
+        before schema 10 still links it. Call it holding :attr:`lock`."""
         kept = self.path(digest)
         with contextlib.suppress(FileNotFoundError):
             if kept.stat().st_nlink <= 1:

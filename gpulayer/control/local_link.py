@@ -47,7 +47,7 @@ class LocalLink:
         return self.service.finish_attempts(worker_id, reports)
 
     def fetch_bundle(self, job_id: str, destination: Path) -> None:
-        shutil.copyfile(self.service.layout.bundle_file(job_id), destination)
+        shutil.copyfile(self.service.bundle_path(job_id), destination)
 
     def store_outputs(self, attempt_id: int, files: list[tuple[str, Path]]) -> None:
         self.service.record_outputs(attempt_id, files)

@@ -8,7 +8,6 @@ database that decides the same tick again loses the insert and does nothing.
 from __future__ import annotations
 
 import logging
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -304,35 +303,36 @@ class ScheduleService:
             workers = service.worker_views()
         target = choose_target(spec, workers, cloud_available=service.cloud_available())
         job_id = new_id("j")
-        has_bundle = False
-        if record.has_bundle:
-            source = self.store.schedule_source(record.id)
-            if source is not None:
-                # Linked from the bundle store with its digest beside it: workers fetch a
-                # schedule's source once for all its runs, and share it with plain submits.
-                self.service.bundles.link_bytes_into(source, self.layout.bundle_file(job_id))
-                has_bundle = True
-        row = job_row(
-            job_id=job_id,
-            name=spec.name,
-            spec=spec.model_dump(mode="json"),
-            state="queued" if target.target else "failed",
-            target=target.target or spec.placement.target,
-            working_dir=record.working_dir,
-            has_bundle=has_bundle,
-            labels=dict(spec.labels),
-            reason=None if target.target else "unschedulable",
-            message=target.message,
-        )
-        if not self.store.record_tick(
-            record.id,
-            epoch(decision.tick),
-            outcome="created",
-            manual=manual,
-            job=row,
-            within=within,
-        ):
-            shutil.rmtree(self.layout.job_dir(job_id), ignore_errors=True)
+        source = self.store.schedule_source(record.id) if record.has_bundle else None
+        bundles = self.service.bundles
+        with bundles.lock:
+            # Kept by digest: workers fetch a schedule's source once for all its runs, and
+            # share it with plain submits of the same content.
+            digest = bundles.keep_bytes(source) if source is not None else None
+            row = job_row(
+                job_id=job_id,
+                name=spec.name,
+                spec=spec.model_dump(mode="json"),
+                state="queued" if target.target else "failed",
+                target=target.target or spec.placement.target,
+                working_dir=record.working_dir,
+                has_bundle=digest is not None,
+                bundle_digest=digest,
+                labels=dict(spec.labels),
+                reason=None if target.target else "unschedulable",
+                message=target.message,
+            )
+            recorded = self.store.record_tick(
+                record.id,
+                epoch(decision.tick),
+                outcome="created",
+                manual=manual,
+                job=row,
+                within=within,
+            )
+            if not recorded and digest is not None:
+                self.service.release_unused_bundle(digest)
+        if not recorded:
             return None
         kind = "triggered" if manual else f"tick {tick_text}"
         notes = [f"schedule {record.name}: {kind}", *target.notes]

@@ -207,7 +207,7 @@ class ControlService:
         """Validate, choose a target, persist.
 
         `bundle` is an uploaded source tarball to keep for the job, `bundle_digest` one the
-        bundle store keeps (linked, not moved); `source_dir` a local
+        bundle store keeps (the job's row names it); `source_dir` a local
         directory to snapshot into one (what changed meanwhile is added to `warnings`).
         Nothing is kept when the spec does not validate.
         """
@@ -229,52 +229,42 @@ class ControlService:
             if warnings is not None:
                 warnings.append(hint)
         job_id = new_id("j")
-        destination = self.layout.bundle_file(job_id)
         if source_dir is None and bundle is None and working_dir and may_leave_this_machine(spec):
             # Taken now, so later edits do not leak into the queued job; a run on this
             # machine's own worker still runs in place.
             source_dir = Path(working_dir)
         if source_dir is not None:
-            from gpulayer.protocol.bundle import bundle_warning, create_bundle, local_input_paths
-
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            inputs = None
-            if may_leave_this_machine(spec):
-                artifacts = [i.artifact for i in spec.inputs]
-                inputs = local_input_paths(artifacts, Path(working_dir or source_dir))
-            try:
-                info = create_bundle(
-                    source_dir, destination, exclude=[self.layout.root], inputs=inputs
-                )
-            except Exception:
-                shutil.rmtree(destination.parent, ignore_errors=True)
-                raise
-            warning = bundle_warning(info)
-            if warning and warnings is not None:
-                warnings.append(warning)
-        elif bundle is not None:
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(bundle), destination)
-        elif bundle_digest is not None:
-            self.bundles.link_into(bundle_digest, destination)
+            bundle = self._bundle_of(spec, source_dir, working_dir, warnings)
         if client_env is not None and "cloud" in spec.placement.targets:
             from gpulayer.cloud.credentials import credential_variables
 
             # In memory only, for as long as the job may rent or end a machine; kept before
             # the job is, since the lifecycle loop may plan it at once.
             self._cloud_env[job_id] = credential_variables(client_env)
-        job = self.store.insert_job(
-            job_id=job_id,
-            name=spec.name,
-            spec=spec.model_dump(mode="json"),
-            state="queued" if decision.target else "failed",
-            target=decision.target or spec.placement.target,
-            working_dir=working_dir,
-            has_bundle=destination.exists(),
-            labels=dict(spec.labels),
-            reason=None if decision.target else "unschedulable",
-            message=decision.message or decision.skipped,
-        )
+        with self.bundles.lock:
+            kept_here = bundle is not None
+            if bundle is not None:
+                bundle_digest = self.bundles.keep(bundle)
+            elif bundle_digest is not None:
+                self.bundles.require(bundle_digest)
+            try:
+                job = self.store.insert_job(
+                    job_id=job_id,
+                    name=spec.name,
+                    spec=spec.model_dump(mode="json"),
+                    state="queued" if decision.target else "failed",
+                    target=decision.target or spec.placement.target,
+                    working_dir=working_dir,
+                    has_bundle=bundle_digest is not None,
+                    bundle_digest=bundle_digest,
+                    labels=dict(spec.labels),
+                    reason=None if decision.target else "unschedulable",
+                    message=decision.message or decision.skipped,
+                )
+            except Exception:
+                if kept_here and bundle_digest is not None:
+                    self.release_unused_bundle(bundle_digest)
+                raise
         self.jobs_stored(_heads_of([job]), {job.id: (spec, job.labels)})
         if decision.notes or not decision.target:
             # Else the dispatch pass below tells whoever waits on a change.
@@ -284,6 +274,36 @@ class ControlService:
         if decision.target:
             self.dispatch()
         return self.store.get_job(job.id)
+
+    def _bundle_of(
+        self,
+        spec: JobSpec,
+        source_dir: Path,
+        working_dir: str | None,
+        warnings: list[str] | None,
+    ) -> Path:
+        """``source_dir`` snapshot as a bundle in the store's staging folder, for keep()."""
+        from gpulayer.protocol.bundle import bundle_warning, create_bundle, local_input_paths
+
+        inputs = None
+        if may_leave_this_machine(spec):
+            artifacts = [i.artifact for i in spec.inputs]
+            inputs = local_input_paths(artifacts, Path(working_dir or source_dir))
+        staged = self.bundles.staging_path()
+        try:
+            info = create_bundle(source_dir, staged, exclude=[self.layout.root], inputs=inputs)
+        except Exception:
+            staged.unlink(missing_ok=True)
+            raise
+        warning = bundle_warning(info)
+        if warning and warnings is not None:
+            warnings.append(warning)
+        return staged
+
+    def release_unused_bundle(self, digest: str) -> None:
+        """Drop a kept bundle no job names (holding the bundle store's lock)."""
+        if not self.store.bundle_in_use(digest):
+            self.bundles.release(digest)
 
     def plan(self, spec_data: dict[str, Any], *, working_dir: str | None = None) -> dict[str, Any]:
         """Where the job would run and why (see gpulayer.control.plan), deciding as submit
@@ -355,9 +375,10 @@ class ControlService:
         cloud_ready: bool | None = None
         rows: list[dict[str, Any]] = []
         notes: list[tuple[str, list[str]]] = []
-        linked: list[Path] = []
         decisions: dict[str, TargetDecision] = {}
-        try:
+        with self.bundles.lock:
+            for named in {digest for _, _, digest in items if digest is not None}:
+                self.bundles.require(named)
             for (spec, stored, key), (_, working_dir, digest) in zip(specs, items, strict=True):
                 decision = decisions.get(key)
                 if decision is None:
@@ -371,10 +392,6 @@ class ControlService:
                     )
                 refuse_unschedulable(spec, decision, f"jobs[{len(rows)}].")
                 job_id = new_id("j")
-                if digest is not None:
-                    destination = self.layout.bundle_file(job_id)
-                    self.bundles.link_into(digest, destination)
-                    linked.append(destination.parent)
                 rows.append(
                     {
                         "job_id": job_id,
@@ -384,6 +401,7 @@ class ControlService:
                         "target": decision.target or spec.placement.target,
                         "working_dir": working_dir,
                         "has_bundle": digest is not None,
+                        "bundle_digest": digest,
                         "labels": dict(spec.labels),
                         "reason": None if decision.target else "unschedulable",
                         "message": decision.message or decision.skipped,
@@ -392,10 +410,6 @@ class ControlService:
                 if decision.notes:
                     notes.append((job_id, list(decision.notes)))
             jobs = self.store.insert_jobs(rows)
-        except Exception:
-            for folder in linked:  # nothing half-created
-                shutil.rmtree(folder, ignore_errors=True)
-            raise
         self.store.append_logs_many(
             [(job_id, 0, [("system", note) for note in job_notes]) for job_id, job_notes in notes]
         )
@@ -560,11 +574,12 @@ class ControlService:
     def _delete_finished(self, job: JobRecord) -> bool:
         if not self.store.delete_finished_job(job.id):
             return False  # a live cloud instance still bills to it: the reaper comes first
-        digest = self.bundles.digest_of(self.layout.job_dir(job.id))
+        digest = self._bundle_digest_of(job)
         # Rows first: a crash between the two leaves stray files, never rows without them.
         shutil.rmtree(self.layout.job_dir(job.id), ignore_errors=True)
         if digest is not None:
-            self.bundles.release(digest)
+            with self.bundles.lock:
+                self.release_unused_bundle(digest)
         self._forget_environment(job.id)
         return True
 
@@ -852,8 +867,28 @@ class ControlService:
         which workers cache), never a path of ours."""
         if on_this_machine and job.working_dir:
             return {"working_dir": job.working_dir, "has_bundle": False, "bundle_digest": None}
-        digest = self.bundles.digest_of(self.layout.job_dir(job.id)) if job.has_bundle else None
-        return {"working_dir": None, "has_bundle": job.has_bundle, "bundle_digest": digest}
+        return {
+            "working_dir": None,
+            "has_bundle": job.has_bundle,
+            "bundle_digest": self._bundle_digest_of(job),
+        }
+
+    def _bundle_digest_of(self, job: JobRecord) -> str | None:
+        if job.bundle_digest is not None or not job.has_bundle:
+            return job.bundle_digest
+        return self.bundles.digest_of(self.layout.job_dir(job.id))  # stored before schema 10
+
+    def bundle_path(self, job_id: str) -> Path:
+        """Where the job's source bundle is (NotFoundError when it has none)."""
+        job = self.store.get_job(job_id)
+        path = (
+            self.bundles.path(job.bundle_digest)
+            if job.bundle_digest is not None
+            else self.layout.bundle_file(job_id)
+        )
+        if not job.has_bundle or not path.is_file():
+            raise NotFoundError(f"job {job_id} has no source bundle")
+        return path
 
     def append_logs(
         self, attempt_id: int, lines: Sequence[tuple[str, str]], caller: Principal | None = None

@@ -19,7 +19,7 @@ from sqlalchemy import (
     Text,
 )
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 metadata = MetaData()
 
@@ -44,6 +44,9 @@ jobs = Table(
     Column("target", String(16), nullable=False),
     Column("working_dir", Text),
     Column("has_bundle", Boolean, nullable=False, default=False),
+    # Added in schema 10: the kept bundle (bundles/<digest>.tar.gz) the job runs; a job of an
+    # older schema has its bundle as a file in its folder instead, named by bundle.sha256.
+    Column("bundle_digest", String(64)),
     Column("attempts", Integer, nullable=False, default=0),
     Column("cancel_requested", Boolean, nullable=False, default=False),
     Column("created_at", Float, nullable=False),
@@ -55,6 +58,8 @@ Index("ix_jobs_state_created", jobs.c.state, jobs.c.created_at)
 Index("ix_jobs_created", jobs.c.created_at)
 # Added in schema 5: covers the dashboard's page order, so a deep page skips rows in the index.
 Index("ix_jobs_created_id", jobs.c.created_at, jobs.c.id)
+# Added in schema 10: whether any job still runs a kept bundle, asked when one is deleted.
+Index("ix_jobs_bundle_digest", jobs.c.bundle_digest)
 
 workers = Table(
     "workers",

@@ -173,13 +173,68 @@ def test_a_bundle_is_kept_once_and_dropped_with_its_last_job(tmp_path: Path) -> 
     assert _bundle_digest(service, source) == digest  # the same folder, the same digest
     jobs = service.submit_many([(command("true"), None, digest) for _ in range(3)])
     kept = service.bundles.path(digest)
-    assert list(kept.parent.iterdir()) == [kept] and kept.stat().st_nlink == 4
+    assert list(kept.parent.iterdir()) == [kept]
+    # Each job's row names the kept file; no job has a folder of its own for it.
+    assert [j.bundle_digest for j in service.store.get_jobs([j.id for j in jobs])] == [digest] * 3
+    assert not service.layout.jobs_dir.exists() or list(service.layout.jobs_dir.iterdir()) == []
     for job in jobs:
         service.store.update_job(job.id, state="succeeded", finished_at=time.time())
     service.delete_jobs([jobs[0].id, jobs[1].id])
     assert kept.exists()
     service.delete_jobs([jobs[2].id])
     assert not kept.exists()
+
+
+def test_a_job_stored_before_schema_10_runs_and_releases_the_bundle_in_its_folder(
+    tmp_path: Path,
+) -> None:
+    import os
+
+    from gpulayer.control.bundle_store import DIGEST_FILE
+
+    service = plane(tmp_path)
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text("print(1)\n")
+    digest = _bundle_digest(service, source)
+    kept = service.bundles.path(digest)
+    # As an older gpulayer left it: a row with has_bundle and no digest, and the job's folder
+    # holding a hard link to the kept file with the digest beside it.
+    old = service.store.insert_job(
+        job_id="j-older",
+        name="older",
+        spec=command("true"),
+        state="succeeded",
+        target="remote",
+        working_dir=None,
+        has_bundle=True,
+        labels={},
+    )
+    folder = service.layout.job_dir(old.id)
+    folder.mkdir(parents=True)
+    os.link(kept, service.layout.bundle_file(old.id))
+    (folder / DIGEST_FILE).write_text(digest)
+    (new,) = service.submit_many([(command("true"), None, digest)])
+    assert service.bundle_path(old.id) == service.layout.bundle_file(old.id)
+    assert service.bundle_path(new.id) == kept
+    assert service._source_for(service.store.get_job(old.id), on_this_machine=False) == {
+        "working_dir": None,
+        "has_bundle": True,
+        "bundle_digest": digest,
+    }
+    service.delete_jobs([old.id])
+    assert kept.is_file() and not folder.exists()  # the new job's row still names it
+    service.store.update_job(new.id, state="succeeded", finished_at=time.time())
+    service.delete_jobs([new.id])
+    assert not kept.exists()
+
+
+def test_a_refused_list_names_the_missing_bundle_and_keeps_nothing(tmp_path: Path) -> None:
+    service = plane(tmp_path)
+    missing = "e" * 64
+    with pytest.raises(UsageError, match=f"^bundle_id: sha256:{missing} was not uploaded$"):
+        service.submit_many([(command("true"), None, None), (command("true"), None, missing)])
+    assert service.store.list_jobs() == []
 
 
 # --- through a real server and worker ------------------------------------------------------

@@ -168,7 +168,7 @@ def _kept_bundle(schedules: ScheduleService, folder: Path) -> str:
     return digest
 
 
-def test_a_kept_bundle_outlives_the_apply_and_every_run_links_it(tmp_path: Path) -> None:
+def test_a_kept_bundle_outlives_the_apply_and_every_run_names_it(tmp_path: Path) -> None:
     schedules = plane(tmp_path / "state.db")
     service, bundles = schedules.service, schedules.service.bundles
     digest = _kept_bundle(schedules, tmp_path / "project")
@@ -176,13 +176,13 @@ def test_a_kept_bundle_outlives_the_apply_and_every_run_links_it(tmp_path: Path)
     schedules.apply({"name": "k", "cron": "0 0 1 1 *", "job": JOB}, bundle_digest=digest)
     assert kept.is_file()  # others may still link it: the schedule copies, never takes
     first = schedules.trigger("k")
-    assert service.layout.bundle_file(first).stat().st_ino == kept.stat().st_ino
-    assert bundles.digest_of(service.layout.job_dir(first)) == digest
+    assert service.store.get_job(first).bundle_digest == digest
+    assert service.bundle_path(first) == kept
     service.delete_jobs([first])  # no worker: unschedulable, so already finished
     assert not kept.exists()  # its last job went, and the kept file with it
     second = schedules.trigger("k")  # the schedule's own copy is kept again
-    assert kept.is_file() and bundles.digest_of(service.layout.job_dir(second)) == digest
-    assert service.layout.bundle_file(second).stat().st_ino == kept.stat().st_ino
+    assert kept.is_file() and service.store.get_job(second).bundle_digest == digest
+    assert service.bundle_path(second) == kept
 
 
 def test_a_one_shot_upload_is_used_up_and_a_missing_digest_refused(tmp_path: Path) -> None:
@@ -199,7 +199,8 @@ def test_a_one_shot_upload_is_used_up_and_a_missing_digest_refused(tmp_path: Pat
     schedules.apply({"name": "u", "cron": "0 0 1 1 *", "job": JOB}, bundle=upload)
     assert not upload.exists()
     job_id = schedules.trigger("u")
-    assert schedules.service.bundles.digest_of(schedules.layout.job_dir(job_id)) is not None
+    digest = schedules.service.store.get_job(job_id).bundle_digest
+    assert digest is not None and schedules.service.bundles.has(digest)
     missing = "f" * 64
     with pytest.raises(UsageError, match=f"bundle_id: sha256:{missing}"):
         schedules.apply({"name": "m", "cron": "0 0 1 1 *", "job": JOB}, bundle_digest=missing)

@@ -341,10 +341,12 @@ def test_a_schedule_applied_to_a_server_ships_its_source_once_for_every_run(
     assert "shipped" in listing.stdout and "stays up" not in listing.stderr
     (kept,) = (server.home / "bundles").iterdir()  # one upload, kept by its digest
     digest = kept.name.removesuffix(".tar.gz")
-    for run in created(runs)[:2]:
-        job_dir = server.home / "jobs" / run["job_id"]
-        assert (job_dir / "bundle.sha256").read_text() == digest
-        assert (job_dir / "source.tar.gz").stat().st_ino == kept.stat().st_ino
+    store = server.store()
+    try:
+        for run in created(runs)[:2]:
+            assert store.get_job(run["job_id"]).bundle_digest == digest
+    finally:
+        store.close()
     cached = [p.name for p in (tmp_path / "worker").rglob(".bundles/*.tar.gz")]
     assert cached == [kept.name]  # the worker fetched it once for every run
 
@@ -384,8 +386,12 @@ def test_the_bundle_a_schedule_applies_with_stays_kept_for_a_later_submit(
     end = later.wait(60)
     assert end["state"] == "succeeded", end
     assert "kept for later" in later.logs()
-    linked = server.home / "jobs" / later.id / "source.tar.gz"
-    assert linked.stat().st_ino == inode == kept.stat().st_ino
+    store = server.store()
+    try:
+        assert store.get_job(later.id).bundle_digest == kept.name.removesuffix(".tar.gz")
+    finally:
+        store.close()
+    assert kept.stat().st_ino == inode  # the same file, never written again
     assert [p.name for p in (server.home / "bundles").iterdir()] == [kept.name]
 
 

@@ -65,5 +65,10 @@ def test_a_source_the_server_keeps_is_sent_by_digest_in_one_request(
     client = server.client()
     jobs = client.jobs(limit=10)
     assert sorted(j["id"] for j in jobs) == sorted([first, second])
-    kept = list((server.home / "bundles").iterdir())
-    assert len(kept) == 1 and kept[0].stat().st_nlink == 3  # one file, linked by both jobs
+    (kept,) = (server.home / "bundles").iterdir()  # one file, named by both jobs
+    store = server.store()
+    try:
+        digests = {store.get_job(job_id).bundle_digest for job_id in (first, second)}
+    finally:
+        store.close()
+    assert digests == {kept.name.removesuffix(".tar.gz")}

@@ -130,8 +130,11 @@ def write_old_database(url: str, number: int) -> None:
                         tags="{}",
                         created_at=1.0,
                         ended_at=2.0,
-                        # Before schema 9 a try's outcome was kept in its note.
+                        # Before schema 9 a try's outcome was kept in its note only.
                         note="capacity/zone: no room in z1",
+                        outcome="capacity",
+                        outcome_scope="zone",
+                        outcome_message="no room in z1",
                     )
                 )
             )

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from gpulayer.control.store import Store
 from gpulayer.errors import ControlPlaneError
 from gpulayer.protocol.client import ControlClient
 
@@ -49,6 +50,10 @@ class ServerProcess:
         self.heartbeat_timeout = heartbeat_timeout
         self.process: subprocess.Popen[bytes] | None = None
         self.url = f"http://{host}:{self.port}"
+
+    def store(self) -> Store:
+        """The server's own store, opened beside it to check what it wrote; close it after."""
+        return Store(self.database_url or f"sqlite:///{self.home / 'server.db'}")
 
     def start(self) -> ServerProcess:
         args = [

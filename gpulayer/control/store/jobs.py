@@ -60,6 +60,7 @@ def job_row(
     labels: dict[str, str],
     reason: str | None = None,
     message: str | None = None,
+    bundle_digest: str | None = None,
 ) -> dict[str, Any]:
     """The jobs row of a new job."""
     now = time.time()
@@ -72,7 +73,8 @@ def job_row(
         "message": message,
         "target": target,
         "working_dir": working_dir,
-        "has_bundle": has_bundle,
+        "has_bundle": has_bundle or bundle_digest is not None,
+        "bundle_digest": bundle_digest,
         "attempts": 0,
         "cancel_requested": False,
         "created_at": now,
@@ -89,6 +91,7 @@ _AS_WRITTEN = (
     "message",
     "target",
     "working_dir",
+    "bundle_digest",
     "attempts",
     "cancel_requested",
     "created_at",
@@ -183,6 +186,12 @@ class JobStore(StoreBase):
         # id is handed out, and a list submit stores thousands of them. Each record's spec
         # is the dict given for it.
         return [_new_job_record(fields, v) for fields, v in zip(rows, values, strict=True)]
+
+    def bundle_in_use(self, digest: str) -> bool:
+        """Whether any job still names this kept bundle."""
+        query = select(t.jobs.c.id).where(t.jobs.c.bundle_digest == digest).limit(1)
+        with self.engine.connect() as conn:
+            return conn.execute(query).first() is not None
 
     def get_jobs(self, job_ids: Sequence[str]) -> list[JobRecord]:
         """These jobs, in the order given (missing ones left out)."""

@@ -37,6 +37,9 @@ class JobRecord:
     started_at: float | None
     finished_at: float | None
     labels: dict[str, str] = field(default_factory=dict)
+    # The kept bundle the job runs, by digest (schema 10); None with has_bundle: a bundle file
+    # in the job's folder, as older schemas kept it.
+    bundle_digest: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -172,6 +175,7 @@ def job_from_row(row: Any) -> JobRecord:
         started_at=m["started_at"],
         finished_at=m["finished_at"],
         labels=stored_json(m["labels"], {}),
+        bundle_digest=m["bundle_digest"],
     )
 
 
