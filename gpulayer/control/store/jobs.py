@@ -225,11 +225,23 @@ class JobStore(StoreBase):
             return [r[0] for r in rows]
 
     def list_jobs(self, *, states: Iterable[str] | None = None, limit: int = 50) -> list[JobRecord]:
-        query = select(t.jobs).order_by(t.jobs.c.created_at.desc(), t.jobs.c.id.desc()).limit(limit)
-        if states is not None:
-            query = query.where(t.jobs.c.state.in_(list(states)))
+        """The newest ``limit`` jobs, in ``states`` when given."""
+        newest_first = (t.jobs.c.created_at.desc(), t.jobs.c.id.desc())
+        if states is None:
+            with self.engine.connect() as conn:
+                query = select(t.jobs).order_by(*newest_first).limit(limit)
+                return [job_from_row(r) for r in conn.execute(query)]
+        # A query a state: each walks the (state, created_at) index newest first and stops
+        # at ``limit``, where one query over several states sorts every row they hold (a
+        # long queue's worth, for a poll asking for the newest live job).
+        found: list[JobRecord] = []
         with self.engine.connect() as conn:
-            return [job_from_row(r) for r in conn.execute(query)]
+            for state in sorted(set(states)):
+                query = select(t.jobs).where(t.jobs.c.state == state)
+                query = query.order_by(*newest_first).limit(limit)
+                found += [job_from_row(r) for r in conn.execute(query)]
+        found.sort(key=lambda job: (job.created_at, job.id), reverse=True)
+        return found[:limit]
 
     def queued_jobs(self) -> list[JobRecord]:
         query = (
