@@ -85,13 +85,10 @@ class BundleStore:
         Returns the digest; call it holding :attr:`lock`."""
         digest = hashlib.sha256(data).hexdigest()
         if not self.has(digest):
+            staged = self.staging_path()
+            staged.write_bytes(data)
             self.root.mkdir(parents=True, exist_ok=True)
-            self._staging.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(
-                dir=self._staging, suffix=".tar.gz", delete=False
-            ) as out:
-                out.write(data)
-            os.replace(out.name, self.path(digest))
+            os.replace(staged, self.path(digest))
         return digest
 
     def staging_path(self) -> Path:

@@ -316,7 +316,6 @@ class ScheduleService:
                 state="queued" if target.target else "failed",
                 target=target.target or spec.placement.target,
                 working_dir=record.working_dir,
-                has_bundle=digest is not None,
                 bundle_digest=digest,
                 labels=dict(spec.labels),
                 reason=None if target.target else "unschedulable",

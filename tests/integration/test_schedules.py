@@ -341,12 +341,9 @@ def test_a_schedule_applied_to_a_server_ships_its_source_once_for_every_run(
     assert "shipped" in listing.stdout and "stays up" not in listing.stderr
     (kept,) = (server.home / "bundles").iterdir()  # one upload, kept by its digest
     digest = kept.name.removesuffix(".tar.gz")
-    store = server.store()
-    try:
+    with server.store() as store:
         for run in created(runs)[:2]:
             assert store.get_job(run["job_id"]).bundle_digest == digest
-    finally:
-        store.close()
     cached = [p.name for p in (tmp_path / "worker").rglob(".bundles/*.tar.gz")]
     assert cached == [kept.name]  # the worker fetched it once for every run
 
@@ -386,11 +383,8 @@ def test_the_bundle_a_schedule_applies_with_stays_kept_for_a_later_submit(
     end = later.wait(60)
     assert end["state"] == "succeeded", end
     assert "kept for later" in later.logs()
-    store = server.store()
-    try:
+    with server.store() as store:
         assert store.get_job(later.id).bundle_digest == kept.name.removesuffix(".tar.gz")
-    finally:
-        store.close()
     assert kept.stat().st_ino == inode  # the same file, never written again
     assert [p.name for p in (server.home / "bundles").iterdir()] == [kept.name]
 

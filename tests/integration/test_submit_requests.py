@@ -66,9 +66,6 @@ def test_a_source_the_server_keeps_is_sent_by_digest_in_one_request(
     jobs = client.jobs(limit=10)
     assert sorted(j["id"] for j in jobs) == sorted([first, second])
     (kept,) = (server.home / "bundles").iterdir()  # one file, named by both jobs
-    store = server.store()
-    try:
+    with server.store() as store:
         digests = {store.get_job(job_id).bundle_digest for job_id in (first, second)}
-    finally:
-        store.close()
     assert digests == {kept.name.removesuffix(".tar.gz")}

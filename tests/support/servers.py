@@ -51,9 +51,14 @@ class ServerProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self.url = f"http://{host}:{self.port}"
 
-    def store(self) -> Store:
-        """The server's own store, opened beside it to check what it wrote; close it after."""
-        return Store(self.database_url or f"sqlite:///{self.home / 'server.db'}")
+    @contextmanager
+    def store(self) -> Iterator[Store]:
+        """The server's own store, opened beside it to check what it wrote."""
+        store = Store(self.database_url or f"sqlite:///{self.home / 'server.db'}")
+        try:
+            yield store
+        finally:
+            store.close()
 
     def start(self) -> ServerProcess:
         args = [

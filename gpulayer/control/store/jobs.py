@@ -56,13 +56,14 @@ def job_row(
     state: str,
     target: str,
     working_dir: str | None,
-    has_bundle: bool,
     labels: dict[str, str],
     reason: str | None = None,
     message: str | None = None,
     bundle_digest: str | None = None,
+    has_bundle: bool = False,
 ) -> dict[str, Any]:
-    """The jobs row of a new job."""
+    """The jobs row of a new job; it has a bundle when it names one by digest (``has_bundle``
+    alone: a bundle file in its folder, as before schema 10)."""
     now = time.time()
     return {
         "id": job_id,
