@@ -1,9 +1,10 @@
 """The dev extras name every third-party package the tests import.
 
-CI installs `.[dev]`, the provider plugins and the packages `.ci/run` pins by hand (torch); a
-test that imports anything else passes only where the machine happens to have it. This reads
-the imports of every file under tests/ and checks each third-party one against what those
-installs name, so a missing package fails here rather than on a clean machine.
+CI installs `.[dev]` and the provider plugins (all from `.ci/dev.lock`) and the packages
+`.ci/install` pins by hand (torch); a test that imports anything else passes only where the
+machine happens to have it. This reads the imports of every file under tests/ and checks each
+third-party one against what those installs name, so a missing package fails here rather than
+on a clean machine.
 """
 
 from __future__ import annotations
@@ -65,8 +66,8 @@ def installed_by_ci() -> set[str]:
     names |= {
         f"{requirement_name(r)}[{extra}]" for r in requirements for extra in requirement_extras(r)
     }
-    # `.ci/run` pins a few packages outside the extras (torch: a build that lies on the disk).
-    for quoted in re.findall(r'pip install -q "([^"]+)"', (ROOT / ".ci" / "run").read_text()):
+    # `.ci/install` pins a few packages outside the extras (torch: a build that lies on the disk).
+    for quoted in re.findall(r'pip install -q "([^"]+)"', (ROOT / ".ci" / "install").read_text()):
         names.add(requirement_name(quoted))
     return names
 

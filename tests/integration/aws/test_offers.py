@@ -71,10 +71,10 @@ def test_offer_hardware_and_prices(provider: AwsProvider) -> None:
     assert (g5g.cpu_arch, g5g.gpu_name, g5g.cuda_compute_capability) == ("aarch64", "T4g", "7.5")
     for offer in offers.values():
         assert offer.cuda_compute_capability == cuda_capability(offer.gpu_name)
-        if offer.instance_type in catalog.on_demand:
-            assert offer.hourly_price == catalog.on_demand[offer.instance_type]["us-east-1"]
-        else:
-            assert offer.hourly_price is None
+        # A type the catalog prices only in other regions (moto 5.2.6 lists p6-b300 in
+        # us-east-1; its price is published for us-west-2 alone) has no price here.
+        priced = catalog.on_demand.get(offer.instance_type, {})
+        assert offer.hourly_price == priced.get(offer.region), offer.instance_type
 
 
 def test_offers_filtered_by_a_query(provider: AwsProvider) -> None:
