@@ -23,14 +23,14 @@ from tests.support.cli import run_cli
 from tests.support.daemon import stop_local_control_plane
 from tests.support.sshd_hosts import SshdHost, SshdLab
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-TITLE = "### Try it without a cloud account"
+README = Path(__file__).resolve().parents[2] / "docs" / "clouds.md"
+TITLE = "## Try it without a cloud account"
 
 
 def _section() -> str:
     text = README.read_text()
     start = text.index(TITLE)
-    end = text.index("\n### ", start + len(TITLE))
+    end = text.index("\n## ", start + len(TITLE))
     return text[start:end]
 
 

@@ -38,7 +38,7 @@ def named_requirements() -> list[Requirement]:
 
     core = project(ROOT / "pyproject.toml")
     named = list(core["dependencies"])
-    for extra in ("dev", "postgres"):
+    for extra in ("dev", "postgres", "docs"):
         named += core["optional-dependencies"][extra]
     for plugin in sorted((ROOT / "providers").glob("*/pyproject.toml")):
         named += [r for r in project(plugin).get("dependencies", []) if r != "gpulayer"]
