@@ -38,6 +38,7 @@ from gpulayer.control.targets import (
     may_leave_this_machine,
     refuse_missing_inputs,
     refuse_unschedulable,
+    refuse_unshipped_inputs,
     target_after_cloud,
     with_default_target,
 )
@@ -219,6 +220,9 @@ class ControlService:
                 # The job runs on this machine, where its local inputs are read: one that is
                 # not there now is refused rather than failed once the job starts.
                 refuse_missing_inputs(spec, Path(base))
+            refuse_unshipped_inputs(
+                spec, self._shipped_inputs(spec, bundle or bundle_digest, base)
+            )
         except Exception:
             if bundle is not None:
                 bundle.unlink(missing_ok=True)
@@ -299,6 +303,29 @@ class ControlService:
             warnings.append(warning)
         return staged
 
+    def _shipped_inputs(
+        self, spec: JobSpec, bundle: Path | str | None, base: Path | str | None
+    ) -> set[int]:
+        """The job's local-path inputs (by index) that travel in its bundle: an uploaded file,
+        a kept one by digest, or the one this service makes of ``base`` (which carries those
+        that exist there)."""
+        from gpulayer.protocol.bundle import (
+            is_machine_path,
+            local_input_paths,
+            shipped_input_indexes,
+        )
+
+        artifacts = [i.artifact for i in spec.inputs]
+        if not may_leave_this_machine(spec) or not any(map(is_machine_path, artifacts)):
+            return set()
+        if isinstance(bundle, Path):
+            return shipped_input_indexes(bundle)
+        if bundle is not None:
+            return shipped_input_indexes(self.bundles.path(bundle))
+        if base is not None:
+            return set(local_input_paths(artifacts, Path(base)))
+        return set()
+
     def release_unused_bundle(self, digest: str) -> None:
         """Drop a kept bundle no job names (holding the bundle store's lock)."""
         if not self.store.bundle_in_use(digest):
@@ -368,6 +395,13 @@ class ControlService:
                 problems.extend(f"jobs[{index}].{line}" for line in outcome.lines)
             else:
                 specs.append((*outcome, key))
+        for index, ((spec, _, _), (_, working_dir, digest)) in enumerate(
+            zip(specs, items, strict=True) if not problems else ()
+        ):
+            try:
+                refuse_unshipped_inputs(spec, self._shipped_inputs(spec, digest, working_dir))
+            except UsageError as exc:
+                problems.append(f"jobs[{index}].{exc}")
         if problems:
             raise SpecError(problems)
         views = self.worker_views()

@@ -7,7 +7,7 @@ could ever run it moves on to the next target, and as the last target it queues 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,6 +110,24 @@ def refuse_missing_inputs(spec: JobSpec, base: Path) -> None:
     for index, path in sorted(missing.items()):
         artifact = spec.inputs[index].artifact
         raise UsageError(f"inputs[{index}].artifact: {artifact!r} does not exist ({path})")
+
+
+def refuse_unshipped_inputs(spec: JobSpec, shipped: Collection[int]) -> None:
+    """A job that may run on another machine gets its local-path inputs only inside its
+    bundle: a worker never opens a path of its own machine for a job, so one its bundle does
+    not carry (``shipped``, by index) could only fail there, or read the wrong machine."""
+    if not may_leave_this_machine(spec):
+        return
+    from gpulayer.protocol.bundle import is_machine_path
+
+    for index, ref in enumerate(spec.inputs):
+        if is_machine_path(ref.artifact) and index not in shipped:
+            raise UsageError(
+                f"inputs[{index}].artifact: {ref.artifact!r} is a path of the submitting "
+                "machine, and a job that may run elsewhere gets such inputs only inside its "
+                "bundle (the CLI and SDK put them there); use target local, or job:/s3:// "
+                "artifacts"
+            )
 
 
 def may_leave_this_machine(spec: JobSpec) -> bool:

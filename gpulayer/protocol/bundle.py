@@ -97,6 +97,33 @@ that cannot read them where they lie."""
 _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
+def is_machine_path(artifact: str) -> bool:
+    """Whether an input's artifact names a file or folder of the submitting machine (a path,
+    or file://), which only its bundle can carry to another machine."""
+    if artifact.startswith("job:"):
+        return False
+    match = _SCHEME_RE.match(artifact)
+    return match is None or match.group(1).lower() == "file"
+
+
+def shipped_input_indexes(bundle: Path) -> set[int]:
+    """The inputs (by index) a bundle carries under SHIPPED_INPUTS_DIR, read from its member
+    names alone."""
+    found: set[int] = set()
+    prefix = SHIPPED_INPUTS_DIR + "/"
+    try:
+        with tarfile.open(bundle, mode="r|*") as tar:
+            for member in tar:
+                name = member.name.removeprefix("./")
+                if name.startswith(prefix):
+                    index = name[len(prefix) :].split("/", 1)[0]
+                    if index.isascii() and index.isdigit() and "/" in name[len(prefix) :]:
+                        found.add(int(index))
+    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+        raise BundleError(f"bundle: cannot read {bundle.name}: {exc}") from exc
+    return found
+
+
 def local_input_paths(artifacts: Sequence[str], base: Path) -> dict[int, Path]:
     """The inputs (by index) that are files or folders of this machine and exist now; relative
     ones are read against ``base``, the submit folder."""

@@ -65,6 +65,11 @@ class ControlClient:
             self._local.conn = conn
         return conn
 
+    @property
+    def token(self) -> str:
+        """The credential calls go with now."""
+        return self._token
+
     def use_token(self, token: str) -> None:
         """Call with this token from now on (a worker's own credential, once registered)."""
         self._token = token

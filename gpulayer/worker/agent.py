@@ -95,9 +95,14 @@ class WorkerAgent:
         contain: bool = True,
         setup_cache: Path | None = None,
         stopped_with_its_machine: bool = False,
+        machine_paths: bool = False,
     ) -> None:
         """``stopped_with_its_machine``: the worker of a rented machine, whose jobs may be
-        signalled by the same shutdown that stops it (see ``_killed_with_its_machine``)."""
+        signalled by the same shutdown that stops it (see ``_killed_with_its_machine``).
+        ``machine_paths``: the local control plane's own worker, which runs as the user who
+        submits its jobs: it reads their local paths and runs them in their folders. Any
+        other worker opens no path of its machine that a job names."""
+        self.machine_paths = machine_paths
         self.link = link
         self.stopped_with_its_machine = stopped_with_its_machine
         self.registration = registration
@@ -334,7 +339,11 @@ class WorkerAgent:
                 spec=spec,
                 job_dir=attempt_dir,
                 bundle=bundle,
-                source_dir=Path(assignment.working_dir) if assignment.working_dir else None,
+                source_dir=(
+                    Path(assignment.working_dir)
+                    if assignment.working_dir and self.machine_paths
+                    else None
+                ),
                 resolve_artifact=lambda ref: self._while_reachable(
                     f"fetching input {ref}",
                     lambda: self.link.resolve_artifact(ref, attempt_dir / "fetched"),
@@ -348,6 +357,8 @@ class WorkerAgent:
                 run_as=run_as,
                 node=_node_place(assignment),
                 setup_cache=self.setup_cache,
+                machine_paths=self.machine_paths,
+                masked=self._credentials(),
             )
             run = JobRun(context, on_log=functools.partial(_ship, shipper))
             with self._runs_lock:
@@ -429,6 +440,11 @@ class WorkerAgent:
             self._report(attempt_id, report)
         with self._runs_lock:
             self._held.discard(attempt_id)
+
+    def _credentials(self) -> tuple[str, ...]:
+        """What the worker authenticates with (its join token, its own credential)."""
+        values = getattr(self.link, "credentials", None)
+        return tuple(values()) if callable(values) else ()
 
     def _killed_with_its_machine(self, report: AttemptReport) -> bool:
         """Whether a job killed by SIGTERM or SIGKILL from outside died of this worker's own

@@ -238,7 +238,8 @@ def start_local_worker(link: ControlLink, *, data_dir: Path, work_root: Path) ->
         capabilities=capabilities.model_dump(mode="json"),
         worker_id="local",
     )
-    agent = WorkerAgent(link, registration, work_root=work_root)
+    # It runs as the user who submits its jobs, on the machine they were submitted on.
+    agent = WorkerAgent(link, registration, work_root=work_root, machine_paths=True)
     agent.start()
     return agent
 

@@ -48,6 +48,11 @@ class HttpLink:
         self.client = client
         self.identity_file = identity_file
         self._batched_finish = True
+        self._join_token = client.token
+
+    def credentials(self) -> list[str]:
+        """Every credential this link has called with: masked wherever a job's text goes."""
+        return [self._join_token, self.client.token]
 
     def register(self, registration: Registration) -> str:
         """Register; every later call goes with the credential bound to this worker alone.

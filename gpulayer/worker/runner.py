@@ -114,6 +114,12 @@ class RunContext:
     setup_cache: Path | None = None
     """Where the environments of jobs' ``setup`` are kept and reused; the attempt's own
     folder when None."""
+    machine_paths: bool = False
+    """Whether the job's local-path inputs are opened on this machine: only for the worker
+    that runs as the user who submitted the job on this machine (see :mod:`staging`)."""
+    masked: tuple[str, ...] = ()
+    """Values besides the job's secrets that never appear in its log: the worker's own
+    credentials."""
 
 
 @dataclass
@@ -233,7 +239,7 @@ class JobRun:
         self._wake_write: int | None = None
         """While the job runs, writing here wakes the supervisor's wait (a cancel)."""
         self._started = False
-        self._redactor = Redactor(())
+        self._redactor = Redactor(ctx.masked)
         self._python = ctx.python
         self.leader_pid: int | None = None
 
@@ -304,7 +310,7 @@ class JobRun:
             )
         except SecretMissingError as exc:
             raise _SetupFailed("secret_missing", str(exc)) from None
-        self._redactor = Redactor(secrets.values())
+        self._redactor = Redactor([*secrets.values(), *ctx.masked])
         return secrets
 
     def _prepare_workspace(self) -> Path:
@@ -329,6 +335,7 @@ class JobRun:
                 self.input_dir,
                 source_dir=cwd,
                 resolve_artifact=ctx.resolve_artifact,
+                machine_paths=ctx.machine_paths,
             )
         except StagingError as exc:
             reason: Reason = "input_missing" if exc.reason == "input_missing" else "setup_failed"

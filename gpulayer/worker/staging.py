@@ -3,6 +3,12 @@
 An input's artifact is one of: a local file or directory (absolute, or relative to the job's
 source directory), ``job:<id>/<path>`` (another job's output, found by the control plane),
 or a URL whose scheme has a registered fetcher (the aws provider adds s3://, gcp gs://).
+
+A local path names a file of the machine the job was submitted on. Only the worker that runs
+on that machine for that person (the local control plane's own, which runs as the submitting
+user) opens it there; every other worker takes it from the job's bundle, which carried it from
+the submitting machine, and refuses it otherwise: a worker's own files (its credential, the
+machine's keys) are never a job's input, whatever rights the worker has.
 """
 
 from __future__ import annotations
@@ -47,6 +53,11 @@ class FetcherUnavailableError(StagingError):
 
 class InputPathError(StagingError, UsageError):
     """An input's path would land outside the input directory."""
+
+
+class MachinePathRefusedError(StagingError, UsageError):
+    """A local-path input its bundle does not carry, on a worker that never opens paths of its
+    own machine for a job."""
 
 
 @dataclass(frozen=True)
@@ -129,7 +140,10 @@ def stage_input(
     resolve_artifact: ArtifactResolver | None,
     field: str = "inputs",
     index: int | None = None,
+    machine_paths: bool = False,
 ) -> StagedInput:
+    """``machine_paths``: whether a local-path artifact is opened on this machine (only for
+    a job of this machine's own user); otherwise only the bundle's copy of it is staged."""
     artifact = ref.artifact
     target = destination(input_dir, ref.path, field)
     shipped = shipped_input(source_dir, index) if source_dir and index is not None else None
@@ -150,6 +164,11 @@ def stage_input(
             raise InputMissingError(f"{field}.artifact: {artifact!r} resolved to nothing")
         return StagedInput(artifact, target, _copy(local, target, field))
     scheme = url_scheme(artifact)
+    if (scheme is None or scheme == "file") and not machine_paths:
+        raise MachinePathRefusedError(
+            f"{field}.artifact: {artifact!r} is a path of the submitting machine and the job's "
+            "bundle does not carry it; this worker never opens its own machine's files for a job"
+        )
     if scheme == "file":
         return _stage_local(artifact[len("file://") :], target, None, field, artifact)
     if scheme is not None:
@@ -192,9 +211,10 @@ def stage_inputs(
     *,
     source_dir: Path | None = None,
     resolve_artifact: ArtifactResolver | None = None,
+    machine_paths: bool = False,
 ) -> list[StagedInput]:
     """Stage each input under ``input_dir``; the first failure raises a StagingError whose
-    ``reason`` is the run outcome's."""
+    ``reason`` is the run outcome's. ``machine_paths``: see :func:`stage_input`."""
     input_dir.mkdir(parents=True, exist_ok=True)
     return [
         stage_input(
@@ -204,6 +224,7 @@ def stage_inputs(
             resolve_artifact=resolve_artifact,
             field=f"inputs[{index}]",
             index=index,
+            machine_paths=machine_paths,
         )
         for index, ref in enumerate(inputs)
     ]

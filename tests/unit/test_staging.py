@@ -13,6 +13,7 @@ from gpulayer.worker.staging import (
     FetcherUnavailableError,
     InputMissingError,
     InputPathError,
+    MachinePathRefusedError,
     StagingError,
     register_fetcher,
     stage_input,
@@ -37,7 +38,9 @@ def test_relative_file_comes_from_the_source_dir(dirs: tuple[Path, Path]) -> Non
     source, input_dir = dirs
     (source / "cfg").mkdir()
     (source / "cfg" / "train.yaml").write_text("lr: 1")
-    [staged] = stage_inputs([ref("cfg/train.yaml", "conf/t.yaml")], input_dir, source_dir=source)
+    [staged] = stage_inputs(
+        [ref("cfg/train.yaml", "conf/t.yaml")], input_dir, source_dir=source, machine_paths=True
+    )
     assert staged.path == input_dir.resolve() / "conf" / "t.yaml"
     assert not staged.is_dir
     assert staged.path.read_text() == "lr: 1"
@@ -52,7 +55,9 @@ def test_absolute_directory_is_copied_with_links_followed(
     (data / "blobs" / "b1").write_text("blob")
     (data / "snap").mkdir()
     (data / "snap" / "weights.bin").symlink_to("../blobs/b1")
-    [staged] = stage_inputs([ref(str(data), "dataset")], input_dir, source_dir=source)
+    [staged] = stage_inputs(
+        [ref(str(data), "dataset")], input_dir, source_dir=source, machine_paths=True
+    )
     assert staged.is_dir
     copied = input_dir / "dataset" / "snap" / "weights.bin"
     assert not copied.is_symlink()
@@ -62,7 +67,7 @@ def test_absolute_directory_is_copied_with_links_followed(
 def test_file_url(tmp_path: Path, dirs: tuple[Path, Path]) -> None:
     _, input_dir = dirs
     (tmp_path / "x.csv").write_text("a,b")
-    stage_inputs([ref(f"file://{tmp_path / 'x.csv'}", "x.csv")], input_dir)
+    stage_inputs([ref(f"file://{tmp_path / 'x.csv'}", "x.csv")], input_dir, machine_paths=True)
     assert (input_dir / "x.csv").read_text() == "a,b"
 
 
@@ -118,7 +123,7 @@ def test_missing_local_input_names_the_input(dirs: tuple[Path, Path]) -> None:
     (source / "present.txt").write_text("")
     inputs = [ref("present.txt", "a"), ref("absent.txt", "b")]
     with pytest.raises(InputMissingError, match=r"inputs\[1\]\.artifact: 'absent.txt'") as caught:
-        stage_inputs(inputs, input_dir, source_dir=source)
+        stage_inputs(inputs, input_dir, source_dir=source, machine_paths=True)
     assert caught.value.reason == "input_missing"
 
 
@@ -182,9 +187,13 @@ def test_two_inputs_cannot_share_a_path(tmp_path: Path, dirs: tuple[Path, Path])
     (tmp_path / "a").write_text("a")
     (tmp_path / "b").write_text("b")
     with pytest.raises(InputPathError, match="already staged"):
-        stage_inputs([ref(str(tmp_path / "a"), "x"), ref(str(tmp_path / "b"), "x/")], input_dir)
+        stage_inputs(
+            [ref(str(tmp_path / "a"), "x"), ref(str(tmp_path / "b"), "x/")],
+            input_dir,
+            machine_paths=True,
+        )
     with pytest.raises(InputPathError, match="cannot make its directory"):
-        stage_inputs([ref(str(tmp_path / "b"), "x/y")], input_dir)
+        stage_inputs([ref(str(tmp_path / "b"), "x/y")], input_dir, machine_paths=True)
 
 
 @pytest.mark.parametrize(
@@ -193,3 +202,16 @@ def test_two_inputs_cannot_share_a_path(tmp_path: Path, dirs: tuple[Path, Path])
 )
 def test_url_scheme(artifact: str, scheme: str | None) -> None:
     assert url_scheme(artifact) == scheme
+
+
+@pytest.mark.parametrize(
+    "artifact", ["/etc/hostname", "file:///etc/hostname", "../../etc/hostname"]
+)
+def test_a_worker_for_other_machines_opens_no_path_of_its_own(
+    artifact: str, dirs: tuple[Path, Path]
+) -> None:
+    source, input_dir = dirs
+    with pytest.raises(MachinePathRefusedError, match=r"^inputs\[0\]\.artifact: ") as caught:
+        stage_inputs([ref(artifact, "x")], input_dir, source_dir=source)
+    assert caught.value.reason == "setup_failed"
+    assert list(input_dir.iterdir()) == []
