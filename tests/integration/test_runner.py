@@ -392,7 +392,10 @@ def test_inputs_are_staged_before_the_job_runs(tmp_path: Path) -> None:
         ],
     )
     logs = Logs()
-    outcome = run(spec, tmp_path, logs, source_dir=source, resolve_artifact=resolve)
+    # The local control plane's own worker: it runs as the user whose paths these are.
+    outcome = run(
+        spec, tmp_path, logs, source_dir=source, resolve_artifact=resolve, machine_paths=True
+    )
     assert outcome.state == "succeeded", logs.all_text()
     files = ["conf/config.yaml", "data/train/part-0", "model.bin"]
     assert logs.text("stdout") == f"{files}\nlr: 0.1\nrows\nweights\n"
@@ -423,7 +426,7 @@ def test_missing_input_fails_before_anything_runs(tmp_path: Path) -> None:
         f"open({str(marker)!r}, 'w')",
         inputs=[{"artifact": str(tmp_path / "nowhere.csv"), "path": "data.csv"}],
     )
-    outcome = run(spec, tmp_path)
+    outcome = run(spec, tmp_path, machine_paths=True)
     assert (outcome.state, outcome.reason) == ("failed", "input_missing")
     assert "inputs[0]" in (outcome.message or "") and "nowhere.csv" in (outcome.message or "")
     assert not marker.exists()
