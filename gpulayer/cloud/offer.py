@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpulayer.spec.currency import CurrencyCode
-from gpulayer.spec.models import CPU_ARCH_ALIASES, OS_NAMES, Accelerator
+from gpulayer.spec.models import CAPABILITY, CPU_ARCH_ALIASES, OS_NAMES, Accelerator
 
 if TYPE_CHECKING:
     from gpulayer.spec.models import JobSpec
 
-_CAPABILITY_RE = re.compile(r"^\d{1,2}\.\d{1,2}$")
 
 MemoryKind = Literal["dedicated", "unified"]
 
@@ -25,9 +23,8 @@ def parse_capability(value: str) -> tuple[int, int]:
 
 
 def _check_capability(value: str | None) -> str | None:
-    if value is not None and not _CAPABILITY_RE.match(value):
-        raise ValueError(f"{value!r} is not of the form major.minor, e.g. '8.0'")
-    return value
+    # The JobSpec's exact pattern: ASCII digits, the whole value.
+    return value if value is None else CAPABILITY.check(value)
 
 
 def check_arch(value: str) -> str:

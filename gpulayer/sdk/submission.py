@@ -52,7 +52,10 @@ def _local_inputs(job: dict[str, Any]) -> dict[int, Path]:
         i.get("artifact") if isinstance(i, dict) else None
         for i in (inputs if isinstance(inputs, list) else [])
     ]
-    return local_input_paths([a if isinstance(a, str) else "job:" for a in artifacts], Path.cwd())
+    # An artifact that is not a non-empty string names no file here ("" read as a path would
+    # be the current folder, shipped whole): the control plane refuses it instead.
+    named = [a if isinstance(a, str) and a else "job:" for a in artifacts]
+    return local_input_paths(named, Path.cwd())
 
 
 @contextlib.contextmanager

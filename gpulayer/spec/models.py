@@ -7,7 +7,6 @@ Pure: no I/O. Rules that span several fields live in model validators, which rai
 from __future__ import annotations
 
 import re
-from pathlib import PurePosixPath, PureWindowsPath
 from typing import Annotated, Any, Literal, Union
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -24,6 +23,7 @@ from pydantic import (
 )
 
 from gpulayer.spec.currency import CurrencyCode
+from gpulayer.spec.patterns import ExactPattern
 from gpulayer.spec.profiles import PROFILES
 
 API_VERSION: Literal["gpulayer.dev/v1alpha1"] = "gpulayer.dev/v1alpha1"
@@ -79,13 +79,35 @@ MAX_MEMORY_GB = 65536
 MAX_DISK_GB = 1048576
 MAX_HOURLY_COST = 1_000_000  # in the job's currency: wide enough for the smallest units (JPY)
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Exact patterns (gpulayer.spec.patterns): the whole value, ASCII only, and the published
+# schema reads each the same way.
+NAME = ExactPattern(r"[A-Za-z0-9_.-]{1,63}", "1 to 63 of letters, digits, '_', '.' and '-'")
+ENV_NAME = ExactPattern(r"[A-Za-z_][A-Za-z0-9_]*", "a valid environment variable name")
 _IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
-_ENTRYPOINT_RE = re.compile(rf"^{_IDENTIFIER}(\.{_IDENTIFIER})*:{_IDENTIFIER}(\.{_IDENTIFIER})*$")
-_CAPABILITY_RE = re.compile(r"^\d{1,2}\.\d{1,2}$")
+ENTRYPOINT = ExactPattern(
+    rf"{_IDENTIFIER}(\.{_IDENTIFIER})*:{_IDENTIFIER}(\.{_IDENTIFIER})*",
+    "of the form module:function",
+)
+CAPABILITY = ExactPattern(r"[0-9]{1,2}\.[0-9]{1,2}", "of the form major.minor, e.g. '8.0'")
 # A distribution name (PEP 508) optionally followed by dotted marker parts: torch, torch.cuda.
-_FRAMEWORK_KEY_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+FRAMEWORK_KEY = ExactPattern(
+    r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", "a package name or marker such as torch.cuda"
+)
+# A model name, optionally with a size ("A100-80GB"); models start with a letter, so a size
+# alone ("80GB") is refused rather than matching nothing.
+GPU_MODEL = ExactPattern(r"[A-Za-z][A-Za-z0-9 ._-]*", "a GPU model name such as A100-80GB")
+# Printable ASCII without spaces after the scheme: a URL as pip and uv take it (an IRI's
+# other characters are written percent-encoded).
+INDEX_URL = ExactPattern(r"(https?|file)://[!-~]+", "an http(s):// or file:// URL")
+# A Windows drive ("C:"): refused in relative paths whatever the Python version's pathlib
+# reads as one (3.12 takes any character before the colon, 3.11 only ASCII letters).
+_DRIVE = re.compile(r"[A-Za-z]:")
+# What str.strip() removes (str.isspace), spelled out: Python's \s and ECMA-262's differ.
+WHITESPACE_CLASS = (
+    r"[\t\n\x0b\x0c\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+)
+BLANK_PATH = ExactPattern(rf"{WHITESPACE_CLASS}*\.?{WHITESPACE_CLASS}*", "a path")
+_SEPARATORS = re.compile(r"[/\\]")
 
 
 class StrictModel(BaseModel):
@@ -99,9 +121,7 @@ def is_reserved_env_name(name: str) -> bool:
 
 
 def _check_entrypoint(value: str) -> str:
-    if not _ENTRYPOINT_RE.match(value):
-        raise ValueError(f"{value!r} is not of the form module:function")
-    return value
+    return ENTRYPOINT.check(value)
 
 
 def _check_specifier(value: str) -> str:
@@ -130,12 +150,7 @@ Number = Annotated[float, Strict()]
 Entrypoint = Annotated[str, AfterValidator(_check_entrypoint)]
 VersionSpecifier = Annotated[str, AfterValidator(_check_specifier)]
 NonEmptyStr = Annotated[str, Field(min_length=1)]
-GpuModelName = Annotated[
-    str,
-    # A model name, optionally with a size ("A100-80GB"); models start with a letter, so a
-    # size alone ("80GB") is refused rather than matching nothing.
-    Field(min_length=1, max_length=64, pattern=r"^[A-Za-z][A-Za-z0-9 ._-]*$"),
-]
+GpuModelName = Annotated[str, Field(min_length=1, max_length=64), GPU_MODEL]
 
 
 # --- workloads ------------------------------------------------------------------------------
@@ -252,14 +267,12 @@ class ResourceRequest(StrictModel):
     @field_validator("min_cuda_compute_capability")
     @classmethod
     def _capability_form(cls, value: str | None) -> str | None:
-        if value is not None and not _CAPABILITY_RE.match(value):
-            raise ValueError(f"{value!r} is not of the form major.minor, e.g. '8.0'")
-        return value
+        return value if value is None else CAPABILITY.check(value)
 
     @field_validator("os")
     @classmethod
     def _known_os(cls, values: list[str]) -> list[str]:
-        normalized = [v.lower() for v in values]
+        normalized = [_ascii_lower(v) for v in values]
         unknown = [v for v in normalized if v not in OS_NAMES]
         if unknown:
             raise ValueError(f"unknown os {unknown[0]!r}; known: {', '.join(sorted(OS_NAMES))}")
@@ -270,7 +283,7 @@ class ResourceRequest(StrictModel):
     def _known_arch(cls, values: list[str]) -> list[str]:
         normalized = []
         for value in values:
-            arch = CPU_ARCH_ALIASES.get(value.lower())
+            arch = CPU_ARCH_ALIASES.get(_ascii_lower(value))
             if arch is None:
                 known = ", ".join(sorted(CPU_ARCH_ALIASES))
                 raise ValueError(f"unknown cpu_arch {value!r}; known: {known}")
@@ -286,8 +299,7 @@ class ResourceRequest(StrictModel):
     @classmethod
     def _framework_names(cls, frameworks: dict[str, str]) -> dict[str, str]:
         for name in frameworks:
-            if not _FRAMEWORK_KEY_RE.match(name):
-                raise ValueError(f"{name!r} is not a package name or marker such as torch.cuda")
+            FRAMEWORK_KEY.check(name)
         return frameworks
 
     @model_validator(mode="after")
@@ -395,8 +407,8 @@ class RetryPolicy(StrictModel):
 
 def check_name(name: str) -> str:
     """A job's (or a schedule's) name."""
-    if not _NAME_RE.match(name):
-        raise ValueError("1 to 63 of letters, digits, '_', '.' and '-'")
+    if not NAME.matches(name):
+        raise ValueError(NAME.problem)
     return name
 
 
@@ -418,7 +430,7 @@ def _check_setup_path(value: str) -> str:
 PipRequirement = Annotated[
     str, Field(min_length=1, max_length=1000), AfterValidator(_check_requirement)
 ]
-IndexUrl = Annotated[str, Field(min_length=1, max_length=2000, pattern=r"^(https?|file)://\S+$")]
+IndexUrl = Annotated[str, Field(min_length=1, max_length=2000), INDEX_URL]
 SETUP_TIMEOUT_SECONDS = 1800.0
 MAX_SETUP_TIMEOUT_SECONDS = 86400.0
 
@@ -511,21 +523,28 @@ class JobSpec(StrictModel):
 
 
 def _check_env_name(name: str) -> None:
-    if not _ENV_NAME_RE.match(name):
-        raise ValueError(f"{name!r} is not a valid environment variable name")
+    ENV_NAME.check(name)
     if is_reserved_env_name(name):
         raise ValueError(f"{name!r} is reserved (GPULAYER_*, TORCHELASTIC_* and torchrun's names)")
 
 
+def _ascii_lower(value: str) -> str:
+    # str.lower() folds some non-ASCII letters into ASCII ones (the Kelvin sign into "k"); the
+    # names compared here are ASCII, and so is the schema's case-insensitive spelling of them.
+    return value.lower() if value.isascii() else value
+
+
 def _check_relative_path(path: str, field: str | None) -> str:
+    """A path inside a folder, read alike on POSIX and Windows. Each rule is spelled out
+    (rather than asked of pathlib, whose reading of drives changed between Python versions)
+    so that the published schema (gpulayer.spec.schema.RELATIVE_PATH) says the same."""
     prefix = f"{field}: " if field else ""
-    if not path or path.strip() in ("", "."):
+    if BLANK_PATH.matches(path):
         raise ValueError(f"{prefix}path may not be empty")
     if "\x00" in path:
         raise ValueError(f"{prefix}path may not contain NUL")
-    posix, windows = PurePosixPath(path), PureWindowsPath(path)
-    if posix.is_absolute() or windows.is_absolute() or windows.drive or path.startswith("\\"):
+    if path.startswith(("/", "\\")) or _DRIVE.match(path):
         raise ValueError(f"{prefix}{path!r} must be a relative path")
-    if ".." in posix.parts or ".." in windows.parts:
+    if ".." in _SEPARATORS.split(path):
         raise ValueError(f"{prefix}{path!r} may not contain '..'")
     return path

@@ -13,12 +13,13 @@ from typing import Any
 
 from gpulayer.spec.currency import ISO_4217_CODES
 from gpulayer.spec.models import (
-    _CAPABILITY_RE,
-    _ENTRYPOINT_RE,
-    _ENV_NAME_RE,
-    _FRAMEWORK_KEY_RE,
-    _NAME_RE,
+    BLANK_PATH,
+    CAPABILITY,
     CPU_ARCH_ALIASES,
+    ENTRYPOINT,
+    ENV_NAME,
+    FRAMEWORK_KEY,
+    NAME,
     OS_NAMES,
     RESERVED_ENV_PREFIXES,
     TORCHRUN_ENV_NAMES,
@@ -30,9 +31,14 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 Schema = dict[str, Any]
 
-ENV_NAME: Schema = {
+# Every pattern here is read alike by Python's jsonschema and ECMA-262 validators (ajv):
+# ASCII classes spelled out, and "the end" written as (?![\s\S]) (no character follows),
+# since Python's $ also matches before a trailing newline. gpulayer.spec.patterns says more.
+_END = r"(?![\s\S])"
+
+ENV_NAME_SCHEMA: Schema = {
     "type": "string",
-    "pattern": _ENV_NAME_RE.pattern,
+    "pattern": ENV_NAME.json_pattern,
     "not": {
         "anyOf": [
             {"enum": sorted(TORCHRUN_ENV_NAMES)},
@@ -41,16 +47,16 @@ ENV_NAME: Schema = {
     },
 }
 
-# What _check_relative_path refuses: empty or ".", NUL, absolute (POSIX, Windows root, UNC,
-# drive letters) and any ".." part, with either separator.
+# What _check_relative_path refuses: empty or "." (whitespace around them aside), NUL,
+# absolute (POSIX, Windows root, UNC, drive letters) and any ".." part, with either separator.
 RELATIVE_PATH: Schema = {
     "type": "string",
     "allOf": [
-        {"not": {"pattern": r"^\s*\.?\s*$"}},
+        {"not": {"pattern": BLANK_PATH.json_pattern}},
         {"not": {"pattern": "\u0000"}},
         {"not": {"pattern": r"^[/\\]"}},
         {"not": {"pattern": r"^[A-Za-z]:"}},
-        {"not": {"pattern": r"(^|[/\\])\.\.([/\\]|$)"}},
+        {"not": {"pattern": rf"(^|[/\\])\.\.([/\\]|{_END})"}},
     ],
 }
 
@@ -61,7 +67,7 @@ def _case_insensitive(words: list[str]) -> str:
         "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else _escape(c) for c in word)
         for word in sorted(words)
     )
-    return f"^(?:{'|'.join(spelled)})$"
+    return f"^(?:{'|'.join(spelled)}){_END}"
 
 
 def _escape(char: str) -> str:
@@ -121,8 +127,8 @@ def _add_rules(holder: Schema, *rules: Schema) -> None:
 
 
 def _job(document: Schema) -> None:
-    _refine(document, "name", {"pattern": _NAME_RE.pattern})
-    document["properties"]["env"]["propertyNames"] = ENV_NAME
+    _refine(document, "name", {"pattern": NAME.json_pattern})
+    document["properties"]["env"]["propertyNames"] = ENV_NAME_SCHEMA
     distributed = _set("workload", _set("kind", {"const": "distributed"}))
     cuda = _accelerators({"cuda"})
     _add_rules(
@@ -155,9 +161,9 @@ def _job(document: Schema) -> None:
 def _workloads(defs: Schema) -> None:
     command = defs["CommandWorkload"]
     command["properties"]["command"]["prefixItems"] = [{"type": "string", "minLength": 1}]
-    _refine(defs["FunctionWorkload"], "entrypoint", {"pattern": _ENTRYPOINT_RE.pattern})
+    _refine(defs["FunctionWorkload"], "entrypoint", {"pattern": ENTRYPOINT.json_pattern})
     distributed = defs["DistributedWorkload"]
-    _refine(distributed, "function", {"pattern": _ENTRYPOINT_RE.pattern})
+    _refine(distributed, "function", {"pattern": ENTRYPOINT.json_pattern})
     _refine(distributed, "entrypoint", RELATIVE_PATH)
     script = _set("entrypoint", {"type": "string"})
     function = _set("function", {"type": "string"})
@@ -179,10 +185,10 @@ def _workloads(defs: Schema) -> None:
 
 def _resources(resources: Schema) -> None:
     props = resources["properties"]
-    _refine(resources, "min_cuda_compute_capability", {"pattern": _CAPABILITY_RE.pattern})
+    _refine(resources, "min_cuda_compute_capability", {"pattern": CAPABILITY.json_pattern})
     props["os"]["items"]["pattern"] = _case_insensitive(sorted(OS_NAMES))
     props["cpu_arch"]["items"]["pattern"] = _case_insensitive(sorted(CPU_ARCH_ALIASES))
-    props["frameworks"]["propertyNames"] = {"pattern": _FRAMEWORK_KEY_RE.pattern}
+    props["frameworks"]["propertyNames"] = {"pattern": FRAMEWORK_KEY.json_pattern}
     profile_rules = [
         {
             "if": _set("profile", {"const": name}),
@@ -241,6 +247,6 @@ def jobspec_schema() -> Schema:
     _workloads(defs)
     _resources(defs["ResourceRequest"])
     _placement(defs["PlacementPolicy"])
-    defs["SecretRef"]["properties"]["name"].update(ENV_NAME)
+    defs["SecretRef"]["properties"]["name"].update(ENV_NAME_SCHEMA)
     defs["InputRef"]["properties"]["path"].update(RELATIVE_PATH)
     return {"$schema": DIALECT, **document}

@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 
 from gpulayer.ssh.errors import InvalidCommand
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# fullmatch, ASCII: "$" would let a name end in a newline, which splits the exported line.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 
 
 def render_command(command: str | Sequence[str], env: Mapping[str, str] | None = None) -> str:
@@ -33,7 +34,7 @@ def render_command(command: str | Sequence[str], env: Mapping[str, str] | None =
         return line
     exports = []
     for name, value in env.items():
-        if not isinstance(name, str) or not _ENV_NAME.match(name):
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
             raise InvalidCommand(f"env name {name!r} is not a valid variable name")
         if not isinstance(value, str) or "\0" in value:
             raise InvalidCommand(f"env value of {name} must be a string without NUL bytes")
