@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
@@ -23,8 +23,11 @@ from gpulayer.control.auth import LOCAL_ADMIN, Principal
 from gpulayer.control.body_pipe import read_body_on_a_thread
 from gpulayer.control.bundle_store import DIGEST_PREFIX, parse_digest
 from gpulayer.control.claim_poll import claim_long_poll
+from gpulayer.control.idempotency import HEADER as IDEMPOTENCY_HEADER
+from gpulayer.control.idempotency import Answers, request_key
 from gpulayer.control.output_uploads import UploadTooLarge, receive_within
 from gpulayer.control.service import ControlService
+from gpulayer.control.store.once_keys import KeyTaken, OnceKey
 from gpulayer.control.text_checks import repaired, unsafe_text
 from gpulayer.control.uploads import incoming_bundle
 from gpulayer.control.views import (
@@ -194,14 +197,40 @@ def create_app(
 
     # --- jobs ---------------------------------------------------------------------------------
 
+    answers = Answers(service.store)
+
+    async def once_key(request: Request) -> OnceKey | None:
+        """The create request's Idempotency-Key, bound to its caller and its body's sha256."""
+        raw = request.headers.get(IDEMPOTENCY_HEADER)
+        if raw is None:
+            return None
+        who = await asyncio.to_thread(caller, request)
+        return request_key(who, raw, request.method, request.url.path, await request.body())
+
     # Checked inside (service.submit for the spec): a refused job must not leave its bundle.
-    # A list is several jobs in one transaction, answered with their views in order.
+    # A list is several jobs in one transaction, answered with their views in order. A
+    # request sent again with its Idempotency-Key is answered with the jobs it made first.
     @app.post("/v1/jobs", dependencies=[Depends(admin_only)], status_code=201)
     def submit(
         body: Annotated[list[SubmitBody], Field(min_length=1, max_length=10_000)] | SubmitBody,
+        response: Response,
+        once: OnceKey | None = Depends(once_key),
     ) -> Any:
-        if isinstance(body, list):
-            return _submit_many(body)
+        many = isinstance(body, list)
+        try:
+            made = answers.prior(once)
+            if made is None:
+                return _submit_many(body, once) if isinstance(body, list) else _submit(body, once)
+        except KeyTaken:
+            made = answers.prior(once)  # a concurrent duplicate made them: answer with those
+            if made is None:
+                raise
+        response.headers["Idempotent-Replayed"] = "true"
+        if many:
+            return [job_view(job) for job in service.store.get_jobs(made)]
+        return _job(service, made[0])
+
+    def _submit(body: SubmitBody, once: OnceKey | None) -> dict[str, Any]:
         digest = parse_digest(body.bundle_id) if body.bundle_id else None
         bundle = None if digest is not None else incoming_bundle(service, body.bundle_id)
         problems = unsafe_text(body.model_dump(exclude={"spec"}))
@@ -220,13 +249,14 @@ def create_app(
             client_env=body.client_env if embedded else None,
             warnings=warnings,
             bundle_digest=digest,
+            once=once,
         )
         view = _job(service, job.id)
         if warnings:
             view["warnings"] = warnings
         return view
 
-    def _submit_many(bodies: list[SubmitBody]) -> list[dict[str, Any]]:
+    def _submit_many(bodies: list[SubmitBody], once: OnceKey | None) -> list[dict[str, Any]]:
         items: list[tuple[dict[str, Any], str | None, str | None]] = []
         problems: list[str] = []
         for index, body in enumerate(bodies):
@@ -245,7 +275,7 @@ def create_app(
             items.append((body.spec, body.working_dir, digest))
         if problems:
             raise SpecError(problems)
-        return [job_view(job) for job in service.submit_many(items)]
+        return [job_view(job) for job in service.submit_many(items, once=once)]
 
     @app.get("/v1/jobs", dependencies=auth)
     def list_jobs(

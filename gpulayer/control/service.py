@@ -32,6 +32,7 @@ from gpulayer.control.store import (
     WorkerRecord,
 )
 from gpulayer.control.targets import (
+from gpulayer.control.store.once_keys import OnceKey
     TargetDecision,
     WorkerView,
     choose_target,
@@ -207,6 +208,7 @@ class ControlService:
     ) -> JobRecord:
         """Validate, choose a target, persist.
 
+        once: OnceKey | None = None,
         `bundle` is an uploaded source tarball to keep for the job, `bundle_digest` one the
         bundle store keeps (the job's row names it); `source_dir` a local
         directory to snapshot into one (what changed meanwhile is added to `warnings`).
@@ -266,8 +268,10 @@ class ControlService:
                 )
             except Exception:
                 if kept_here and bundle_digest is not None:
+                    once=once,
                     self.release_unused_bundle(bundle_digest)
                 raise
+                self._cloud_env.pop(job_id, None)
         self.jobs_stored(_heads_of([job]), {job.id: (spec, job.labels)})
         if decision.notes or not decision.target:
             # Else the dispatch pass below tells whoever waits on a change.
@@ -374,7 +378,10 @@ class ControlService:
         )
 
     def submit_many(
-        self, items: Sequence[tuple[dict[str, Any], str | None, str | None]]
+        self,
+        items: Sequence[tuple[dict[str, Any], str | None, str | None]],
+        *,
+        once: OnceKey | None = None,
     ) -> list[JobRecord]:
         """Several jobs at once: (spec data, working dir, bundle digest) each. All are
         validated before any is kept (SpecError lines name ``jobs[i]``), then stored in one
@@ -441,7 +448,7 @@ class ControlService:
                 )
                 if decision.notes:
                     notes.append((job_id, list(decision.notes)))
-            jobs = self.store.insert_jobs(rows)
+            jobs = self.store.insert_jobs(rows, once=once)
         self.store.append_logs_many(
             [(job_id, 0, [("system", note) for note in job_notes]) for job_id, job_notes in notes]
         )

@@ -19,7 +19,7 @@ from sqlalchemy import (
     Text,
 )
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 metadata = MetaData()
 
@@ -303,3 +303,18 @@ ui_login_links = Table(
     Column("expires_at", Float, nullable=False),
     Column("used_at", Float),
 )
+
+# Added in schema 11: what a create (POST /v1/jobs, /v1/tokens, a schedule's trigger) answered,
+# by the caller and the Idempotency-Key it sent, so a request sent again is answered with the
+# first one's records rather than making new ones. The primary key is what makes two
+# concurrent duplicates create once: the second one's transaction fails whole.
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("caller", String(64), primary_key=True),
+    Column("key", String(255), primary_key=True),
+    Column("fingerprint", String(64), nullable=False),
+    Column("answer", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+Index("ix_idempotency_keys_created", idempotency_keys.c.created_at)

@@ -9,8 +9,10 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import re
 import select
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -26,6 +28,9 @@ from gpulayer.errors import (
     StaleAttemptError,
     UsageError,
 )
+
+# The requests that make records: each carries an Idempotency-Key (see _send).
+_CREATES = re.compile(r"/v1/jobs")
 
 
 class Unauthorized(ControlPlaneError):
@@ -132,11 +137,19 @@ class ControlClient:
             # doseq: a list is one parameter repeated (label=a=1&label=b=2).
             url += "?" + urlencode({k: v for k, v in params.items() if v is not None}, doseq=True)
         headers = {"Authorization": f"Bearer {self._token}"}
+        creates = method == "POST" and _CREATES.fullmatch(path) is not None
+        if creates:
+            # A fresh key for this request, sent again only with the request itself: a
+            # server that made the records already answers with them instead of new ones.
+            headers["Idempotency-Key"] = uuid.uuid4().hex
         payload: bytes | BinaryIO | None = raw
         if body is not None:
             payload = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
-        for retry in (True, False):
+        # A create whose answer was lost is sent again with its key (so it counts once);
+        # a request the server may not have read yet (its idle connection was closed) once.
+        tries = (True, True, False) if creates else (True, False)
+        for retry in tries:
             conn = self._connection()
             conn.timeout = timeout or self._timeout
             try:

@@ -15,7 +15,7 @@ def test_upgrade_keeps_existing_rows_and_adds_new_tables_and_columns(tmp_path: P
     database = tmp_path / "state.db"
     write_old_database(f"sqlite:///{database}", 2)
     store = Store(f"sqlite:///{database}")
-    assert store.schema_version() == tables.SCHEMA_VERSION == 10
+    assert store.schema_version() == tables.SCHEMA_VERSION == 11
     assert store.get_job("j-old").name == "old"
     # Schema 6: a gang's nodes share one attempt number, so the old unique index is gone.
     store.upsert_worker(worker_id="w-a", name="a", kind="remote", labels={}, capabilities={})
@@ -63,7 +63,7 @@ def test_upgrade_from_3_adds_the_lifecycle_columns_and_tables(tmp_path: Path) ->
     database = tmp_path / "state.db"
     write_old_database(f"sqlite:///{database}", 3)
     store = Store(f"sqlite:///{database}")
-    assert store.schema_version() == 10
+    assert store.schema_version() == 11
     (old,) = store.list_instances()
     assert (old.request_id, old.state, old.offer, old.tunnel_port) == (
         "r-old",
@@ -122,7 +122,7 @@ def test_upgrade_from_8_reads_each_tries_note_into_its_outcome_columns(tmp_path:
     database = tmp_path / "state.db"
     make_schema_8_database(database)
     store = Store(f"sqlite:///{database}")
-    assert store.schema_version() == 10
+    assert store.schema_version() == 11
     found = {
         r.request_id: (r.outcome, r.outcome_scope, r.outcome_message)
         for r in store.list_instances()

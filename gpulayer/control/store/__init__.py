@@ -18,6 +18,7 @@ from gpulayer.control.store.dashboard import DashboardStore
 from gpulayer.control.store.engine import POOL_OVERFLOW, POOL_SIZE, create_store_engine
 from gpulayer.control.store.instances import InstanceLedger
 from gpulayer.control.store.jobs import JobStore, job_row
+from gpulayer.control.store.once_keys import OnceKeyStore
 from gpulayer.control.store.records import (  # noqa: F401 (the store's records)
     IDS_PER_QUERY,
     LIVE_STATES,
@@ -58,6 +59,7 @@ class Store(
     InstanceLedger,
     ScheduleStore,
     DashboardStore,
+    OnceKeyStore,
 ):
     """The control plane's database: every aggregate's reads and writes, sharing one engine
     (and, on SQLite, one writer at a time)."""

@@ -23,6 +23,7 @@ from sqlalchemy import (
 from gpulayer.cloud.lifecycle.records import INSTANCE_GONE_STATES
 from gpulayer.control import tables as t
 from gpulayer.control.store.engine import StoreBase
+from gpulayer.control.store.once_keys import OnceKey, remember_answer
 from gpulayer.control.store.records import (
     LIVE_STATES,
     TERMINAL_STATES,
@@ -164,20 +165,28 @@ def _epochs_in(conn: Connection, worker_ids: Iterable[str]) -> dict[str, int | N
 class JobStore(StoreBase):
     # --- jobs -------------------------------------------------------------------------------
 
-    def insert_job(self, **fields: Any) -> JobRecord:
-        """Insert a new job; `fields` are job_row's."""
+    def insert_job(self, *, once: OnceKey | None = None, **fields: Any) -> JobRecord:
+        """Insert a new job; `fields` are job_row's; ``once``: the request's idempotency key,
+        kept with the job (KeyTaken when another request kept it first)."""
         values = job_row(**fields)
         with self._begin() as conn:
+            if once is not None:
+                remember_answer(conn, once, [values["id"]])
             conn.execute(insert(t.jobs).values(**values))
             conn.execute(insert(t.log_usage).values(job_id=values["id"], bytes=0, cut_bytes=0))
         return _new_job_record(fields, values)
 
-    def insert_jobs(self, rows: Sequence[dict[str, Any]]) -> list[JobRecord]:
-        """Insert several new jobs in one transaction; each row is job_row's fields."""
+    def insert_jobs(
+        self, rows: Sequence[dict[str, Any]], *, once: OnceKey | None = None
+    ) -> list[JobRecord]:
+        """Insert several new jobs in one transaction; each row is job_row's fields;
+        ``once`` as for insert_job."""
         if not rows:
             return []
         values = [job_row(**fields) for fields in rows]
         with self._begin() as conn:
+            if once is not None:
+                remember_answer(conn, once, [v["id"] for v in values])
             conn.execute(insert(t.jobs), values)
             conn.execute(
                 insert(t.log_usage),
