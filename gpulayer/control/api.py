@@ -20,11 +20,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gpulayer import __version__
 from gpulayer.control.arrays import ARRAY_ID
 from gpulayer.control.auth import LOCAL_ADMIN, Principal
+from gpulayer.control.body_caps import route_caps
 from gpulayer.control.body_pipe import read_body_on_a_thread
 from gpulayer.control.bundle_store import DIGEST_PREFIX, parse_digest
 from gpulayer.control.claim_poll import claim_long_poll
+from gpulayer.control.edge import RequestEdge
 from gpulayer.control.idempotency import HEADER as IDEMPOTENCY_HEADER
 from gpulayer.control.idempotency import Answers, request_key
+from gpulayer.control.json_route import OffLoopJSONRoute
 from gpulayer.control.output_uploads import UploadTooLarge, receive_within
 from gpulayer.control.service import ControlService
 from gpulayer.control.store.once_keys import KeyTaken, OnceKey
@@ -149,6 +152,7 @@ def create_app(
         redoc_url=None,
         default_response_class=SafeJSONResponse,
     )
+    app.router.route_class = OffLoopJSONRoute  # before any route is added
 
     def caller(request: Request) -> Principal:
         service.touch()
@@ -177,7 +181,7 @@ def create_app(
                 body = await request.json()
             except Exception:
                 body = None  # the route's own parsing answers for a body that is not JSON
-            problems += unsafe_text(body)
+            problems += await asyncio.to_thread(unsafe_text, body)  # bodies run to MiBs
         if problems:
             raise SpecError(problems)
 
@@ -536,7 +540,14 @@ def create_app(
 
     from gpulayer.control.ui import mount_ui
 
-    mount_ui(app, service, authenticate)
+    ui_session = mount_ui(app, service, authenticate)
+    app.add_middleware(
+        RequestEdge,
+        authenticate=authenticate,
+        caps=route_caps(service.output_limits.max_bytes),
+        ui_session=ui_session,
+        progress=service.progress,
+    )
     return app
 
 

@@ -21,6 +21,7 @@ from gpulayer.control.auth import Principal, PrincipalKind, issue_token
 from gpulayer.control.job_states import ACTIVE_ATTEMPT_STATES, JobStates
 from gpulayer.control.output_uploads import OutputLimits
 from gpulayer.control.paths import HomeLayout
+from gpulayer.control.progress import ServerProgress
 from gpulayer.control.store import (
     TERMINAL_STATES,
     AttemptEnd,
@@ -97,6 +98,8 @@ class ControlService:
         self.last_call = time.monotonic()
         self._started = time.time()
         self._serving = False
+        self.progress = ServerProgress()
+        """Beaten by the HTTP edge: stalls of this server never count against workers."""
         self.default_target = "local"
         """The target of a job whose spec names none: a team server sets remote (it has no
         local worker)."""
@@ -1238,7 +1241,9 @@ class ControlService:
 
     def sweep_lost_workers(self) -> None:
         # Silence while this control plane was down is not held against a worker: its
-        # heartbeats had nowhere to go. It gets a full timeout from our start.
+        # heartbeats had nowhere to go. It gets a full timeout from our start. Nor is silence
+        # while this control plane was stalled (frozen, or too busy to take the heartbeats
+        # waiting for it): only time it could have heard the worker counts (progress.py).
         now = time.time()
         exempt = self.sweep_exempt()
         for worker in self.store.list_workers():
@@ -1246,7 +1251,7 @@ class ControlService:
             if (
                 worker.kind != "local"
                 and worker.state == "ready"
-                and now - silent_since > self.heartbeat_timeout
+                and self.progress.silence(silent_since, now) > self.heartbeat_timeout
                 and worker.id not in exempt
             ):
                 self.store.move_worker(worker.id, "lost")

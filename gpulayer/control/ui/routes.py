@@ -84,7 +84,11 @@ async def _form(request: Request) -> dict[str, str]:
     return {k: v[-1] for k, v in parse_qs(body, keep_blank_values=True).items()}
 
 
-def mount_ui(app: FastAPI, service: ControlService, authenticate: Authenticator) -> None:
+def mount_ui(
+    app: FastAPI, service: ControlService, authenticate: Authenticator
+) -> Callable[[str], bool]:
+    """Returns whether a session cookie is live, for the HTTP edge to ask before it reads a
+    form's body."""
     keeper = SessionKeeper(service.store)
 
     def session_of(request: Request) -> Session | None:
@@ -414,6 +418,8 @@ def mount_ui(app: FastAPI, service: ControlService, authenticate: Authenticator)
                 headers={"X-Accel-Buffering": "no"},
             )
         )
+
+    return lambda cookie: keeper.find(cookie) is not None
 
 
 async def _log_events(
