@@ -27,10 +27,21 @@ def revision_of_number(number: int) -> str:
     return f"{number:04d}"
 
 
-HEAD = revision_of_number(t.SCHEMA_VERSION)
-"""The newest revision in gpulayer/control/migrations/versions (a test holds them equal)."""
-
 MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+def _newest_revision() -> str:
+    numbers = [
+        match.group(1)
+        for path in (MIGRATIONS / "versions").iterdir()
+        if (match := re.fullmatch(r"([0-9]{4})_\w+\.py", path.name))
+    ]
+    return max(numbers)
+
+
+HEAD = _newest_revision()
+"""This gpulayer's schema: the newest revision under migrations/versions, whose file name
+starts with its number. The one place the schema version is kept."""
 
 # Alembic's own bookkeeping table, as Alembic defines it: written here only for a database
 # this gpulayer creates whole.

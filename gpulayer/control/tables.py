@@ -1,6 +1,8 @@
-"""The store's schema (SQLAlchemy Core). To change it, bump SCHEMA_VERSION and add its Alembic
-revision under gpulayer/control/migrations/versions (``alembic revision --autogenerate`` with
-the store's database, then made to change only what is missing, as the others do)."""
+"""The store's schema (SQLAlchemy Core). To change it, add its Alembic revision under
+gpulayer/control/migrations/versions, named ``00NN_what.py`` for the next schema number NN:
+the newest revision's number is the schema version (see schema.HEAD), kept nowhere else. A
+revision names the columns it changes itself, never these tables, and changes only what is
+missing, as the others do."""
 
 from __future__ import annotations
 
@@ -18,8 +20,6 @@ from sqlalchemy import (
     Table,
     Text,
 )
-
-SCHEMA_VERSION = 11
 
 metadata = MetaData()
 

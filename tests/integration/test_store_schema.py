@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from gpulayer.control import tables
+from gpulayer.control import schema
 from gpulayer.control.auth import TokenAuthority
 from gpulayer.control.store import Store
 from tests.support.old_schemas import OLD_JOIN_TOKEN, write_old_database
@@ -15,7 +15,7 @@ def test_upgrade_keeps_existing_rows_and_adds_new_tables_and_columns(tmp_path: P
     database = tmp_path / "state.db"
     write_old_database(f"sqlite:///{database}", 2)
     store = Store(f"sqlite:///{database}")
-    assert store.schema_version() == tables.SCHEMA_VERSION == 11
+    assert store.schema_version() == int(schema.HEAD)
     assert store.get_job("j-old").name == "old"
     # Schema 6: a gang's nodes share one attempt number, so the old unique index is gone.
     store.upsert_worker(worker_id="w-a", name="a", kind="remote", labels={}, capabilities={})
