@@ -64,8 +64,10 @@ def test_the_chain_finder_sees_an_import_through_another_module() -> None:
 
 
 def test_the_schema_version_is_the_newest_revision_file() -> None:
-    numbers = sorted(p.name[:4] for p in (MIGRATIONS / "versions").glob("[0-9][0-9][0-9][0-9]_*.py"))
-    assert schema.HEAD == numbers[-1]
+    numbers = sorted(
+        p.name[:4] for p in (MIGRATIONS / "versions").glob("[0-9][0-9][0-9][0-9]_*.py")
+    )
+    assert numbers[-1] == schema.HEAD
     assert numbers == [schema.revision_of_number(n) for n in range(1, int(schema.HEAD) + 1)]
     tables_source = (ROOT / "gpulayer" / "control" / "tables.py").read_text()
     assert "SCHEMA_VERSION" not in tables_source
