@@ -26,7 +26,7 @@ from gpulayer.control.bundle_store import DIGEST_PREFIX, parse_digest
 from gpulayer.control.claim_poll import claim_long_poll
 from gpulayer.control.edge import RequestEdge
 from gpulayer.control.idempotency import HEADER as IDEMPOTENCY_HEADER
-from gpulayer.control.idempotency import Answers, request_key
+from gpulayer.control.idempotency import Answers, TokenShownOnce, request_key
 from gpulayer.control.json_route import OffLoopJSONRoute
 from gpulayer.control.output_uploads import UploadTooLarge, receive_within
 from gpulayer.control.service import ControlService
@@ -70,6 +70,7 @@ _STATUS: dict[type[GpulayerError], int] = {
     StaleAttemptError: 409,
     UsageError: 400,
     UploadTooLarge: 413,
+    TokenShownOnce: 409,
 }
 
 # The store's id columns are INTEGER: 32 bits in PostgreSQL, so that is the largest id.
@@ -454,11 +455,31 @@ def create_app(
         return {"id": token_id, "revoked": service.store.revoke_token(token_id)}
 
     @app.post("/v1/tokens", dependencies=auth)
-    def create_token(body: TokenRequest) -> dict[str, Any]:
-        token = service.create_token(
-            body.kind, body.name, expires_at=body.expires_at, max_workers=body.max_workers
+    def create_token(
+        body: TokenRequest, once: OnceKey | None = Depends(once_key)
+    ) -> dict[str, Any]:
+        made = answers.prior(once)
+        if made is None:
+            try:
+                token = service.create_token(
+                    body.kind,
+                    body.name,
+                    expires_at=body.expires_at,
+                    max_workers=body.max_workers,
+                    once=once,
+                )
+            except KeyTaken:
+                made = answers.prior(once)
+                if made is None:
+                    raise
+            else:
+                return {"token": token, "kind": body.kind}
+        # A token's value is shown once and never kept, so a resent request cannot be
+        # answered with it: it is told which token its first send made instead.
+        raise TokenShownOnce(
+            f"{IDEMPOTENCY_HEADER}: this request made token {made[0]} already, whose value "
+            f"is shown only once; revoke it (gpulayer token revoke {made[0]}) and create another"
         )
-        return {"token": token, "kind": body.kind}
 
     @app.get("/v1/cost", dependencies=auth)
     def cost(job: str | None = None) -> dict[str, Any]:
@@ -512,7 +533,7 @@ def create_app(
 
     from gpulayer.control.schedule_api import add_schedule_routes
 
-    add_schedule_routes(app, service, auth, embedded=embedded)
+    add_schedule_routes(app, service, auth, embedded=embedded, answers=answers, once_key=once_key)
 
     @app.put("/v1/bundles", dependencies=auth, openapi_extra=_ARCHIVE_BODY)
     async def upload_bundle(request: Request) -> dict[str, Any]:

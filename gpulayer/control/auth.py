@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpulayer.control.store import Store, TokenRecord
+from gpulayer.control.store.once_keys import OnceKey
 from gpulayer.control.tokens import (
     hash_token,
     is_generated,
@@ -61,6 +62,7 @@ def issue_token(
     max_workers: int | None = None,
     worker_id: str | None = None,
     parent_id: str | None = None,
+    once: OnceKey | None = None,
 ) -> tuple[str, TokenRecord]:
     """A new random token of this kind; returns it (shown once) and its record."""
     token = new_token()
@@ -72,6 +74,7 @@ def issue_token(
         max_workers=max_workers,
         worker_id=worker_id,
         parent_id=parent_id,
+        once=once,
     )
     return token, record
 

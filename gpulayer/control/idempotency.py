@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 from gpulayer.control.store.once_keys import KeptAnswer, OnceKey
-from gpulayer.errors import SpecError, UsageError
+from gpulayer.errors import GpulayerError, SpecError, UsageError
 
 if TYPE_CHECKING:
     from gpulayer.control.auth import Principal
@@ -27,6 +27,12 @@ WINDOW_SECONDS = 24 * 3600.0
 """How long a key is remembered: a request resent later than this makes new records."""
 MAX_KEY_LENGTH = 255
 _SWEEP_EVERY = 600.0
+
+
+class TokenShownOnce(GpulayerError):
+    """A resent token create: its token exists, but its value is not kept to show again."""
+
+    exit_code = 2
 
 
 def caller_of(principal: Principal) -> str:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI, Response
 from pydantic import BaseModel, ConfigDict
 
 from gpulayer.control.bundle_store import parse_digest
+from gpulayer.control.idempotency import Answers
 from gpulayer.control.schedule_service import ScheduleService, TickSkipped
 from gpulayer.control.schedule_views import run_view, schedule_detail, schedule_summary
+from gpulayer.control.store.once_keys import KeyTaken, OnceKey
 from gpulayer.control.uploads import incoming_bundle
 from gpulayer.errors import UsageError
 
@@ -26,7 +29,18 @@ class ApplyBody(BaseModel):
     bundle_id: str | None = None
 
 
-def add_schedule_routes(app: FastAPI, service: Any, auth: list[Any], *, embedded: bool) -> None:
+def add_schedule_routes(
+    app: FastAPI,
+    service: Any,
+    auth: list[Any],
+    *,
+    embedded: bool,
+    answers: Answers | None = None,
+    once_key: Callable[..., Any] | None = None,
+) -> None:
+    """``answers`` and ``once_key``: the Idempotency-Key of a trigger (see idempotency.py)."""
+    keyed = once_key or _no_key
+
     def schedules() -> ScheduleService:
         found = service.schedules
         if found is None:
@@ -84,14 +98,32 @@ def add_schedule_routes(app: FastAPI, service: Any, auth: list[Any], *, embedded
         return schedule_summary(schedules(), schedules().load(record.name))
 
     @app.post("/v1/schedules/{name}/trigger", dependencies=auth)
-    def trigger(name: str) -> dict[str, Any]:
-        try:
-            job_id = schedules().trigger(name)
-        except TickSkipped as skipped:
-            return {"job_id": None, "skipped": skipped.reason, "message": str(skipped)}
-        return {"job_id": job_id, "skipped": None, "message": None}
+    def trigger(
+        name: str, response: Response, once: OnceKey | None = Depends(keyed)
+    ) -> dict[str, Any]:
+        # A trigger sent again with its key is answered with the run it started; one that
+        # was skipped made nothing, so nothing is kept of it.
+        made = answers.prior(once) if answers is not None else None
+        if made is None:
+            try:
+                job_id = schedules().trigger(name, once=once)
+            except TickSkipped as skipped:
+                return {"job_id": None, "skipped": skipped.reason, "message": str(skipped)}
+            except KeyTaken:
+                assert answers is not None
+                made = answers.prior(once)
+                if made is None:
+                    raise
+            else:
+                return {"job_id": job_id, "skipped": None, "message": None}
+        response.headers["Idempotent-Replayed"] = "true"
+        return {"job_id": made[0], "skipped": None, "message": None}
 
     @app.delete("/v1/schedules/{name}", dependencies=auth)
     def delete(name: str) -> dict[str, Any]:
         record = schedules().delete(name)
         return {"name": record.name, "id": record.id, "deleted": True}
+
+
+def _no_key() -> None:
+    return None

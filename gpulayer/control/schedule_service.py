@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulayer.control.store import QueuedHead, ScheduleRecord, job_row
+from gpulayer.control.store.once_keys import OnceKey, remember_answer
 from gpulayer.control.targets import choose_target, may_leave_this_machine, with_default_target
 from gpulayer.errors import GpulayerError, NotFoundError, UsageError
 from gpulayer.ids import new_id
@@ -178,12 +179,13 @@ class ScheduleService:
         self._changed()
         return self.store.get_schedule(loaded.record.id)
 
-    def trigger(self, name: str) -> str:
-        """Run one now, outside the cron, under concurrency and budget. Returns the job id."""
+    def trigger(self, name: str, *, once: OnceKey | None = None) -> str:
+        """Run one now, outside the cron, under concurrency and budget. Returns the job id.
+        ``once``: the request's idempotency key, kept with the job it makes."""
         loaded = self.load(name)
         now = time.time()
         tick = round(now, 3)
-        decision, job_id = self._decide_and_start(loaded, from_epoch(tick), manual=True)
+        decision, job_id = self._decide_and_start(loaded, from_epoch(tick), manual=True, once=once)
         if isinstance(decision, Skip):
             raise TickSkipped(decision.reason, decision.message)
         if job_id is None:
@@ -198,6 +200,7 @@ class ScheduleService:
         manual: bool = False,
         workers: list[Any] | None = None,
         dispatch: bool = True,
+        once: OnceKey | None = None,
     ) -> tuple[Decision, str | None]:
         """Decide a tick and write what was decided in one transaction that holds the
         schedule, so that concurrent triggers (on this server or another one over the same
@@ -217,6 +220,8 @@ class ScheduleService:
                 )
                 return decision, None
             started = self._create(loaded, decision, manual=manual, workers=workers, within=locked)
+            if started is not None and once is not None:
+                remember_answer(locked, once, [started.job_id])
         if started is None:
             return decision, None
         self._announce(loaded, decision, started, dispatch=dispatch)

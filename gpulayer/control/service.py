@@ -32,8 +32,8 @@ from gpulayer.control.store import (
     Store,
     WorkerRecord,
 )
-from gpulayer.control.targets import (
 from gpulayer.control.store.once_keys import OnceKey
+from gpulayer.control.targets import (
     TargetDecision,
     WorkerView,
     choose_target,
@@ -208,10 +208,10 @@ class ControlService:
         client_env: dict[str, str] | None = None,
         warnings: list[str] | None = None,
         bundle_digest: str | None = None,
+        once: OnceKey | None = None,
     ) -> JobRecord:
         """Validate, choose a target, persist.
 
-        once: OnceKey | None = None,
         `bundle` is an uploaded source tarball to keep for the job, `bundle_digest` one the
         bundle store keeps (the job's row names it); `source_dir` a local
         directory to snapshot into one (what changed meanwhile is added to `warnings`).
@@ -268,13 +268,13 @@ class ControlService:
                     labels=dict(spec.labels),
                     reason=None if decision.target else "unschedulable",
                     message=decision.message or decision.skipped,
+                    once=once,
                 )
             except Exception:
+                self._cloud_env.pop(job_id, None)
                 if kept_here and bundle_digest is not None:
-                    once=once,
                     self.release_unused_bundle(bundle_digest)
                 raise
-                self._cloud_env.pop(job_id, None)
         self.jobs_stored(_heads_of([job]), {job.id: (spec, job.labels)})
         if decision.notes or not decision.target:
             # Else the dispatch pass below tells whoever waits on a change.
@@ -713,6 +713,7 @@ class ControlService:
         *,
         expires_at: float | None = None,
         max_workers: int | None = None,
+        once: OnceKey | None = None,
     ) -> str:
         """A new admin or join token ("worker" is the API's older name for a join token)."""
         principal: PrincipalKind
@@ -723,7 +724,7 @@ class ControlService:
         else:
             raise UsageError(f"kind: admin or worker, not {kind!r}")
         token, _ = issue_token(
-            self.store, principal, name, expires_at=expires_at, max_workers=max_workers
+            self.store, principal, name, expires_at=expires_at, max_workers=max_workers, once=once
         )
         return token
 

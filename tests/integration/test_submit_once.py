@@ -32,14 +32,15 @@ def remote_job(*argv: str, **labels: str) -> dict[str, Any]:
 
 
 class LosingEveryFirst:
-    """Loses the reply of every other POST /v1/jobs: each request's first send never hears
-    back, its resend does."""
+    """Loses the reply of every other POST to ``path``: each request's first send never
+    hears back, its resend does."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: str = "/v1/jobs") -> None:
+        self.path = path
         self.sent = 0
 
     def __call__(self, method: str, path: str, _reply: bytes) -> bool:
-        if (method, path.split("?")[0]) != ("POST", "/v1/jobs"):
+        if (method, path.split("?")[0]) != ("POST", self.path):
             return False
         self.sent += 1
         return self.sent % 2 == 1
@@ -217,3 +218,71 @@ def test_the_key_is_kept_with_a_digest_of_the_request_not_its_body(
         assert "secret" not in kept.answer
     finally:
         server.stop()
+
+
+def test_a_trigger_and_a_token_create_whose_replies_are_lost_count_once(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    from gpulayer.errors import StaleAttemptError
+    from gpulayer.protocol.client import ControlClient
+
+    server = ServerProcess(tmp_path / "server", database_url=database_url).start()
+    direct = server.client()
+    job = {"workload": {"kind": "command", "command": ["true"]}, "placement": {"target": "remote"}}
+    schedule = {"name": "nightly", "cron": "0 0 1 1 *", "concurrency": "allow", "job": job}
+    direct.request("POST", "/v1/schedules", {"schedule": schedule})
+    triggers = LosingEveryFirst("/v1/schedules/nightly/trigger")
+    tokens = LosingEveryFirst("/v1/tokens")
+    proxy = LossyProxy(server.port, lambda *a: triggers(*a) or tokens(*a)).start()
+    try:
+        client = ControlClient(proxy.url, ADMIN_TOKEN, timeout=30)
+        started = [client.request("POST", "/v1/schedules/nightly/trigger") for _ in range(3)]
+        assert triggers.sent == 6 and len(proxy.lost) == 3
+        run_ids = sorted(reply["job_id"] for reply in started)
+        assert sorted(j["id"] for j in direct.jobs(schedule="nightly")) == run_ids
+        assert len(set(run_ids)) == 3
+
+        before = {t["id"] for t in direct.request("GET", "/v1/tokens")}
+        with pytest.raises(StaleAttemptError, match="Idempotency-Key: this request made token"):
+            client.request("POST", "/v1/tokens", {"kind": "worker", "name": "lost"})
+        made = [t for t in direct.request("GET", "/v1/tokens") if t["id"] not in before]
+        assert [t["name"] for t in made] == ["lost"]  # one token, though sent twice
+    finally:
+        proxy.stop()
+        server.stop()
+
+
+def test_a_key_is_kept_for_its_window_then_forgotten(tmp_path: Path) -> None:
+    import time
+
+    from gpulayer.control.auth import LOCAL_ADMIN
+    from gpulayer.control.idempotency import WINDOW_SECONDS, Answers, request_key
+    from gpulayer.control.store import Store
+
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        once = request_key(LOCAL_ADMIN, "k", "POST", "/v1/jobs", b"{}")
+
+        def insert(job_id: str) -> None:
+            store.insert_job(
+                job_id=job_id,
+                name="j",
+                spec={},
+                state="queued",
+                target="remote",
+                working_dir=None,
+                labels={},
+                once=once,
+            )
+
+        insert("j-first")
+        assert WINDOW_SECONDS >= 24 * 3600
+        assert Answers(store).prior(once) == ["j-first"]
+        # Past its window the key is forgotten, and may name a new request.
+        assert Answers(store, window=-1).prior(once) is None
+        insert("j-second")
+        assert Answers(store).prior(once) == ["j-second"]
+        assert store.forget_answers_before(time.time() + 1) == 1
+        assert Answers(store).prior(once) is None
+    finally:
+        store.close()

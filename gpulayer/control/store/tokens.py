@@ -16,6 +16,7 @@ from sqlalchemy import (
 
 from gpulayer.control import tables as t
 from gpulayer.control.store.engine import StoreBase
+from gpulayer.control.store.once_keys import OnceKey, remember_answer
 from gpulayer.control.store.records import (
     TokenRecord,
     token_from_row,
@@ -26,13 +27,24 @@ from gpulayer.errors import NotFoundError
 class TokenStore(StoreBase):
     # --- tokens -----------------------------------------------------------------------------
 
-    def add_token(self, token_hash: str, kind: str, name: str = "", **values: Any) -> TokenRecord:
+    def add_token(
+        self,
+        token_hash: str,
+        kind: str,
+        name: str = "",
+        *,
+        once: OnceKey | None = None,
+        **values: Any,
+    ) -> TokenRecord:
         """Keep a token's hash (never the token). values: id, scheme, salt, digest, worker_id,
-        parent_id, expires_at, max_workers."""
+        parent_id, expires_at, max_workers; ``once``: the request's idempotency key, kept
+        with the token's id (KeyTaken when another request kept it first)."""
         from gpulayer.control.tokens import new_token_id
 
         values.setdefault("id", new_token_id())
         with self._begin() as conn:
+            if once is not None:
+                remember_answer(conn, once, [values["id"]])
             conn.execute(
                 insert(t.tokens).values(
                     hash=token_hash,
