@@ -6,6 +6,7 @@ The same agent serves the embedded local worker (over an in-process link) and re
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -13,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -63,9 +65,49 @@ def _sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _own_folder(path: Path) -> bool:
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
+
+
+def _copy_if_intact(cached: Path, copy: Path, digest: str) -> bool:
+    """Copy a cached bundle for one attempt if its bytes still have ``digest``: read without
+    following a link, only a plain file of the worker's, in a folder of the worker's. A
+    cached file that fails is removed (the next fetch replaces it)."""
+    if not _own_folder(cached.parent):
+        return False
+    try:
+        fd = os.open(cached, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    hasher = hashlib.sha256()
+    with os.fdopen(fd, "rb") as stream:
+        info = os.fstat(stream.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+            intact = False
+        else:
+            out_fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(out_fd, "wb") as out:
+                for chunk in iter(functools.partial(stream.read, 1 << 20), b""):
+                    hasher.update(chunk)
+                    out.write(chunk)
+            intact = hasher.hexdigest() == digest
+    if not intact:
+        log.warning("cached bundle %s does not match its digest; fetching it again", digest)
+        copy.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            cached.unlink()
+    return intact
+
+
 class ControlLink(Protocol):
     def register(self, registration: Registration) -> str: ...
-    def heartbeat(self, worker_id: str, running: list[int]) -> HeartbeatReply: ...
+    def heartbeat(
+        self, worker_id: str, running: list[int], degraded: str | None = None
+    ) -> HeartbeatReply: ...
     def claim(self, worker_id: str, wait: float) -> ClaimReply: ...
     def append_logs(self, attempt_id: int, lines: list[tuple[str, str]]) -> None: ...
     def finish(self, attempt_id: int, report: AttemptReport) -> None: ...
@@ -471,17 +513,19 @@ class WorkerAgent:
             return fetched
         cache = self.work_root / _BUNDLE_CACHE
         cached = cache / f"{digest}.tar.gz"
-        if cached.is_file():
-            return cached
+        if _copy_if_intact(cached, fetched, digest):
+            return fetched
         with self._runs_lock:
             lock = self._bundle_locks.setdefault(digest, threading.Lock())
         with lock:
-            if cached.is_file():
-                return cached
+            if _copy_if_intact(cached, fetched, digest):
+                return fetched
             fetch()
             if _sha256_of(fetched) != digest:
                 return fetched  # not what it claims to be: use it for this job, cache nothing
             cache.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if not _own_folder(cache):
+                return fetched  # not the worker's folder (a link a job put there): keep nothing
             partial = cache / f".{digest}.{attempt_dir.name}.{threading.get_ident()}"
             shutil.copyfile(fetched, partial)
             os.replace(partial, cached)

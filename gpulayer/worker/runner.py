@@ -50,11 +50,7 @@ from gpulayer.worker.setup_env import (
     WORKER_SITE_VARIABLE,
     SetupCancelled,
     SetupError,
-    SetupRequest,
     SetupRunner,
-    base_interpreter,
-    find_link_folders,
-    read_requirements,
     worker_site_dirs,
 )
 from gpulayer.worker.staging import StagingError, stage_inputs
@@ -443,12 +439,6 @@ class JobRun:
     def _run_setup(self, setup: Setup, cwd: Path, env: dict[str, str]) -> None:
         """The job's commands and packages, before it runs; raises _SetupFailed."""
         try:
-            request = SetupRequest(
-                setup,
-                base_interpreter(),
-                read_requirements(setup, cwd),
-                find_link_folders(setup, cwd),
-            )
             runner = SetupRunner(
                 cwd=cwd,
                 env=env,
@@ -457,9 +447,13 @@ class JobRun:
                 redactor=self._redactor,
                 group=self.ctx.group,
                 run_as=self.ctx.run_as,
+                helper_env=inherited_env(
+                    os.environ if self.ctx.worker_env is None else self.ctx.worker_env
+                ),
+                machine_paths=self.ctx.machine_paths,
             )
             cache = self.ctx.setup_cache or self.ctx.job_dir / "setup-envs"
-            self._python = runner.run(request, cache)
+            self._python = runner.run(setup, cache)
         except SetupCancelled:
             raise _SetupFailed("cancelled", "cancelled during setup") from None
         except SetupError as exc:

@@ -1,37 +1,54 @@
 """A job's ``setup``: its commands, then its packages in a virtual environment kept per request.
 
-The environment's key is the exact request (requirements as written, the requirements file's
-bytes, the package indexes and the base interpreter), so a later job asking for the same gets
-the same environment without installing anything, and any change gets a new one. uv builds it;
-an environment is used only once its build finished (a marker written last), and two attempts
-asking for one environment at once build it once (a lock per key).
+The commands run as the job. The packages are installed by the worker (as root on a worker that
+runs its jobs as other users), so what it reads for the job is a private copy of the job's
+requirements file and wheel folders, read with the job's own rights (see :mod:`job_copy`), and
+it reads no other path a job names: local packages travel as wheels in ``find_links`` folders.
+
+The environment's key is the sha256 of every byte that can change what is installed: the
+requirements as written, the requirements file's bytes, each shipped wheel's bytes, the index
+settings, the base interpreter (its path, version and binary) and whether builds are allowed.
+A later job asking for the same gets the same environment without installing anything, and
+any change gets a new one. uv builds it; two attempts asking for one environment at once build
+it once (a lock per key). A finished environment is made read-only, and the digest of each of
+its files is recorded: before each reuse it is checked against that record, and rebuilt when
+anything in it changed (a job of a worker that cannot isolate its jobs may write there).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
+import secrets
 import shlex
 import shutil
+import stat
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpulayer.errors import GpulayerError
 from gpulayer.protocol.messages import SETUP_LOG_PREFIX
 from gpulayer.spec.models import Setup
 from gpulayer.worker.containment import AttemptGroup
+from gpulayer.worker.job_copy import JobCopyError, Wanted, copy_as_job
 from gpulayer.worker.process import OutputPump, ProcessTree, Redactor, RunAs
 
 SETUP_PREFIX = SETUP_LOG_PREFIX
 
 _COMPLETE = ".gpulayer-complete"
+_INCOMING = ".incoming"
+_MANIFESTS = ".manifests"
+# The record of each environment this process sealed: a record rewritten beside a changed
+# environment (by a job of a worker that cannot isolate it) is caught while this worker runs.
+_sealed_here: dict[str, str] = {}
 _UV_DECORATION = " \u00d7\u2570\u2500\u25b6\u2502"  # the marks uv draws before its messages
 _POLL_SECONDS = 0.1
 _KILL_GRACE_SECONDS = 5.0
@@ -51,21 +68,45 @@ class SetupRequest:
     base_python: str
     requirements_text: str | None = None
     find_links: tuple[Path, ...] = ()
-    """``setup.find_links`` resolved in the job's source."""
+    """``setup.find_links``, in the worker's private copy."""
+    files: Mapping[str, str] = field(default_factory=dict)
+    """The sha256 of each file copied for the request (requirements file, wheels)."""
+    builds: bool = True
+    """Whether packages may be built from source (not where the worker installs as root)."""
 
     def key(self) -> str:
-        """Names the environment: the same request on the same interpreter, the same key."""
+        """Names the environment: the sha256 of everything that decides what it holds."""
         data = {
             "python": self.base_python,
             "version": _python_version(self.base_python),
+            "interpreter": _file_sha256(self.base_python),
             "pip": self.setup.pip,
             "requirements": self.requirements_text,
             "index_url": self.setup.index_url,
             "extra_index_urls": self.setup.extra_index_urls,
-            "find_links": _folder_digests(self.find_links),
+            "find_links": self.setup.find_links,
+            "files": dict(sorted(self.files.items())),
+            "builds": self.builds,
         }
-        digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
-        return digest[:24]
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=16)
+def _sha256_at(path: str, identity: tuple[int, int, int, int]) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _file_sha256(path: str) -> str:
+    """The sha256 of an interpreter's binary, hashed once while it stays the same file."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return "missing"
+    return _sha256_at(path, (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns))
 
 
 def _python_version(python: str) -> str:
@@ -91,40 +132,61 @@ def worker_site_dirs() -> str:
     return os.pathsep.join(paths)
 
 
-def _folder_digests(folders: Sequence[Path]) -> list[list[str]]:
-    """What the wheel folders hold: other wheels there make another environment."""
-    return [
-        sorted(f"{w.name}:{w.stat().st_size}" for w in folder.glob("*.whl")) for folder in folders
-    ]
+_REMOTE_SCHEMES = ("http://", "https://")
+# Requirement-file options that name another file or folder of the machine.
+_PATH_OPTIONS = ("-r", "--requirement", "-c", "--constraint", "-e", "--editable", "-f",
+                 "--find-links")  # fmt: skip
+_INDEX_OPTIONS = ("-i", "--index-url", "--extra-index-url")
 
 
-def find_link_folders(setup: Setup, source: Path) -> tuple[Path, ...]:
-    """``setup.find_links``, each a folder inside the job's source."""
-    folders = []
-    for name in setup.find_links:
-        folder = (source / name).resolve()
-        if not folder.is_relative_to(source.resolve()) or not folder.is_dir():
-            raise SetupError(f"setup.find_links: {name!r} is not a folder of the job's source")
-        folders.append(folder)
-    return tuple(folders)
+def refuse_machine_references(setup: Setup, requirements_text: str | None) -> None:
+    """Refuse what would have the installer open a path of the worker's machine for the job:
+    a file:// index, a package named by a path or file:// URL, a requirements file's options
+    that name other files. Local packages travel as wheels in ``find_links`` folders."""
+    for name, url in [("setup.index_url", setup.index_url)] + [
+        (f"setup.extra_index_urls[{i}]", u) for i, u in enumerate(setup.extra_index_urls)
+    ]:
+        if url is not None and not url.lower().startswith(_REMOTE_SCHEMES):
+            raise SetupError(f"{name}: {url!r} is a path of the worker's machine; use http(s)")
+    for index, line in enumerate(setup.pip):
+        why = _machine_reference(line)
+        if why:
+            raise SetupError(f"setup.pip[{index}]: {line!r} {why}")
+    for number, raw in enumerate((requirements_text or "").splitlines(), start=1):
+        line = raw.split(" #", 1)[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        option = line.split("=", 1)[0].split()[0]
+        if option in _PATH_OPTIONS:
+            raise SetupError(
+                f"setup.requirements_file: line {number}: {option} names a file of the "
+                "worker's machine; ship wheels in setup.find_links instead"
+            )
+        if option in _INDEX_OPTIONS:
+            url = line[len(option) :].lstrip(" =")
+            if not url.lower().startswith(_REMOTE_SCHEMES):
+                raise SetupError(
+                    f"setup.requirements_file: line {number}: {url!r} is a path of the "
+                    "worker's machine; use http(s)"
+                )
+            continue
+        if line.startswith("-"):
+            continue  # other options (--hash on its own line, --pre, ...) name no path
+        why = _machine_reference(line.split(" --", 1)[0].strip())
+        if why:
+            raise SetupError(f"setup.requirements_file: line {number}: {line!r} {why}")
 
 
-def read_requirements(setup: Setup, source: Path) -> str | None:
-    """The requirements file's text, from the job's source folder."""
-    if setup.requirements_file is None:
-        return None
-    path = source / setup.requirements_file
+def _machine_reference(requirement: str) -> str | None:
+    from packaging.requirements import InvalidRequirement, Requirement
+
     try:
-        resolved = path.resolve(strict=True)
-    except (OSError, RuntimeError):
-        raise SetupError(
-            f"setup.requirements_file: {setup.requirements_file!r} is not in the job's source"
-        ) from None
-    if not resolved.is_relative_to(source.resolve()) or not resolved.is_file():
-        raise SetupError(
-            f"setup.requirements_file: {setup.requirements_file!r} is not a file of the source"
-        )
-    return resolved.read_text(encoding="utf-8", errors="replace")
+        parsed = Requirement(requirement)
+    except InvalidRequirement:
+        return "is not a package requirement (a path or URL): ship wheels in setup.find_links"
+    if parsed.url is not None and not parsed.url.lower().startswith(_REMOTE_SCHEMES):
+        return "names a file of the worker's machine: ship wheels in setup.find_links"
+    return None
 
 
 def uv_binary() -> str | None:
@@ -154,57 +216,116 @@ class SetupRunner:
     redactor: Redactor
     group: AttemptGroup | None = None
     run_as: RunAs | None = None
+    helper_env: Mapping[str, str] | None = None
+    """The environment the installer runs in: the worker's, never the job's (a job's
+    UV_*/PIP_* settings or config files must not steer a process with the worker's rights)."""
+    machine_paths: bool = False
+    """Whether the job may name paths of this machine (the local control plane's own worker,
+    which runs as the submitting user); otherwise every such reference is refused."""
     _uv_cache: Path = Path()  # beside the environments: every job of the machine shares downloads
 
-    def run(self, request: SetupRequest, cache_root: Path) -> str:
+    def run(self, setup: Setup, cache_root: Path) -> str:
         """Run the commands, then make (or reuse) the environment; returns the interpreter
         the job runs with."""
-        setup = request.setup
         self._uv_cache = cache_root / "uv-cache"
         deadline = time.monotonic() + setup.timeout_seconds
         started = time.monotonic()
         for command in setup.commands:
             # The job's own identity: a command of the job never runs with more rights than it.
             self._execute(command, deadline, setup, run_as=self.run_as, what=shlex.join(command))
-        python = request.base_python
+        python = base_interpreter()
         if setup.installs_packages:
-            python = self._environment(request, cache_root, deadline)
+            python = self._prepared_environment(setup, cache_root, deadline)
         self.log(f"{SETUP_PREFIX}done in {time.monotonic() - started:.1f} s")
         return python
 
-    def _environment(self, request: SetupRequest, cache_root: Path, deadline: float) -> str:
+    def _prepared_environment(self, setup: Setup, cache_root: Path, deadline: float) -> str:
+        """The job's files the install needs, copied as the job, then the environment."""
+        _private_folder(cache_root, 0o711 if self.run_as is not None else 0o700)
+        incoming = _private_folder(cache_root / _INCOMING, 0o700)
+        private = incoming / secrets.token_hex(8)
+        try:
+            request = self._request(setup, private)
+            return self._environment(request, cache_root, deadline, private)
+        finally:
+            if private.exists():
+                shutil.rmtree(private, ignore_errors=True)
+
+    def _request(self, setup: Setup, private: Path) -> SetupRequest:
+        wanted = [Wanted("setup.find_links", name) for name in setup.find_links]
+        if setup.requirements_file is not None:
+            wanted.append(Wanted("setup.requirements_file", setup.requirements_file))
+        try:
+            files = copy_as_job(self.cwd, wanted, private, run_as=self.run_as)
+        except JobCopyError as exc:
+            raise SetupError(str(exc)) from None
+        requirements = None
+        if setup.requirements_file is not None:
+            path = private / setup.requirements_file
+            if not path.is_file() or path.is_symlink():
+                raise SetupError(
+                    f"setup.requirements_file: {setup.requirements_file!r} is not a file"
+                )
+            requirements = path.read_text(encoding="utf-8", errors="replace")
+        folders = []
+        for name in setup.find_links:
+            folder = private / name
+            if not folder.is_dir():
+                raise SetupError(f"setup.find_links: {name!r} is not a folder of the job's source")
+            folders.append(folder)
+        if not self.machine_paths:
+            refuse_machine_references(setup, requirements)
+        return SetupRequest(
+            setup,
+            base_interpreter(),
+            requirements,
+            tuple(folders),
+            {k: v for k, v in files.items() if k.endswith(".whl") or k == setup.requirements_file},
+            builds=self.run_as is None,
+        )
+
+    def _environment(
+        self, request: SetupRequest, cache_root: Path, deadline: float, private: Path
+    ) -> str:
         key = request.key()
+        label = key[:24]
         home = cache_root / key
         python = str(home / "bin" / "python")
-        cache_root.mkdir(parents=True, exist_ok=True)
         with _locked(cache_root / f"{key}.lock"):
-            if (home / _COMPLETE).is_file():
-                self.log(f"{SETUP_PREFIX}reusing environment {key}")
-                return python
+            if home.exists() or home.is_symlink():
+                problem = _unchanged(home, cache_root)
+                if problem is None:
+                    self.log(f"{SETUP_PREFIX}reusing environment {label}")
+                    return python
+                if (home / _COMPLETE).is_file():
+                    self.log(f"{SETUP_PREFIX}environment {label} changed since it was built "
+                             f"({problem}); building it again")  # fmt: skip
             uv = uv_binary()
             if uv is None:
                 raise SetupError("setup: uv is not installed on this worker (pip install uv)")
-            shutil.rmtree(home, ignore_errors=True)  # a build cut short before
-            self.log(f"{SETUP_PREFIX}creating environment {key}")
+            _remove_tree(home)  # a build cut short, or one that changed
+            self.log(f"{SETUP_PREFIX}creating environment {label}")
             setup = request.setup
             self._execute(
                 [uv, "venv", "--quiet", "--python", request.base_python, str(home)],
                 deadline,
                 setup,
                 what="creating the environment",
+                helper=private,
             )
             try:
-                self._install(uv, request, home, deadline)
+                self._install(uv, request, home, deadline, private)
             except SetupError:
-                shutil.rmtree(home, ignore_errors=True)
+                _remove_tree(home)
                 raise
             _see_worker_packages(home)
-            if self.run_as is not None:
-                _readable_by_all(home)
             (home / _COMPLETE).write_text(json.dumps({"key": key, "at": time.time()}))
+            _seal(home, cache_root, readable_by_all=self.run_as is not None)
         return python
 
-    def _install(self, uv: str, request: SetupRequest, home: Path, deadline: float) -> None:
+    def _install(
+        self, uv: str, request: SetupRequest, home: Path, deadline: float, private: Path
+    ) -> None:
         setup = request.setup
         argv = [uv, "pip", "install", "--python", str(home / "bin" / "python")]
         if setup.index_url:
@@ -215,18 +336,20 @@ class SetupRunner:
             argv += ["--find-links", str(folder)]
         if request.find_links and not (setup.index_url or setup.extra_index_urls):
             argv.append("--no-index")  # wheels shipped with the job, for a machine with no index
-        if self.run_as is not None:
+        if not request.builds:
             # The worker installs as itself: no package's build code of the job's runs so.
             argv.append("--no-build")
         requested = list(setup.pip)
         argv += requested
         if request.requirements_text is not None:
-            requirements = home.parent / f"{home.name}.requirements.txt"
+            requirements = private / ".requirements.txt"
             requirements.write_text(request.requirements_text, encoding="utf-8")
             argv += ["--requirement", str(requirements)]
             requested.append(f"-r {setup.requirements_file}")
         self.log(f"{SETUP_PREFIX}installing {', '.join(requested)}")
-        self._execute(argv, deadline, setup, what=f"installing {', '.join(requested)}")
+        self._execute(
+            argv, deadline, setup, what=f"installing {', '.join(requested)}", helper=private
+        )
 
     def _execute(
         self,
@@ -236,7 +359,11 @@ class SetupRunner:
         *,
         what: str,
         run_as: RunAs | None = None,
+        helper: Path | None = None,
     ) -> None:
+        """Run a step of the setup: a command of the job's (as the job, in its folder), or,
+        with ``helper`` (a private folder of the worker's), the installer acting for it, in
+        that folder with the worker's environment and no configuration file read."""
         lines: list[str] = []
 
         def sink(stream: str, text: str) -> None:
@@ -245,10 +372,18 @@ class SetupRunner:
             del lines[:-20]
             self.log(f"{SETUP_PREFIX}{line}")
 
-        env = {**self.env, "UV_NO_PROGRESS": "1", "NO_COLOR": "1"}
-        env.setdefault("UV_CACHE_DIR", str(self._uv_cache))
+        if helper is None:
+            env = {**self.env, "UV_NO_PROGRESS": "1", "NO_COLOR": "1"}
+            env.setdefault("UV_CACHE_DIR", str(self._uv_cache))
+            cwd = self.cwd
+        else:
+            base = os.environ if self.helper_env is None else self.helper_env
+            env = {k: v for k, v in base.items() if not k.startswith(("UV_", "VIRTUAL_ENV"))}
+            env.update(UV_NO_PROGRESS="1", NO_COLOR="1", UV_NO_CONFIG="1")
+            env["UV_CACHE_DIR"] = str(self._uv_cache)
+            cwd = helper
         try:
-            tree = ProcessTree.spawn(argv, cwd=self.cwd, env=env, group=self.group, run_as=run_as)
+            tree = ProcessTree.spawn(argv, cwd=cwd, env=env, group=self.group, run_as=run_as)
         except OSError as exc:
             raise SetupError(f"setup: cannot start {argv[0]!r}: {exc.strerror or exc}") from None
         assert tree.popen.stdout is not None and tree.popen.stderr is not None
@@ -314,13 +449,106 @@ def _see_worker_packages(home: Path) -> None:
     (found[0] / "_gpulayer_worker.pth").write_text(line)
 
 
-def _readable_by_all(top: Path) -> None:
-    for root, dirs, files in os.walk(top):
-        for name in [*dirs, *files]:
+def _private_folder(path: Path, mode: int) -> Path:
+    """A folder of the worker's with ``mode``, refused if it is anything else (a link a job
+    put there, another user's folder)."""
+    path.mkdir(mode=mode, parents=True, exist_ok=True)
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        raise SetupError(f"setup: {path} is not a folder of the worker's own; remove it")
+    if stat.S_IMODE(info.st_mode) != mode:
+        path.chmod(mode)
+    return path
+
+
+def _manifest_of(home: Path) -> dict[str, list[object]]:
+    """Each entry under ``home``: a folder and its mode, a file with its mode and sha256, or a
+    link and its target; read without following any link."""
+    entries: dict[str, list[object]] = {}
+    for root, dirs, files in os.walk(home):
+        for name in sorted([*dirs, *files]):
             path = os.path.join(root, name)
-            with contextlib.suppress(OSError):
-                mode = os.lstat(path).st_mode
-                if not os.path.islink(path):
-                    os.chmod(path, mode | 0o044 | (0o011 if mode & 0o100 else 0))
+            relative = os.path.relpath(path, home)
+            info = os.lstat(path)
+            mode = stat.S_IMODE(info.st_mode)
+            if stat.S_ISLNK(info.st_mode):
+                entries[relative] = ["link", os.readlink(path)]
+            elif stat.S_ISDIR(info.st_mode):
+                entries[relative] = ["dir", mode]
+            elif stat.S_ISREG(info.st_mode):
+                digest = hashlib.sha256()
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+                with os.fdopen(fd, "rb") as stream:
+                    for chunk in iter(lambda: stream.read(1 << 20), b""):
+                        digest.update(chunk)
+                entries[relative] = ["file", mode, digest.hexdigest()]
+            else:
+                entries[relative] = ["other", mode]
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
+    return entries
+
+
+def _manifest_path(home: Path, cache_root: Path) -> Path:
+    return cache_root / _MANIFESTS / f"{home.name}.json"
+
+
+def _seal(home: Path, cache_root: Path, *, readable_by_all: bool) -> None:
+    """Make a finished environment read-only (readable by every job's user where jobs run as
+    others), then record the digest of each of its files."""
+    for root, dirs, files in os.walk(home, topdown=False):
+        for name in [*files, *dirs]:
+            path = os.path.join(root, name)
+            info = os.lstat(path)
+            if stat.S_ISLNK(info.st_mode):
+                continue
+            mode = stat.S_IMODE(info.st_mode) & ~0o222
+            if readable_by_all:
+                mode |= 0o444 | (0o111 if info.st_mode & 0o100 else 0)
+            os.chmod(path, mode)
+    os.chmod(home, 0o555 if readable_by_all else 0o500)
+    record = json.dumps(_manifest_of(home), sort_keys=True).encode()
+    manifests = _private_folder(cache_root / _MANIFESTS, 0o700)
+    partial = manifests / f".{home.name}.{secrets.token_hex(4)}"
+    partial.write_bytes(record)
+    os.replace(partial, _manifest_path(home, cache_root))
+    _sealed_here[str(home)] = hashlib.sha256(record).hexdigest()
+
+
+def _unchanged(home: Path, cache_root: Path) -> str | None:
+    """None when ``home`` is exactly as it was sealed; else what differs."""
+    try:
+        record = _manifest_path(home, cache_root).read_bytes()
+    except OSError:
+        return "no record of its files"
+    known = _sealed_here.get(str(home))
+    if known is not None and hashlib.sha256(record).hexdigest() != known:
+        return "its record was rewritten"
+    try:
+        expected = json.loads(record)
+        found = json.loads(json.dumps(_manifest_of(home)))
+    except (OSError, ValueError) as exc:
+        return f"cannot be read: {exc}"
+    if found == expected:
+        return None
+    changed = sorted(set(found) ^ set(expected)) or sorted(
+        name for name in found if found[name] != expected.get(name)
+    )
+    return f"{changed[0]}" + (f" and {len(changed) - 1} more" if len(changed) > 1 else "")
+
+
+def _remove_tree(top: Path) -> None:
+    """Remove an environment, sealed (read-only) or not."""
+    if not top.exists() and not top.is_symlink():
+        return
+    if top.is_symlink() or not top.is_dir():
+        top.unlink()
+        return
+    for root, dirs, _ in os.walk(top):
+        for name in dirs:
+            path = os.path.join(root, name)
+            if not os.path.islink(path):
+                with contextlib.suppress(OSError):
+                    os.chmod(path, 0o700)
     with contextlib.suppress(OSError):
-        os.chmod(top, 0o755)
+        os.chmod(top, 0o700)
+    shutil.rmtree(top, ignore_errors=True)
