@@ -257,11 +257,14 @@ def workers(
     server: Optional[str] = ServerOption,
 ) -> None:
     """List workers with their state, load and what they report."""
+    from gpulayer.cli.render import job_writes_persist, workers_table
+
     found = _connect(server).client.workers(include_gone=include_gone)
     if as_json:
-        print_json(found)
+        print_json(
+            [{**worker, "job_writes_persist": job_writes_persist(worker)} for worker in found]
+        )
         return
-    from gpulayer.cli.render import workers_table
 
     workers_table(found)
 

@@ -238,6 +238,7 @@ def workers_table(workers: list[dict[str, Any]]) -> None:
                 f"{caps.get('os', '?')}/{caps.get('cpu_arch', '?')}",
                 caps.get("python_version", "-"),
                 caps.get("isolation") or "-",
+                {True: "persist", False: "per attempt", None: "-"}[job_writes_persist(worker)],
                 ", ".join(f"{k}={v}" for k, v in (worker.get("labels") or {}).items()),
             )
         )
@@ -253,6 +254,7 @@ def workers_table(workers: list[dict[str, Any]]) -> None:
         Column("OS/ARCH", drop=5),
         Column("PYTHON", drop=6),
         Column("ISOLATION", drop=2),
+        Column("JOB WRITES", drop=2),
         Column("LABELS", prose=True, drop=1),
     )
     console = _console()
@@ -265,17 +267,27 @@ def workers_table(workers: list[dict[str, Any]]) -> None:
             console.print(f"warning: {shared_uid_warning(worker['name'])}", style="yellow")
 
 
+def job_writes_persist(worker: dict[str, Any]) -> bool | None:
+    """Whether what a job writes outside its attempt's folder (its user's home, shared temp
+    folders, and on a worker without --run-as the worker's own caches and files) can still be
+    there for later jobs: only a uid per attempt, cleaned before reuse, rules that out. None:
+    the worker does not say (the local control plane's own worker)."""
+    isolation = (worker.get("capabilities") or {}).get("isolation")
+    return None if isolation is None else isolation != "uid_per_attempt"
+
+
 def unisolated_warning(name: str) -> str:
     return (
         f"worker {name} runs its jobs as its own user: they can read its credential and act "
-        "as it (start it as root with --run-as-range)"
+        "as it, and what a job writes persists into later jobs (start it as root with "
+        "--run-as-range)"
     )
 
 
 def shared_uid_warning(name: str) -> str:
     return (
         f"worker {name} runs all its jobs as one user: they can reach each other's secrets and "
-        "files (start it with --run-as-range)"
+        "files, and what a job writes persists into later jobs (start it with --run-as-range)"
     )
 
 

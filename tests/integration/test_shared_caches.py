@@ -178,3 +178,30 @@ def test_a_cached_bundle_a_job_overwrote_is_never_run(cluster_factory: Any, tmp_
     text = "".join(x["text"] for x in client.logs(second)["lines"])
     assert done["state"] == "succeeded", text
     assert "original code" in text and "planted code" not in text, text
+
+
+def test_gpulayer_workers_says_a_job_s_writes_persist_on_a_worker_that_cannot_isolate(
+    cluster_factory: Any, open_dir: Path
+) -> None:
+    import json
+
+    from tests.support.cli import run_cli
+    from tests.support.servers import ADMIN_TOKEN, wait_for_workers
+
+    cluster = cluster_factory(1)  # no --run-as
+    if os.geteuid() == 0:
+        cluster.add_worker(
+            "ranged", None, "--run-as-range", "61310-61319", "--work-dir", str(open_dir)
+        )
+    wait_for_workers(cluster.client, len(cluster.workers))
+    env = {"GPULAYER_SERVER": cluster.server.url, "GPULAYER_TOKEN": ADMIN_TOKEN}
+    listed = run_cli(["workers", "--json"], env=env)
+    assert listed.returncode == 0, listed.stderr
+    persist = {w["name"]: w["job_writes_persist"] for w in json.loads(listed.stdout)}
+    expected = {"w0": True, **({"ranged": False} if os.geteuid() == 0 else {})}
+    assert persist == expected
+    table = run_cli(["workers"], env={**env, "COLUMNS": "250"})
+    words = " ".join(table.stdout.split())
+    assert "JOB WRITES" in words and "what a job writes persists into later jobs" in words, words
+    if os.geteuid() == 0:
+        assert "per attempt" in words
