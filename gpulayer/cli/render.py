@@ -220,6 +220,14 @@ def _hardware(caps: dict[str, Any]) -> str:
     return ", ".join(f"{count}x {label}" for label, count in names.items())
 
 
+def _worker_state(worker: dict[str, Any]) -> str:
+    """A ready worker that takes no job says why (``degraded: disk full``)."""
+    degraded = worker.get("degraded")
+    if worker["state"] == "ready" and degraded:
+        return f"degraded: {degraded}"
+    return str(worker["state"])
+
+
 def workers_table(workers: list[dict[str, Any]]) -> None:
     rows = []
     for worker in workers:
@@ -230,7 +238,7 @@ def workers_table(workers: list[dict[str, Any]]) -> None:
                 worker["id"],
                 worker["name"],
                 worker["kind"],
-                worker["state"],
+                _worker_state(worker),
                 str(worker.get("running", 0)),
                 _hardware(caps),
                 str(caps.get("cpu_cores", "-")),

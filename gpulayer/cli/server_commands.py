@@ -142,6 +142,13 @@ def worker_start(
         help="Where jobs' setup environments are kept for later jobs "
         "(default: WORK_DIR/.setup-envs).",
     ),
+    keep_attempts: float = typer.Option(
+        0.0,
+        "--keep-attempts",
+        help="Keep each finished attempt's folder this many HOURS (default 0: removed once its "
+        "outputs are stored).",
+        metavar="HOURS",
+    ),
     heartbeat_seconds: float = typer.Option(5.0, "--heartbeat-seconds", help="Heartbeat interval."),
     kind: str = typer.Option(
         "remote", "--kind", help="remote, or cloud for a machine rented for a job."
@@ -205,6 +212,7 @@ def worker_start(
         deadman_action=deadman_action,
         instance_request_id=instance_request_id,
         setup_cache=setup_cache,
+        keep_attempts_hours=keep_attempts,
     )
     code = run_worker(options)
     if code:

@@ -368,7 +368,10 @@ def create_app(
         worker_id: str, body: Heartbeat | None = None, who: Principal = Depends(caller)
     ) -> dict[str, Any]:
         running = body.running if body is not None else []
-        return service.heartbeat(worker_id, running=running, caller=who).model_dump()
+        degraded = body.degraded if body is not None else None
+        return service.heartbeat(
+            worker_id, running=running, caller=who, degraded=degraded
+        ).model_dump()
 
     @app.post("/v1/workers/{worker_id}/claim", dependencies=[checked])
     async def claim(

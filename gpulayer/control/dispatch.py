@@ -71,6 +71,15 @@ def _capabilities(worker: WorkerRecord, parsed: _Parsed | None) -> WorkerCapabil
     return caps
 
 
+def _placement_state(worker: WorkerRecord) -> str:
+    """A ready worker that said it takes no job (its disk is full) is placed nothing: its
+    state reads ``degraded: <why>`` to the checks, which then say so of every job."""
+    degraded = worker.capabilities.get("degraded")
+    if worker.state == "ready" and degraded:
+        return f"degraded: {degraded}"
+    return worker.state
+
+
 def _views(
     workers: Iterable[WorkerRecord],
     attempts: Iterable[AttemptRecord],
@@ -99,7 +108,7 @@ def _views(
             name=worker.name,
             labels=worker.labels,
             capabilities=caps,
-            state=worker.state,
+            state=_placement_state(worker),
             free_gpus=tuple(g.index for g in caps.gpus if g.index not in busy_gpus[worker.id]),
             free_cpu_cores=caps.cpu_cores - busy_cores[worker.id],
             free_memory_gb=free_memory,

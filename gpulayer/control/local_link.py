@@ -24,8 +24,10 @@ class LocalLink:
     def register(self, registration: Registration) -> str:
         return self.service.register_worker(registration)[0].id
 
-    def heartbeat(self, worker_id: str, running: list[int]) -> HeartbeatReply:
-        return self.service.heartbeat(worker_id, running=running)
+    def heartbeat(
+        self, worker_id: str, running: list[int], degraded: str | None = None
+    ) -> HeartbeatReply:
+        return self.service.heartbeat(worker_id, running=running, degraded=degraded)
 
     def claim(self, worker_id: str, wait: float) -> ClaimReply:
         since = self.service.version

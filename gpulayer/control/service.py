@@ -82,6 +82,8 @@ class ControlService:
         self.states = JobStates(store, on_queue_change=self._queue_moved)
         self.layout = layout
         self.heartbeat_timeout = heartbeat_timeout
+        self._degraded: dict[str, str | None] = {}
+        """What each worker last said of why it takes no job (see _note_degraded)."""
         self.output_limits = OutputLimits()
         """What one outputs upload of a remote worker may hold (see output_uploads)."""
         self._dispatch_lock = threading.Lock()
@@ -646,6 +648,7 @@ class ControlService:
             labels=registration.labels,
             capabilities=capabilities.model_dump(mode="json"),
         )
+        self._degraded.pop(worker.id, None)  # its capabilities were replaced whole
         if registration.instance_request_id:
             # A cloud worker: it runs its instance's job, found by the reservation, not by name.
             self.store.bind_reservation(registration.instance_request_id, worker.id)
@@ -677,7 +680,11 @@ class ControlService:
         return self.store.list_workers()
 
     def heartbeat(
-        self, worker_id: str, running: Sequence[int] = (), caller: Principal | None = None
+        self,
+        worker_id: str,
+        running: Sequence[int] = (),
+        caller: Principal | None = None,
+        degraded: str | None = None,
     ) -> HeartbeatReply:
         """Note the worker alive; settle what it runs against what the store says it runs.
 
@@ -687,6 +694,7 @@ class ControlService:
         self._check_worker(caller, worker_id)
         self.store.worker_heartbeat(worker_id)
         self.placement.worker_alive(worker_id)
+        self._note_degraded(worker_id, degraded)
         reply = self.pending_signals(worker_id)
         reported = set(running)
         active = self.store.active_attempts(worker_id)
@@ -702,6 +710,18 @@ class ControlService:
             ):
                 self._lose_attempt(attempt, f"worker {worker_id} does not report attempt running")
         return reply
+
+    def _note_degraded(self, worker_id: str, reason: str | None) -> None:
+        """A worker that says it takes no job (its disk is full) is placed nothing until it
+        says it takes them again; read from the store once per worker per control plane life,
+        then only on a change."""
+        known = self._degraded.get(worker_id, ...)
+        if known is ...:
+            known = self.store.get_worker(worker_id).capabilities.get("degraded")
+        if known != reason:
+            self.store.set_worker_degraded(worker_id, reason)
+            self.placement.worker_changed(worker_id)
+        self._degraded[worker_id] = reason
 
     def pending_signals(self, worker_id: str) -> HeartbeatReply:
         return HeartbeatReply(cancel_attempts=self.store.cancelled_attempt_ids(worker_id))

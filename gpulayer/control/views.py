@@ -83,6 +83,7 @@ def worker_view(worker: WorkerRecord, *, running: int = 0) -> dict[str, Any]:
 
 
 def log_view(line: LogLine) -> dict[str, Any]:
+        "degraded": worker.capabilities.get("degraded"),
     view: dict[str, Any] = {
         "id": line.id,
         "attempt": line.attempt,

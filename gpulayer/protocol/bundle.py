@@ -16,7 +16,7 @@ import re
 import stat
 import tarfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 import pathspec
@@ -526,32 +526,114 @@ def check_members(members: list[tarfile.TarInfo]) -> None:
         _check_member(member, links, files)
 
 
-def check_archive(path: Path) -> int:
+@dataclass(frozen=True)
+class BundleLimits:
+    """How far a bundle may expand when it is unpacked: its files' bytes, its members, and
+    the ratio of those bytes to the archive's (a gzip bomb expands a thousandfold). Checked on
+    each member's header, before its data is read or written."""
+
+    max_bytes: int = DEFAULT_MAX_BYTES
+    max_members: int = 200_000
+    max_ratio: float = 200.0
+    ratio_floor_bytes: int = 64 * 1024 * 1024
+    """Below this many expanded bytes any ratio passes: a small archive of zeros is no bomb."""
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> BundleLimits:
+        """The defaults, less what GPULAYER_MAX_BUNDLE_{BYTES,MEMBERS,RATIO} say."""
+        environ = os.environ if environ is None else environ
+        base = cls()
+        values: dict[str, float] = {}
+        for field_name, variable, kind in (
+            ("max_bytes", BUNDLE_BYTES_VARIABLE, int),
+            ("max_members", BUNDLE_MEMBERS_VARIABLE, int),
+            ("max_ratio", BUNDLE_RATIO_VARIABLE, float),
+        ):
+            text = environ.get(variable, "").strip()
+            if not text:
+                continue
+            try:
+                value = kind(text)
+            except ValueError:
+                value = 0
+            if not value >= 1:
+                raise UsageError(f"{variable}: a number of at least 1, not {text!r}")
+            values[field_name] = value
+        return replace(base, **values)  # type: ignore[arg-type]
+
+
+BUNDLE_BYTES_VARIABLE = "GPULAYER_MAX_BUNDLE_BYTES"
+BUNDLE_MEMBERS_VARIABLE = "GPULAYER_MAX_BUNDLE_MEMBERS"
+BUNDLE_RATIO_VARIABLE = "GPULAYER_MAX_BUNDLE_RATIO"
+
+
+class BundleOverLimitError(BundleError):
+    """A bundle would expand past one of its limits."""
+
+
+def _bounded_members(
+    tar: tarfile.TarFile, compressed: int, limits: BundleLimits
+) -> list[tarfile.TarInfo]:
+    """The archive's members, read header by header; refused as soon as the count or the
+    bytes their headers declare pass a limit (before any of that data is expanded)."""
+    members: list[tarfile.TarInfo] = []
+    expanded = 0
+    while True:
+        member = tar.next()
+        if member is None:
+            return members
+        members.append(member)
+        if len(members) > limits.max_members:
+            raise BundleOverLimitError(
+                f"bundle: more than {limits.max_members} members "
+                f"({BUNDLE_MEMBERS_VARIABLE} raises the limit)"
+            )
+        expanded += max(member.size, 0) if member.isfile() else 0
+        if expanded > limits.max_bytes:
+            raise BundleOverLimitError(
+                f"bundle: its files would expand to more than {_human(limits.max_bytes)} "
+                f"({BUNDLE_BYTES_VARIABLE} raises the limit)"
+            )
+        if expanded > limits.ratio_floor_bytes and expanded > limits.max_ratio * max(compressed, 1):
+            raise BundleOverLimitError(
+                f"bundle: its {_human(compressed)} would expand more than {limits.max_ratio:g} "
+                f"times, past {_human(expanded)} (a compression bomb; "
+                f"{BUNDLE_RATIO_VARIABLE} raises the limit)"
+            )
+
+
+def check_archive(path: Path, limits: BundleLimits | None = None) -> int:
     """Raise BundleError unless ``path`` is a tar archive every member of which would land
-    inside its destination; returns the number of members. Writes nothing."""
+    inside its destination, within ``limits``; returns the number of members. Writes nothing."""
+    limits = limits or BundleLimits.from_environment()
     try:
         with tarfile.open(path, mode="r:*") as tar:
-            members = tar.getmembers()
+            members = _bounded_members(tar, path.stat().st_size, limits)
+    except BundleError:
+        raise
     except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
         raise BundleError(f"bundle: {path.name} is not a readable tar archive: {exc}") from exc
     check_members(members)
     return len(members)
 
 
-def extract_bundle(path: Path, dest: Path) -> int:
+def extract_bundle(path: Path, dest: Path, limits: BundleLimits | None = None) -> int:
     """Unpack the bundle at ``path`` into ``dest``; returns the number of members. Every
-    member is checked before anything is written, and tarfile's data filter guards the
-    writing too where this Python has it."""
+    member is checked (place, kind, and the limits on what it all expands to) before anything
+    is written, and tarfile's data filter guards the writing too where this Python has it."""
+    limits = limits or BundleLimits.from_environment()
     dest.mkdir(parents=True, exist_ok=True)
     filter_error: type[Exception] | tuple[()] = getattr(tarfile, "FilterError", ())
     try:
         with tarfile.open(path, mode="r:*") as tar:
-            members = tar.getmembers()
+            members = _bounded_members(tar, path.stat().st_size, limits)
             check_members(members)
             if hasattr(tarfile, "data_filter"):
-                tar.extractall(dest, filter="data")
+                tar.extractall(dest, members=members, filter="data")
             else:  # Python without PEP 706; the checks above stand alone
-                tar.extractall(dest)
+                tar.extractall(dest, members=members)
+    except BundleError:
+        raise
     except filter_error as exc:
         raise UnsafeBundleError(f"bundle: {exc}") from exc
     except (tarfile.TarError, EOFError, OSError, ValueError) as exc:

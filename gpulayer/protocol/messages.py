@@ -117,9 +117,17 @@ class Registration(Message):
 
 
 class Heartbeat(Message):
+DegradedReason = Annotated[
+    str, Field(min_length=1, max_length=120, pattern=r"^[a-z0-9 ,:()-]+$")
+]
+"""A worker's own words for why it takes no job, shown as ``degraded: <reason>``."""
+
+
     running: list[Annotated[int, Field(ge=0, le=2**63 - 1)]] = Field(default_factory=list)
     """Every attempt the worker holds: claimed, preparing or running."""
 
+    degraded: DegradedReason | None = None
+    """Why the worker takes no job now (``disk full``); None when it takes them."""
 
 class ClaimRequest(Message):
     ending: list[Annotated[int, Field(ge=0, le=2**63 - 1)]] = Field(default_factory=list)

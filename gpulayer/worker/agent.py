@@ -33,6 +33,7 @@ from gpulayer.protocol.messages import (
     Registration,
 )
 from gpulayer.worker.containment import Containment, reap_orphans
+from gpulayer.worker.disk import disk_trouble, remove_attempt_folder, sweep_attempt_folders
 from gpulayer.worker.distributed import NodePlace
 from gpulayer.worker.finish_batch import FinishBatcher
 from gpulayer.worker.identities import UidPool, take_back
@@ -138,13 +139,21 @@ class WorkerAgent:
         setup_cache: Path | None = None,
         stopped_with_its_machine: bool = False,
         machine_paths: bool = False,
+        keep_attempts_seconds: float = 0.0,
     ) -> None:
         """``stopped_with_its_machine``: the worker of a rented machine, whose jobs may be
         signalled by the same shutdown that stops it (see ``_killed_with_its_machine``).
         ``machine_paths``: the local control plane's own worker, which runs as the user who
         submits its jobs: it reads their local paths and runs them in their folders. Any
-        other worker opens no path of its machine that a job names."""
+        other worker opens no path of its machine that a job names.
+        ``keep_attempts_seconds``: how long an ended attempt's folder stays (0: it goes once
+        its outputs are stored)."""
         self.machine_paths = machine_paths
+        self.keep_attempts_seconds = keep_attempts_seconds
+        self.degraded: str | None = None
+        """Why the worker takes no job now (its disk is full), sent with each heartbeat."""
+        self._live_dirs: set[Path] = set()
+        self._swept_at = 0.0
         self.link = link
         self.stopped_with_its_machine = stopped_with_its_machine
         self.registration = registration
@@ -193,6 +202,9 @@ class WorkerAgent:
             left = self.uid_pool.reclaim_all(self.work_root)
             if left:
                 log.warning("ended %d process(es) of --run-as-range uids an earlier run left", left)
+        if not self._prepared:
+            # An earlier life's attempts are over: their folders go as any ended one's would.
+            self._sweep(force=True)
         self._prepared = True
         self.worker_id = self.link.register(self.registration)
         for target, name in ((self._claim_loop, "claim"), (self._heartbeat_loop, "heartbeat")):
@@ -245,6 +257,9 @@ class WorkerAgent:
     def _claim_loop(self) -> None:
         assert self.worker_id is not None
         while not self._stop.is_set():
+            if self._lacks_room():
+                self._stop.wait(self.heartbeat_seconds)
+                continue
             try:
                 for attempt in WORKER_CLAIM.retrying(
                     stop_event=self._stop,
@@ -278,13 +293,43 @@ class WorkerAgent:
             self._job_threads.append(thread)
         self._job_threads = [t for t in self._job_threads if t.is_alive()]
 
+    def _lacks_room(self) -> bool:
+        """Whether the work dir lacks room for another job: then the worker claims none (a
+        job it could not prepare would fail) and says so until room returns."""
+        trouble = disk_trouble(self.work_root)
+        if trouble != self.degraded:
+            if trouble:
+                log.warning(
+                    "degraded: %s under %s; taking no jobs until room returns",
+                    trouble,
+                    self.work_root,
+                )
+            else:
+                log.warning("no longer degraded: taking jobs again")
+            self.degraded = trouble
+        return trouble is not None
+
+    def _sweep(self, *, force: bool = False) -> None:
+        """Remove ended attempts' folders kept past --keep-attempts (every minute at most)."""
+        import time
+
+        if not force and (
+            self.keep_attempts_seconds <= 0 or time.monotonic() - self._swept_at < 60
+        ):
+            return
+        self._swept_at = time.monotonic()
+        with self._runs_lock:
+            live = set(self._live_dirs)
+        sweep_attempt_folders(self.work_root, self.keep_attempts_seconds, live)
+
     def _heartbeat_loop(self) -> None:
         assert self.worker_id is not None
         while not self._stop.wait(self.heartbeat_seconds):
             with self._runs_lock:
                 held = sorted(self._held)
+            self._sweep()
             try:
-                self.apply_signals(self.link.heartbeat(self.worker_id, held))
+                self.apply_signals(self.link.heartbeat(self.worker_id, held, self.degraded))
                 self._on_contact()
             except (Unauthorized, ForbiddenError) as exc:
                 self.credential_refused(exc)
@@ -360,6 +405,8 @@ class WorkerAgent:
 
         attempt_id = assignment.attempt_id
         attempt_dir = self.work_root / assignment.job_id / f"attempt-{assignment.attempt}"
+        with self._runs_lock:
+            self._live_dirs.add(attempt_dir)
         attempt_dir.mkdir(parents=True, exist_ok=True)
         shipper = LogShipper(lambda lines: self._send_logs(attempt_id, lines))
         shipper.start()
@@ -454,6 +501,7 @@ class WorkerAgent:
             if uid is not None and self.uid_pool is not None:
                 take_back(attempt_dir)  # the uid's next attempt finds nothing of this one's
                 self.uid_pool.release(uid, all_ended=all_ended)
+            self._attempt_over(attempt_dir)
         if self._killed_with_its_machine(report) and not self._cancelled(assignment):
             # The signal that is stopping this worker too (a machine shutting down, a Slurm
             # step ending, each signal every process) killed the job first: it did not fail,
@@ -488,6 +536,20 @@ class WorkerAgent:
         values = getattr(self.link, "credentials", None)
         return tuple(values()) if callable(values) else ()
 
+    def _attempt_over(self, attempt_dir: Path) -> None:
+        """Its outputs are stored (or never will be): the folder goes, or is kept for
+        --keep-attempts counted from now."""
+        try:
+            if self.keep_attempts_seconds > 0:
+                os.utime(attempt_dir, follow_symlinks=False)
+            else:
+                remove_attempt_folder(attempt_dir)
+        except OSError as exc:
+            log.warning("cannot retire %s (%s)", attempt_dir, exc)
+        finally:
+            with self._runs_lock:
+                self._live_dirs.discard(attempt_dir)
+
     def _killed_with_its_machine(self, report: AttemptReport) -> bool:
         """Whether a job killed by SIGTERM or SIGKILL from outside died of this worker's own
         stop: the worker's signal may be handled a moment after the job's, so its stop is
@@ -499,8 +561,10 @@ class WorkerAgent:
         return self._stop.wait(OUTSIDE_STOP_WAIT_SECONDS)
 
     def _bundle(self, assignment: Assignment, attempt_dir: Path) -> Path:
-        """The job's source bundle: from this worker's cache by digest, else fetched (and,
-        once its digest checks out, kept in the cache for the next job with that source)."""
+        """The job's source bundle: a copy of this worker's cached one, taken only once its
+        bytes match the digest (a job of a worker that cannot isolate it may have rewritten
+        the cache), else fetched (and, once its digest checks out, kept in the cache for the
+        next job with that source). The job unpacks its own copy, never the cached file."""
         digest = assignment.bundle_digest
         fetched = attempt_dir / "source.tar.gz"
         fetch = functools.partial(

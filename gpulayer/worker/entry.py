@@ -62,6 +62,8 @@ class WorkerOptions:
     instance_request_id: str | None = None
     setup_cache: Path | None = None
     """Where jobs' setup environments are kept for later jobs (default: under work_root)."""
+    keep_attempts_hours: float = 0.0
+    """How long a finished attempt's folder stays (0: removed once its outputs are stored)."""
 
     @property
     def work_root(self) -> Path:
@@ -127,6 +129,8 @@ def run_worker(options: WorkerOptions) -> int:
         )
     if options.max_output_file_bytes < 0:
         raise UsageError("--max-output-file-bytes: must be >= 0")
+    if not 0 <= options.keep_attempts_hours <= 24 * 366:
+        raise UsageError("--keep-attempts: HOURS from 0 to 8784 (a year)")
     if options.kind not in ("remote", "cloud"):
         raise UsageError(f"--kind: remote or cloud, not {options.kind!r}")
     if options.deadman_seconds is not None and options.deadman_seconds <= 0:
@@ -160,6 +164,12 @@ def run_worker(options: WorkerOptions) -> int:
         print(f"warning: {_shared_because(runner.name)}", file=sys.stderr)
     elif uid_pool is not None:
         _check_reachable(root, -1, -1, "--run-as-range: its uids")
+        from gpulayer.worker.range_guard import check_interpreter, lock_range
+
+        # Held until this process ends: no other worker may take these uids meanwhile. Taken
+        # before anything runs as them (the check below, the sweep of an earlier life).
+        range_lock = lock_range(uid_pool.uids)  # noqa: F841
+        check_interpreter(uid_pool.uids)
     else:
         print(f"warning: {_unisolated_because()}", file=sys.stderr)
     agent = WorkerAgent(
@@ -177,6 +187,7 @@ def run_worker(options: WorkerOptions) -> int:
         max_output_file_bytes=options.max_output_file_bytes,
         setup_cache=options.setup_cache,
         stopped_with_its_machine=bool(options.instance_request_id),
+        keep_attempts_seconds=options.keep_attempts_hours * 3600,
     )
     if options.deadman_seconds is not None:
         deadman = DeadmanSwitch(

@@ -70,10 +70,13 @@ class HttpLink:
                 save_identity(self.identity_file, identity)
         return str(reply["worker_id"])
 
-    def heartbeat(self, worker_id: str, running: list[int]) -> HeartbeatReply:
-        reply = self.client.request(
-            "POST", f"/v1/workers/{worker_id}/heartbeat", {"running": running}
-        )
+    def heartbeat(
+        self, worker_id: str, running: list[int], degraded: str | None = None
+    ) -> HeartbeatReply:
+        body: dict[str, object] = {"running": running}
+        if degraded is not None:
+            body["degraded"] = degraded
+        reply = self.client.request("POST", f"/v1/workers/{worker_id}/heartbeat", body)
         return HeartbeatReply.model_validate(reply)
 
     def claim(self, worker_id: str, wait: float) -> ClaimReply:

@@ -10,14 +10,17 @@ none that does, and at least as many uids as the worker runs attempts at once.
 
 An attempt can leave more than its folder: a process that escaped its attempt's group (where
 the worker has no cgroup, one that left its session and wiped its environment), files in the
-temp folders every user shares. Before a uid goes back to the pool, every process running as
-it is ended and its files there are removed; a worker that starts again does the same for the
-whole range, whatever its earlier life left.
+folders every user may write to, SysV IPC objects and POSIX message queues. Before a uid goes
+back to the pool, every process running as it is ended, its IPC objects are removed, and its
+files in every world-writable folder of the machine's local filesystems (found when the worker
+starts: /tmp, /var/tmp, /dev/shm, /run/lock and any other) are removed; a worker that starts
+again does the same for the whole range, whatever its earlier life left.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import stat
@@ -28,9 +31,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpulayer.errors import GpulayerError
+from gpulayer.worker.ipc_hygiene import mqueue_folder, remove_mqueues_of, remove_sysv_of
+
+log = logging.getLogger("gpulayer.worker")
 
 FLAG = "--run-as-range"
-SHARED_TEMP_FOLDERS = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
+SHARED_TEMP_FOLDERS = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"), Path("/run/lock"))
+"""Always cleared; the start-up search adds every other world-writable folder it finds."""
+# Filesystems of this machine's own whose folders are searched for world-writable ones; a
+# network filesystem (NFS, CIFS, FUSE) is not walked (slow, and shared with other machines).
+_LOCAL_FILESYSTEMS = frozenset(
+    {"ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "bcachefs", "jfs", "reiserfs",
+     "tmpfs", "ramfs", "devtmpfs", "overlay", "vfat"}
+)  # fmt: skip
+_SEARCH_LIMIT = 2_000_000
+"""Folders looked at, at most, when searching for world-writable ones."""
 _PROC = Path("/proc")
 # Folders below a shared temp folder are cleared this deep; deeper, a folder of the uid's is
 # taken back whole instead (a job can nest folders deeper than a walk should go).
@@ -87,6 +102,8 @@ class UidPool:
         self.uids = uids
         self._held: set[int] = set()
         self._lock = threading.Lock()
+        self.shared_folders: tuple[Path, ...] = SHARED_TEMP_FOLDERS
+        self.mqueues: Path | None = None
 
     def take(self) -> int:
         with self._lock:
@@ -105,7 +122,7 @@ class UidPool:
         processes are known to be gone (its emptied cgroup), so /proc need not be searched."""
         if not all_ended:
             end_processes_of({uid})
-        remove_temp_files_of({uid})
+        self._remove_leftovers({uid})
         with self._lock:
             self._held.discard(uid)
 
@@ -120,8 +137,17 @@ class UidPool:
             with contextlib.suppress(OSError):
                 if folder.lstat().st_uid in self.uids:
                     take_back(folder)
-        remove_temp_files_of(self.uids)
+        self.shared_folders = world_writable_folders(skip=work_root)
+        self.mqueues = mqueue_folder()
+        self._remove_leftovers(self.uids)
         return ended
+
+    def _remove_leftovers(self, uids: Container[int]) -> None:
+        """What the uids' processes made that outlives them: files where every user may
+        write, SysV IPC objects, POSIX message queues."""
+        remove_temp_files_of(uids, self.shared_folders)
+        remove_sysv_of(uids)
+        remove_mqueues_of(uids, self.mqueues)
 
     @property
     def held(self) -> int:
@@ -155,9 +181,73 @@ def _attempt_folders(work_root: Path) -> list[Path]:
     return found
 
 
-def remove_temp_files_of(uids: Container[int]) -> None:
-    for folder in SHARED_TEMP_FOLDERS:
+def remove_temp_files_of(
+    uids: Container[int], folders: tuple[Path, ...] = SHARED_TEMP_FOLDERS
+) -> None:
+    for folder in folders:
         remove_files_of(uids, folder)
+
+
+def _local_mounts() -> list[Path]:
+    try:
+        lines = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 3 and fields[2] in _LOCAL_FILESYSTEMS:
+            # Spaces and the like in a mount point are octal escapes in this file.
+            found.append(Path(fields[1].encode().decode("unicode_escape")))
+    return found
+
+
+def world_writable_folders(skip: Path | None = None) -> tuple[Path, ...]:
+    """SHARED_TEMP_FOLDERS and every other folder of the machine's local filesystems that any
+    user may write into (the only places, besides its attempt's folder, where a uid of the
+    range can leave a file). Below one found, the clearing walk goes on its own; ``skip`` (the
+    work dir) is the worker's to clear."""
+    found: dict[tuple[int, int], Path] = {}
+    for folder in SHARED_TEMP_FOLDERS:
+        with contextlib.suppress(OSError):
+            info = folder.stat()
+            found[(info.st_dev, info.st_ino)] = folder
+    skipped = skip.resolve() if skip is not None else None
+    seen = 0
+    for mount in _local_mounts():
+        try:
+            device = mount.stat().st_dev
+        except OSError:
+            continue
+        pending = [mount]
+        while pending and seen < _SEARCH_LIMIT:
+            folder = pending.pop()
+            try:
+                entries = list(os.scandir(folder))
+            except OSError:
+                continue
+            for entry in entries:
+                try:
+                    if not entry.is_dir(follow_symlinks=False):
+                        continue
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                seen += 1
+                path = Path(entry.path)
+                if info.st_dev != device or path == skipped:
+                    continue  # another filesystem, walked from its own mount point
+                if info.st_mode & (stat.S_IWOTH | stat.S_IXOTH) == stat.S_IWOTH | stat.S_IXOTH:
+                    found.setdefault((info.st_dev, info.st_ino), path)
+                else:
+                    pending.append(path)
+    if seen >= _SEARCH_LIMIT:
+        log.warning(
+            "searched %d folders for world-writable ones and stopped; jobs' files in any "
+            "not found are not removed",
+            seen,
+        )
+    return tuple(found.values())
 
 
 def _process_uids(pid: str) -> tuple[set[int], str] | None:

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -158,8 +159,11 @@ class WorkerProcess:
             k: v for k, v in os.environ.items() if k not in ("GPULAYER_SERVER", "GPULAYER_TOKEN")
         }
         env["GPULAYER_HOME"] = str(self.home)
+        wrapper = self.wrapper
+        if "--run-as-range" in extra and os.geteuid() == 0:
+            wrapper = (*wrapper, *reachable_interpreter())
         self.process = subprocess.Popen(
-            [*self.wrapper, *_gpulayer(*args)],
+            [*wrapper, *_gpulayer(*args)],
             stdout=log,
             stderr=log,
             env=env,
@@ -192,6 +196,24 @@ class WorkerProcess:
         else:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)  # any job process left behind
+
+
+def reachable_interpreter() -> tuple[str, ...]:
+    """A wrapper for WorkerProcess that runs the worker through this interpreter's install
+    bind-mounted, in a mount namespace of the worker's own, at a folder every user can reach:
+    the test's interpreter lies under a home closed to others (/root), which a worker with
+    --run-as-range refuses (its uids could not run a `python` job). Needs root."""
+    if all(p.stat().st_mode & 0o001 for p in Path(sys.executable).parents):
+        return ()
+    mount_point = Path(tempfile.mkdtemp(prefix="gpulayer-python-"))
+    mount_point.chmod(0o755)
+    # Its libpython is found by an absolute RUNPATH under the closed home: pointed at anew.
+    bind_then_run = (
+        'mount --bind "$0" "$1" && p="$1/bin/${2##*/}" && export LD_LIBRARY_PATH="$1/lib" '
+        '&& shift 2 && exec "$p" "$@"'
+    )
+    return ("unshare", "--mount", "--propagation", "private", "sh", "-c", bind_then_run,
+            sys.base_prefix, str(mount_point))  # fmt: skip
 
 
 def without_cgroup_v2() -> tuple[str, ...]:

@@ -99,6 +99,27 @@ class WorkerStore(StoreBase):
                 .values(last_heartbeat=time.time(), state=revived)
             )
 
+    def set_worker_degraded(self, worker_id: str, reason: str | None) -> None:
+        """Note why the worker takes no job now (None: it takes them again). Kept with its
+        capabilities, which a registration replaces whole (a new life says anew)."""
+        with self._begin() as conn:
+            row = conn.execute(
+                select(t.workers.c.capabilities).where(t.workers.c.id == worker_id)
+            ).first()
+            if row is None:
+                return
+            capabilities = json.loads(row[0])
+            if capabilities.get("degraded") == reason:
+                return
+            capabilities.pop("degraded", None)
+            if reason is not None:
+                capabilities["degraded"] = reason
+            conn.execute(
+                update(t.workers)
+                .where(t.workers.c.id == worker_id)
+                .values(capabilities=json.dumps(capabilities))
+            )
+
     def credit_worker_silence(self, worker_id: str) -> None:
         """Its silence counts from now (the control plane was down); its state stays."""
         with self._begin() as conn:
