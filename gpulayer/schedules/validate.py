@@ -19,6 +19,16 @@ def validate_schedule(data: Any) -> Schedule:
 
 
 def schedule_json_schema() -> dict[str, Any]:
-    document = Schedule.model_json_schema()
-    document["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    return document
+    """The Schedule's JSON Schema, its job read by the JobSpec's published schema (with every
+    rule that one adds to pydantic's) and its name by the same exact pattern."""
+    from gpulayer.spec.models import NAME
+    from gpulayer.spec.schema import DIALECT, jobspec_schema, openapi_keywords_dropped
+
+    document: dict[str, Any] = openapi_keywords_dropped(Schedule.model_json_schema())
+    job = jobspec_schema()
+    del job["$schema"]
+    # The same models give the same definition names: the JobSpec's refined ones replace them.
+    document["$defs"].update(job.pop("$defs"))
+    document["$defs"]["JobSpec"] = job
+    document["properties"]["name"]["pattern"] = NAME.json_pattern
+    return {"$schema": DIALECT, **document}

@@ -240,6 +240,23 @@ def _placement(placement: Schema) -> None:
     _add_rules(placement, *rules)
 
 
+def _setup(setup: Schema) -> None:
+    props = setup["properties"]
+    _refine(setup, "requirements_file", RELATIVE_PATH)
+    props["find_links"]["items"].update(RELATIVE_PATH)
+
+
+def openapi_keywords_dropped(node: Any) -> Any:
+    """``node`` without pydantic's OpenAPI ``discriminator``, which is no JSON Schema keyword
+    (strict validators such as ajv refuse a schema holding it); the ``oneOf`` beside it, over
+    workloads whose ``kind`` is a ``const``, already says everything it does."""
+    if isinstance(node, dict):
+        return {k: openapi_keywords_dropped(v) for k, v in node.items() if k != "discriminator"}
+    if isinstance(node, list):
+        return [openapi_keywords_dropped(item) for item in node]
+    return node
+
+
 def jobspec_schema() -> Schema:
     document: Schema = JobSpec.model_json_schema()
     defs = document["$defs"]
@@ -247,6 +264,7 @@ def jobspec_schema() -> Schema:
     _workloads(defs)
     _resources(defs["ResourceRequest"])
     _placement(defs["PlacementPolicy"])
+    _setup(defs["Setup"])
     defs["SecretRef"]["properties"]["name"].update(ENV_NAME_SCHEMA)
     defs["InputRef"]["properties"]["path"].update(RELATIVE_PATH)
-    return {"$schema": DIALECT, **document}
+    return {"$schema": DIALECT, **openapi_keywords_dropped(document)}
