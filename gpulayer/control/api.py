@@ -24,6 +24,7 @@ from gpulayer.control.body_caps import route_caps
 from gpulayer.control.body_pipe import read_body_on_a_thread
 from gpulayer.control.bundle_store import DIGEST_PREFIX, parse_digest
 from gpulayer.control.claim_poll import claim_long_poll
+from gpulayer.control.client_paths import refuse_client_paths
 from gpulayer.control.edge import RequestEdge
 from gpulayer.control.idempotency import HEADER as IDEMPOTENCY_HEADER
 from gpulayer.control.idempotency import Answers, TokenShownOnce, request_key
@@ -236,6 +237,12 @@ def create_app(
         return _job(service, made[0])
 
     def _submit(body: SubmitBody, once: OnceKey | None) -> dict[str, Any]:
+        refuse_client_paths(
+            embedded=embedded,
+            working_dir=body.working_dir,
+            source_dir=body.source_dir,
+            has_bundle=body.bundle_id is not None,
+        )
         digest = parse_digest(body.bundle_id) if body.bundle_id else None
         bundle = None if digest is not None else incoming_bundle(service, body.bundle_id)
         problems = unsafe_text(body.model_dump(exclude={"spec"}))
@@ -243,8 +250,6 @@ def create_app(
             if bundle is not None:
                 bundle.unlink(missing_ok=True)
             raise SpecError(problems)
-        if body.source_dir is not None and not embedded:
-            raise UsageError("source_dir: only the local control plane reads local directories")
         warnings: list[str] = []
         job = service.submit(
             body.spec,
@@ -270,6 +275,13 @@ def create_app(
             ]
             if body.source_dir is not None or body.client_env is not None:
                 raise UsageError(f"jobs[{index}]: source_dir and client_env go one job at a time")
+            refuse_client_paths(
+                embedded=embedded,
+                working_dir=body.working_dir,
+                source_dir=None,
+                has_bundle=body.bundle_id is not None,
+                where=f"jobs[{index}].",
+            )
             digest = None
             if body.bundle_id is not None:
                 digest = parse_digest(body.bundle_id, f"jobs[{index}].bundle_id")

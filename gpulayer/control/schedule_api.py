@@ -10,6 +10,7 @@ from fastapi import Depends, FastAPI, Response
 from pydantic import BaseModel, ConfigDict
 
 from gpulayer.control.bundle_store import parse_digest
+from gpulayer.control.client_paths import refuse_client_paths
 from gpulayer.control.idempotency import Answers
 from gpulayer.control.schedule_service import ScheduleService, TickSkipped
 from gpulayer.control.schedule_views import run_view, schedule_detail, schedule_summary
@@ -50,8 +51,12 @@ def add_schedule_routes(
 
     @app.post("/v1/schedules", dependencies=auth)
     def apply(body: ApplyBody) -> dict[str, Any]:
-        if body.source_dir is not None and not embedded:
-            raise UsageError("source_dir: only the local control plane reads local directories")
+        refuse_client_paths(
+            embedded=embedded,
+            working_dir=body.working_dir,
+            source_dir=body.source_dir,
+            has_bundle=body.bundle_id is not None,
+        )
         # A sha256: id names a bundle the server keeps for other jobs too; any other id a
         # one-shot upload the schedule takes over.
         digest = parse_digest(body.bundle_id) if body.bundle_id else None
