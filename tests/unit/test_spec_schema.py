@@ -29,6 +29,8 @@ VALIDATE_ONLY = {
     "version-specifier": "a PEP 440 specifier set (>=2.1,<3, ~=1.4, ===x) is a grammar with "
     "versions of its own; a regular expression that matches it exactly would be unreadable "
     "and out of step with `packaging`",
+    "pep-508-requirement": "a PEP 508 requirement (name, extras, specifiers, a URL, markers) "
+    "is a grammar of its own, read by `packaging` as for version specifiers",
 }
 
 
@@ -211,6 +213,52 @@ CASES: list[tuple[str, dict[str, Any], bool, str | None]] = [
     ("retry-huge", _command(retry={"max_attempts": 10**30}), False, None),
     ("timeout-past-30-days", _command(timeout_seconds=2592001), False, None),
     ("port-zero", _distributed(entrypoint="t.py", rendezvous={"port": 0}), False, None),
+    ("name-trailing-newline", _command(name="job\n"), False, None),
+    ("name-arabic-indic-digits", _command(name="job\u0661"), False, None),
+    (
+        "capability-arabic-indic-digits",
+        _resources(accelerator="cuda", min_cuda_compute_capability="\u0668.\u0660"),
+        False,
+        None,
+    ),
+    (
+        "entrypoint-trailing-newline",
+        {"workload": {"kind": "function", "entrypoint": "m:f\n"}},
+        False,
+        None,
+    ),
+    ("env-name-trailing-newline", _command(env={"EPOCHS\n": "3"}), False, None),
+    ("os-trailing-newline", _resources(os=["linux\n"]), False, None),
+    (
+        "gpu-model-trailing-newline",
+        _resources(accelerator="cuda", gpu_models=["A100\n"]),
+        False,
+        None,
+    ),
+    ("input-artifact-empty", _command(inputs=[{"artifact": "", "path": "x"}]), False, None),
+    (
+        "input-dotdot-newline-is-a-name",
+        _command(inputs=[{"artifact": "a", "path": "a/..\n"}]),
+        True,
+        None,
+    ),
+    (
+        "input-drive-letter-only-ascii",
+        _command(inputs=[{"artifact": "a", "path": "\xe9:x"}]),
+        True,
+        None,
+    ),
+    ("setup-requirements-absolute", _command(setup={"requirements_file": "/etc/x"}), False, None),
+    ("setup-find-links-dotdot", _command(setup={"find_links": ["../wheels"]}), False, None),
+    ("setup-find-links-ok", _command(setup={"find_links": ["wheels"]}), True, None),
+    ("setup-index-url-space", _command(setup={"index_url": "https://a b"}), False, None),
+    ("setup-index-url-ok", _command(setup={"index_url": "https://pypi.org/simple"}), True, None),
+    (
+        "pep-508-requirement",
+        _command(setup={"pip": ["not a requirement!"]}),
+        False,
+        "pep-508-requirement",
+    ),
 ]
 
 
