@@ -10,6 +10,9 @@ import typer
 
 from gpulayer.cli.output import print_json
 
+TOKEN_LIFETIME_MAX_SECONDS = 10 * 365.25 * 86400
+"""The server's bound on a token's expiry (TokenRequest), said here in the flag's words."""
+
 worker_app = typer.Typer(
     help="Run a worker that takes jobs from a control plane.", no_args_is_help=True
 )
@@ -268,7 +271,10 @@ def token_create(
     if max_workers is not None:
         body["max_workers"] = max_workers
     if expires is not None:
-        body["expires_at"] = time.time() + parse_duration(expires, "--expires")
+        lifetime = parse_duration(expires, "--expires")
+        if lifetime > TOKEN_LIFETIME_MAX_SECONDS:
+            raise UsageError("--expires: at most ten years (3652d)")
+        body["expires_at"] = time.time() + lifetime
     connection = connect(server_url)
     reply = connection.client.request("POST", "/v1/tokens", body)
     if as_json:

@@ -61,6 +61,7 @@ from gpulayer.protocol.messages import (
     Registration,
     TokenRequest,
 )
+from gpulayer.spec.models import MAX_NODES
 
 log = logging.getLogger("gpulayer.api")
 
@@ -76,6 +77,8 @@ _STATUS: dict[type[GpulayerError], int] = {
 
 # The store's id columns are INTEGER: 32 bits in PostgreSQL, so that is the largest id.
 _ID_MAX = 2**31 - 1
+_AGE_MAX = 100 * 365.25 * 86400  # older than a century: older than any row
+_OFFERS_MAX = 10_000
 # Routes that take a file rather than JSON say so in the OpenAPI document.
 _ARCHIVE_BODY = {
     "requestBody": {
@@ -90,6 +93,7 @@ RowId = Annotated[int, PathParam(ge=0, le=_ID_MAX)]
 Cursor = Annotated[int, Query(ge=0, le=_ID_MAX)]
 Limit = Annotated[int, Query(ge=1, le=10_000)]
 WaitSeconds = Annotated[float, Query(ge=0, allow_inf_nan=False)]
+NodeRank = Annotated[int | None, Query(ge=0, le=MAX_NODES - 1)]
 ArrayId = Annotated[str, PathParam(pattern=f"^{ARRAY_ID.pattern}$")]
 
 
@@ -111,7 +115,7 @@ class DeleteBody(_Body):
 
 
 class PruneBody(_Body):
-    older_than_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    older_than_seconds: Annotated[float, Field(ge=0, le=_AGE_MAX, allow_inf_nan=False)]
     dry_run: bool = False
 
 
@@ -339,7 +343,7 @@ def create_app(
 
     @app.get("/v1/jobs/{job_ref}/logs", dependencies=auth)
     def logs(
-        job_ref: str, after: Cursor = 0, wait: WaitSeconds = 0, node: int | None = None
+        job_ref: str, after: Cursor = 0, wait: WaitSeconds = 0, node: NodeRank = None
     ) -> dict[str, Any]:
         lines, job = service.read_logs(
             job_ref, after=after, wait=min(wait, _MAX_WAIT_SECONDS), node=node
@@ -512,8 +516,8 @@ def create_app(
         from gpulayer.spec.validate import validate_spec
 
         limit = body.get("limit", 30)
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-            raise UsageError("limit: a whole number, 0 or more")
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 0 <= limit <= _OFFERS_MAX:
+            raise UsageError(f"limit: a whole number from 0 to {_OFFERS_MAX}")
         names = body.get("names") or {}
         if not isinstance(names, dict) or not all(
             k in FIELD_NAMES and isinstance(v, str) and v for k, v in names.items()

@@ -65,7 +65,7 @@ from gpulayer.protocol.messages import (
     Registration,
 )
 from gpulayer.spec import JobSpec
-from gpulayer.spec.capabilities import WorkerCapabilities
+from gpulayer.spec.capabilities import BoundedCapabilities
 from gpulayer.spec.validate import validate_spec
 
 log = logging.getLogger("gpulayer.control")
@@ -636,7 +636,7 @@ class ControlService:
         credential bound to it. ``caller`` None is the control plane's own in-process worker."""
         if caller is not None:
             self._check_registration(registration, caller)
-        capabilities = WorkerCapabilities.model_validate(registration.capabilities)
+        capabilities = BoundedCapabilities.model_validate(registration.capabilities)
         worker_id = registration.worker_id or new_id("w")
         join_token = caller.token_id if caller is not None and caller.kind == "join" else None
         if join_token is not None and not self.store.count_registration(join_token):

@@ -16,11 +16,17 @@ from gpulayer.control.store import (
     WorkerRecord,
 )
 
+# The dates a timestamp may show: a row stored before its numbers were bounded may hold any
+# float, and one unprintable date must not fail the listing that holds it.
+_EARLIEST = datetime(1, 1, 2, tzinfo=timezone.utc).timestamp()
+_LATEST = datetime(9999, 12, 30, tzinfo=timezone.utc).timestamp()
+
 
 def iso(ts: float | None) -> str | None:
-    if ts is None:
+    if ts is None or ts != ts:  # NaN says no time at all
         return None
-    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="milliseconds")
+    clamped = min(max(float(ts), _EARLIEST), _LATEST)
+    return datetime.fromtimestamp(clamped, tz=timezone.utc).isoformat(timespec="milliseconds")
 
 
 def job_view(
@@ -77,13 +83,13 @@ def worker_view(worker: WorkerRecord, *, running: int = 0) -> dict[str, Any]:
         "labels": worker.labels,
         "running": running,
         "capabilities": worker.capabilities,
+        "degraded": worker.capabilities.get("degraded"),
         "registered_at": iso(worker.registered_at),
         "last_heartbeat": iso(worker.last_heartbeat),
     }
 
 
 def log_view(line: LogLine) -> dict[str, Any]:
-        "degraded": worker.capabilities.get("degraded"),
     view: dict[str, Any] = {
         "id": line.id,
         "attempt": line.attempt,

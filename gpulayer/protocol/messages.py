@@ -5,9 +5,10 @@ The same shapes travel in-process (the embedded local worker) and as JSON over H
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 JOB_ARTIFACT_PREFIX = "job:"
 SETUP_LOG_PREFIX = "[setup] "
@@ -116,18 +117,18 @@ class Registration(Message):
     plane binds it to that instance's reservation (and its job) by id."""
 
 
-class Heartbeat(Message):
 DegradedReason = Annotated[
     str, Field(min_length=1, max_length=120, pattern=r"^[a-z0-9 ,:()-]+$")
 ]
 """A worker's own words for why it takes no job, shown as ``degraded: <reason>``."""
 
 
+class Heartbeat(Message):
     running: list[Annotated[int, Field(ge=0, le=2**63 - 1)]] = Field(default_factory=list)
     """Every attempt the worker holds: claimed, preparing or running."""
-
     degraded: DegradedReason | None = None
     """Why the worker takes no job now (``disk full``); None when it takes them."""
+
 
 class ClaimRequest(Message):
     ending: list[Annotated[int, Field(ge=0, le=2**63 - 1)]] = Field(default_factory=list)
@@ -142,6 +143,10 @@ class ClaimReply(Message):
     """Attempts of this worker whose jobs were cancelled and that it did not say it ends."""
 
 
+TOKEN_LIFETIME_MAX_SECONDS = 10 * 365.25 * 86400
+"""The furthest ahead a token's expiry may lie: ten years."""
+
+
 class TokenRequest(Message):
     model_config = ConfigDict(extra="forbid")
 
@@ -150,6 +155,15 @@ class TokenRequest(Message):
     name: str = Field(default="", max_length=128)
     expires_at: Annotated[float, Field(allow_inf_nan=False)] | None = None
     max_workers: int | None = Field(default=None, ge=1, le=1_000_000)
+
+    @field_validator("expires_at")
+    @classmethod
+    def _within_ten_years(cls, value: float | None) -> float | None:
+        # A time the store, the listings and every comparison can hold (see views.iso).
+        now = time.time()
+        if value is not None and not now < value <= now + TOKEN_LIFETIME_MAX_SECONDS:
+            raise ValueError("must lie between now and ten years from now (seconds since 1970)")
+        return value
 
 
 class HeartbeatReply(Message):

@@ -3,11 +3,19 @@ what a profile promises."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpulayer.spec.models import Accelerator
+from gpulayer.spec.models import (
+    MAX_CPU_CORES,
+    MAX_DISK_GB,
+    MAX_GPU_MEMORY_GB,
+    MAX_GPUS_PER_NODE,
+    MAX_HOURLY_COST,
+    MAX_MEMORY_GB,
+    Accelerator,
+)
 
 
 class ReportModel(BaseModel):
@@ -56,3 +64,24 @@ class WorkerCapabilities(ReportModel):
     @property
     def gpu_count(self) -> int:
         return len(self.gpus)
+
+
+# What a registering worker may say, bounded as a job's figures are: placement compares the two,
+# and a figure no job could ask for (or NaN, which compares with nothing) is the report's
+# mistake. Rows stored before these bounds are still read with the looser models above.
+_Size = Field(ge=0, allow_inf_nan=False)
+
+
+class BoundedGpuDevice(GpuDevice):
+    index: Annotated[int, Field(ge=0, lt=MAX_GPUS_PER_NODE)]
+    memory_gb: Annotated[float, _Size, Field(le=MAX_GPU_MEMORY_GB)] | None = None
+
+
+class BoundedCapabilities(WorkerCapabilities):
+    gpus: list[BoundedGpuDevice] = Field(  # type: ignore[assignment]
+        default_factory=list, max_length=MAX_GPUS_PER_NODE
+    )
+    cpu_cores: Annotated[int, Field(ge=1, le=MAX_CPU_CORES)] = 1
+    memory_gb: Annotated[float, _Size, Field(le=MAX_MEMORY_GB)] | None = None
+    disk_gb: Annotated[float, _Size, Field(le=MAX_DISK_GB)] | None = None
+    hourly_price: Annotated[float, _Size, Field(le=MAX_HOURLY_COST)] | None = None

@@ -119,7 +119,8 @@ class TokenRecord:
         """Why this token no longer works, or None while it does."""
         if self.revoked_at is not None:
             return "revoked"
-        if self.expires_at is not None and now >= self.expires_at:
+        # Written so that an expiry no number can compare with (NaN) refuses the token.
+        if self.expires_at is not None and not now < self.expires_at:
             return "expired"
         return None
 
