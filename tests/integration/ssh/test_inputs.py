@@ -61,6 +61,8 @@ def test_render_command_quotes_words_and_exports_env() -> None:
         ("a\0b", None, "NUL"),
         ("true", {"1BAD": "x"}, "1BAD"),
         ("true", {"A-B": "x"}, "A-B"),
+        ("true", {"A\n": "x"}, "A"),  # a newline would split the exported line
+        ("true", {"A\u0661": "x"}, "A"),
         ("true", {"OK": "a\0b"}, "OK"),
     ],
 )
