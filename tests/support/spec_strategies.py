@@ -2,8 +2,8 @@
 at the edges where readers of the contract may differ (a trailing newline, a Unicode digit, an
 empty string, a length or number bound, a path that is almost relative).
 
-``specs()`` draws only valid specs. ``edge_specs()`` draws from the same shapes, each field's
-value either valid or one edit away from it; it never draws what only `gpulayer validate` can
+``specs()`` draws only valid specs. ``edge_specs(field)`` draws one of them with one field (a
+key of EDITS) moved to an edge, valid or not; it never draws what only `gpulayer validate` can
 judge (the rules tests/unit/test_spec_schema.py lists in VALIDATE_ONLY: unique secret names and
 input paths, env and secrets apart, PEP 440 and PEP 508 grammars), so the published schema and
 `validate` must agree on every spec it draws.
