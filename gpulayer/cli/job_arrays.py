@@ -1,15 +1,14 @@
-"""`gpulayer submit --array 0-99%10`: one job per index, sent in one request, as Slurm's job
-arrays are. Each job carries the array's id and its index in its labels (``gpulayer.array``,
-``gpulayer.array.index``, and ``gpulayer.array.limit`` when a parallelism limit is given,
-which the control plane holds when it places them); the worker sets $GPULAYER_ARRAY_INDEX
-from the index. The id (``a-...``) works where a job id does in status, cancel and logs, and
-``ls --array ID`` lists its jobs."""
+"""`gpulayer submit --array 0-99%10`: one job per index, asked for in one request, as Slurm's
+job arrays are. The control plane makes the jobs, picks the array's id and labels each job
+with it and its index (``gpulayer.array``, ``gpulayer.array.index``, and
+``gpulayer.array.limit`` when a parallelism limit is given, which it holds when it places
+them); the worker sets $GPULAYER_ARRAY_INDEX from the index. The id (``a-...``) works where a
+job id does in status, cancel and logs, and ``ls --array ID`` lists its jobs."""
 
 from __future__ import annotations
 
-import copy
+import os
 import re
-import secrets
 import sys
 import time
 from dataclasses import dataclass
@@ -22,7 +21,6 @@ if TYPE_CHECKING:
 
 ARRAY_LABEL = "gpulayer.array"
 INDEX_LABEL = "gpulayer.array.index"
-LIMIT_LABEL = "gpulayer.array.limit"
 MAX_TASKS = 10_000
 _RANGE = re.compile(r"(\d+)(?:-(\d+))?")
 _ARRAY_ID = re.compile(r"a-[0-9a-f]{10}")
@@ -63,29 +61,24 @@ def parse_array(text: str) -> ArrayTasks:
     return ArrayTasks(tuple(indices), limit)
 
 
-def array_jobs(data: dict[str, Any], tasks: ArrayTasks, array_id: str) -> list[dict[str, Any]]:
-    """The spec data of each task of the array."""
-    jobs = []
-    for index in tasks.indices:
-        job = copy.deepcopy(data)
-        labels = job.setdefault("labels", {})
-        labels[ARRAY_LABEL] = array_id
-        labels[INDEX_LABEL] = str(index)
-        if tasks.limit is not None:
-            labels[LIMIT_LABEL] = str(tasks.limit)
-        jobs.append(job)
-    return jobs
+def array_request(data: dict[str, Any], tasks: ArrayTasks) -> dict[str, Any]:
+    """What a submit of the array asks for: the spec, once, with its indices and limit."""
+    return {"spec": data, "array": {"indices": list(tasks.indices), "limit": tasks.limit}}
 
 
 def submit_array(
     connection: Connection, data: dict[str, Any], tasks: ArrayTasks, *, detach: bool
 ) -> int:
-    from gpulayer.sdk.submission import send_jobs
+    from gpulayer.sdk.submission import source_fields
 
-    array_id = "a-" + secrets.token_hex(5)
-    views = send_jobs(connection, array_jobs(data, tasks, array_id))
-    for warning in views[0].get("warnings", []) if views else []:
+    warnings: list[str] = []
+    body = {**array_request(data, tasks), **source_fields(connection, data, warnings)}
+    if connection.embedded:
+        body["client_env"] = dict(os.environ)
+    views: list[dict[str, Any]] = connection.client.request("POST", "/v1/jobs", body, timeout=600)
+    for warning in warnings:
         sys.stderr.write(f"warning: {warning}\n")
+    array_id = str(views[0]["labels"][ARRAY_LABEL])
     print(array_id, flush=True)
     if detach:
         return 0

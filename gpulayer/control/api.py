@@ -30,6 +30,7 @@ from gpulayer.control.idempotency import HEADER as IDEMPOTENCY_HEADER
 from gpulayer.control.idempotency import Answers, TokenShownOnce, request_key
 from gpulayer.control.json_route import OffLoopJSONRoute
 from gpulayer.control.output_uploads import UploadTooLarge, receive_within
+from gpulayer.control.reserved_labels import reserved_label_lines
 from gpulayer.control.service import ControlService
 from gpulayer.control.store.once_keys import KeyTaken, OnceKey
 from gpulayer.control.text_checks import repaired, unsafe_text
@@ -101,8 +102,16 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+class ArrayRequest(_Body):
+    """An array's jobs: one per index, at most ``limit`` of them running at once."""
+
+    indices: list[Annotated[int, Field(ge=0, le=_ID_MAX)]] = Field(min_length=1, max_length=10_000)
+    limit: Annotated[int, Field(ge=1, le=10_000)] | None = None
+
+
 class SubmitBody(_Body):
     spec: dict[str, Any]
+    array: ArrayRequest | None = None
     working_dir: str | None = None
     bundle_id: str | None = None
     source_dir: str | None = None
@@ -226,7 +235,7 @@ def create_app(
         response: Response,
         once: OnceKey | None = Depends(once_key),
     ) -> Any:
-        many = isinstance(body, list)
+        many = isinstance(body, list) or body.array is not None
         try:
             made = answers.prior(once)
             if made is None:
@@ -247,6 +256,11 @@ def create_app(
             source_dir=body.source_dir,
             has_bundle=body.bundle_id is not None,
         )
+        reserved = reserved_label_lines(body.spec)
+        if reserved:
+            raise SpecError(reserved)
+        if body.array is not None:
+            return _submit_array(body, once)
         digest = parse_digest(body.bundle_id) if body.bundle_id else None
         bundle = None if digest is not None else incoming_bundle(service, body.bundle_id)
         problems = unsafe_text(body.model_dump(exclude={"spec"}))
@@ -270,6 +284,27 @@ def create_app(
             view["warnings"] = warnings
         return view
 
+    def _submit_array(body: SubmitBody, once: OnceKey | None) -> Any:
+        from gpulayer.control.array_submit import submit_array
+
+        assert body.array is not None
+        problems = unsafe_text(body.model_dump(exclude={"spec"}))
+        if problems:
+            raise SpecError(problems)
+        jobs = submit_array(
+            service,
+            body.spec,
+            body.array.indices,
+            body.array.limit,
+            embedded=embedded,
+            working_dir=body.working_dir,
+            source_dir=body.source_dir,
+            bundle_id=body.bundle_id,
+            client_env=body.client_env if embedded else None,
+            once=once,
+        )
+        return [job_view(job) for job in jobs]
+
     def _submit_many(bodies: list[SubmitBody], once: OnceKey | None) -> list[dict[str, Any]]:
         items: list[tuple[dict[str, Any], str | None, str | None]] = []
         problems: list[str] = []
@@ -277,6 +312,9 @@ def create_app(
             problems += [
                 f"jobs[{index}].{line}" for line in unsafe_text(body.model_dump(exclude={"spec"}))
             ]
+            problems += reserved_label_lines(body.spec, f"jobs[{index}].")
+            if body.array is not None:
+                raise UsageError(f"jobs[{index}].array: an array is a request of its own")
             if body.source_dir is not None or body.client_env is not None:
                 raise UsageError(f"jobs[{index}]: source_dir and client_env go one job at a time")
             refuse_client_paths(

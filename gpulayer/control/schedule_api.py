@@ -12,11 +12,12 @@ from pydantic import BaseModel, ConfigDict
 from gpulayer.control.bundle_store import parse_digest
 from gpulayer.control.client_paths import refuse_client_paths
 from gpulayer.control.idempotency import Answers
+from gpulayer.control.reserved_labels import reserved_label_lines
 from gpulayer.control.schedule_service import ScheduleService, TickSkipped
 from gpulayer.control.schedule_views import run_view, schedule_detail, schedule_summary
 from gpulayer.control.store.once_keys import KeyTaken, OnceKey
 from gpulayer.control.uploads import incoming_bundle
-from gpulayer.errors import UsageError
+from gpulayer.errors import SpecError, UsageError
 
 
 class ApplyBody(BaseModel):
@@ -57,6 +58,10 @@ def add_schedule_routes(
             source_dir=body.source_dir,
             has_bundle=body.bundle_id is not None,
         )
+        job = body.schedule.get("job")
+        reserved = reserved_label_lines(job, "job.")
+        if reserved:
+            raise SpecError(reserved)
         # A sha256: id names a bundle the server keeps for other jobs too; any other id a
         # one-shot upload the schedule takes over.
         digest = parse_digest(body.bundle_id) if body.bundle_id else None

@@ -341,12 +341,12 @@ def test_launch_many_from_one_folder_gives_each_job_its_own_local_inputs(
 
 
 def test_an_array_limit_holds_how_many_of_it_run_at_once(tmp_path: Path) -> None:
-    from gpulayer.cli.job_arrays import array_jobs, parse_array
+    from gpulayer.control.arrays import array_members
     from gpulayer.protocol.messages import AttemptReport
 
     service = plane(tmp_path)
     worker = register(service, "w", caps(cpu_cores=64))
-    array = array_jobs(command("true"), parse_array("0-5%2"), "a-0123456789")
+    array = array_members(command("true"), range(6), 2, "a-0123456789")
     service.submit_many([(job, None, None) for job in [*array, command("true")]])
     running = service.claim_waiting(worker, 1.0)
 

@@ -125,8 +125,15 @@ def test_bad_arrays_name_the_flag(text: str) -> None:
 
 
 def test_each_task_sees_its_index_and_carries_the_array() -> None:
+    from gpulayer.control.arrays import array_members
+
     data = {"workload": {"kind": "command", "command": ["x"]}, "env": {"A": "1"}}
-    jobs = job_arrays.array_jobs(data, job_arrays.parse_array("2-4%2"), "a-0123456789")
+    tasks = job_arrays.parse_array("2-4%2")
+    assert job_arrays.array_request(data, tasks) == {
+        "spec": data,
+        "array": {"indices": [2, 3, 4], "limit": 2},
+    }
+    jobs = array_members(data, tasks.indices, tasks.limit, "a-0123456789")
     assert [j["labels"]["gpulayer.array.index"] for j in jobs] == ["2", "3", "4"]
     assert jobs[0]["labels"] == {
         "gpulayer.array": "a-0123456789",

@@ -75,6 +75,11 @@ class OnceKeyStore(StoreBase):
         answer: dict[str, Any] = json.loads(row.answer)
         return KeptAnswer(row.fingerprint, [str(i) for i in answer["ids"]], row.created_at)
 
+    def keep_answer(self, once: OnceKey, ids: list[str]) -> None:
+        """Keep what a request made in several transactions, once they are all over."""
+        with self._begin() as conn:
+            remember_answer(conn, once, ids)
+
     def forget_answers_before(self, before: float) -> int:
         """Drop the keys older than ``before``; how many went."""
         query = delete(t.idempotency_keys).where(t.idempotency_keys.c.created_at < before)
