@@ -149,30 +149,23 @@ def catalog_refresh(
 ) -> None:
     """Rebuild a provider's catalog from its public price data."""
     from gpulayer.cloud.config import provider_settings
-    from gpulayer.cloud.registry import get_provider
+    from gpulayer.cloud.registry import catalog_refresher
     from gpulayer.control.paths import home
     from gpulayer.errors import UsageError
 
     if source not in ("bulk", "api"):
         raise UsageError(f"--source: bulk or api, not {source!r}")
-    plugin = get_provider(provider, provider_settings(home().root).get(provider, {}))
-    refresh = getattr(plugin, "refresh_catalog", None)
-    if refresh is None:
-        raise UsageError(f"PROVIDER: {provider} has no price catalog to refresh")
-    import inspect
-
+    plugin = catalog_refresher(provider, provider_settings(home().root).get(provider, {}))
     from gpulayer.cli.waiting import progress_after
     from gpulayer.cloud.config import orchestrator_section
 
-    bound = {}
-    if "wait_seconds" in inspect.signature(refresh).parameters:
-        bound["wait_seconds"] = float(orchestrator_section(home().root)["cloud_wait_seconds"])
+    wait = float(orchestrator_section(home().root)["cloud_wait_seconds"])
     with progress_after(f"reading {provider} prices") as progress:
-        path = refresh(
+        path = plugin.refresh_catalog(
             region or None,
-            source=source,
+            source="api" if source == "api" else "bulk",
             on_region=lambda name: progress.update(f"reading {provider} prices for {name}"),
-            **bound,
+            wait_seconds=wait,
         )
     typer.echo(f"catalog written to {path}")
 

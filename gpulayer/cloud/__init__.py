@@ -36,7 +36,12 @@ if TYPE_CHECKING:
     from gpulayer.cloud.cache import write_json_atomically as write_json_atomically
     from gpulayer.cloud.catalogs import STALE_AFTER_DAYS as STALE_AFTER_DAYS
     from gpulayer.cloud.catalogs import CatalogInfo as CatalogInfo
-    from gpulayer.cloud.catalogs import has_catalog as has_catalog
+    from gpulayer.cloud.catalogs import CatalogProvider as CatalogProvider
+    from gpulayer.cloud.catalogs import CatalogRefresher as CatalogRefresher
+    from gpulayer.cloud.catalogs import NamesRegions as NamesRegions
+    from gpulayer.cloud.catalogs import PriceSource as PriceSource
+    from gpulayer.cloud.credentials import CredentialSources as CredentialSources
+    from gpulayer.cloud.credentials import ReadsCredentials as ReadsCredentials
     from gpulayer.cloud.credentials import credentials_environment as credentials_environment
     from gpulayer.cloud.errors import AuthError as AuthError
     from gpulayer.cloud.errors import CapacityError as CapacityError
@@ -63,9 +68,10 @@ if TYPE_CHECKING:
     from gpulayer.cloud.protocol import Instance as Instance
     from gpulayer.cloud.protocol import InstanceState as InstanceState
     from gpulayer.cloud.protocol import LaunchRequest as LaunchRequest
+    from gpulayer.cloud.protocol import OffersAreMachines as OffersAreMachines
+    from gpulayer.cloud.protocol import OutlivesReclaim as OutlivesReclaim
     from gpulayer.cloud.protocol import Provider as Provider
     from gpulayer.cloud.protocol import SshVia as SshVia
-    from gpulayer.cloud.protocol import can_launch_gangs as can_launch_gangs
     from gpulayer.cloud.protocol import launch_zone as launch_zone
     from gpulayer.cloud.protocol import node_install_dir as node_install_dir
     from gpulayer.cloud.ranking import BlockList as BlockList
@@ -144,7 +150,8 @@ _EXPORTS = {
     "LaunchRequest": "gpulayer.cloud.protocol",
     "Provider": "gpulayer.cloud.protocol",
     "SshVia": "gpulayer.cloud.protocol",
-    "can_launch_gangs": "gpulayer.cloud.protocol",
+    "OffersAreMachines": "gpulayer.cloud.protocol",
+    "OutlivesReclaim": "gpulayer.cloud.protocol",
     "launch_zone": "gpulayer.cloud.protocol",
     "node_install_dir": "gpulayer.cloud.protocol",
     "WORKER_START_TAG": "gpulayer.cloud.protocol",
@@ -168,6 +175,8 @@ _EXPORTS = {
     "UsageError": "gpulayer.errors",
     # Where credentials are read from: the environment of the submit, else this process's.
     "credentials_environment": "gpulayer.cloud.credentials",
+    "CredentialSources": "gpulayer.cloud.credentials",
+    "ReadsCredentials": "gpulayer.cloud.credentials",
     # Settings, caches, catalogs.
     "InstallRootSetting": "gpulayer.cloud.settings",
     "PythonSetting": "gpulayer.cloud.settings",
@@ -178,7 +187,10 @@ _EXPORTS = {
     "write_json_atomically": "gpulayer.cloud.cache",
     "STALE_AFTER_DAYS": "gpulayer.cloud.catalogs",
     "CatalogInfo": "gpulayer.cloud.catalogs",
-    "has_catalog": "gpulayer.cloud.catalogs",
+    "CatalogProvider": "gpulayer.cloud.catalogs",
+    "CatalogRefresher": "gpulayer.cloud.catalogs",
+    "NamesRegions": "gpulayer.cloud.catalogs",
+    "PriceSource": "gpulayer.cloud.catalogs",
     # GPU facts, and reading what a machine's tools print.
     "GpuFacts": "gpulayer.hardware.gpus",
     "cuda_capability": "gpulayer.hardware.gpus",

@@ -1,24 +1,23 @@
 """What a provider's shipped catalog says about itself, and when it is too old to trust.
 
 A provider plugin may ship a catalog of what it rents (hardware and prices), so that offers
-list without credentials or network. Such a plugin's provider object has two more methods
-than the protocol's five:
-
-- ``catalog_offers(query, everywhere=...)`` -> offers from the catalog alone, one per
-  (instance type, region, market) with the region's zones, spot only when the provider's
-  settings allow spot (so a listing shows what a launch would rent); ``everywhere``: in every
-  region the catalog knows (listing a provider that is not enabled), else in the regions its
-  settings name;
-- ``catalog_info()`` -> :class:`CatalogInfo`.
+list without credentials or network. Such a plugin is a :class:`CatalogProvider` (it inherits
+the protocol, and the registry checks the methods' shapes when it loads the plugin); one whose
+catalog can be rebuilt from the cloud's price data is a :class:`CatalogRefresher` too.
 
 Pure.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from datetime import date
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from gpulayer.cloud.offer import Offer, OfferQuery
 
 STALE_AFTER_DAYS = 30
 """A catalog older than this gets a warning: prices change (AWS cut the P family by about
@@ -59,7 +58,49 @@ class CatalogInfo:
         return asdict(self)
 
 
-def has_catalog(provider: Any) -> bool:
-    return callable(getattr(provider, "catalog_offers", None)) and callable(
-        getattr(provider, "catalog_info", None)
-    )
+@runtime_checkable
+class CatalogProvider(Protocol):
+    """An ability: offers from a catalog shipped with the plugin, without credentials or
+    network."""
+
+    def catalog_offers(self, query: OfferQuery, *, everywhere: bool = False) -> list[Offer]:
+        """Offers from the catalog alone, one per (instance type, region, market) with the
+        region's zones, spot only when the provider's settings allow spot (what a launch would
+        rent); ``everywhere``: in every region the catalog knows (listing a provider that is
+        not enabled), else in the regions its settings name."""
+        ...
+
+    def catalog_info(self) -> CatalogInfo:
+        """Where the catalog in use comes from, and how old it is."""
+        ...
+
+
+PriceSource = Literal["bulk", "api"]
+"""Where a refresh reads prices: the public bulk price list, or the cloud's pricing API."""
+
+
+@runtime_checkable
+class CatalogRefresher(Protocol):
+    """An ability: the plugin's catalog can be rebuilt from its cloud's price data
+    (`gpulayer catalog refresh`)."""
+
+    def refresh_catalog(
+        self,
+        regions: Iterable[str] | None = None,
+        *,
+        source: PriceSource = "api",
+        on_region: Callable[[str], None] | None = None,
+        wait_seconds: float | None = None,
+    ) -> Path:
+        """Rebuild the catalog for ``regions`` (None: the configured ones) and return where
+        it was written; ``on_region`` hears each region as it is read; ``wait_seconds``
+        bounds each request."""
+        ...
+
+
+@runtime_checkable
+class NamesRegions(Protocol):
+    """An ability: the provider's settings name the regions it rents in, so a region there
+    is known even where its catalog prices nothing."""
+
+    def configured_regions(self) -> list[str]: ...

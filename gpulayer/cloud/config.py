@@ -17,9 +17,12 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpulayer.errors import SpecError, UsageError
+
+if TYPE_CHECKING:
+    from gpulayer.cloud.protocol import Provider
 
 ORCHESTRATOR_KEY = "gpulayer"
 
@@ -38,10 +41,15 @@ def load_config(root: Path) -> dict[str, Any]:
     path = providers_file(root)
     if not path.exists():
         return {}
+    return parse_config(path, path.read_text())
+
+
+def parse_config(path: Path, text: str) -> dict[str, Any]:
+    """providers.yaml's mapping from its text; UsageError naming ``path`` when it is not one."""
     import yaml
 
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         raise UsageError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(data, dict):
@@ -51,11 +59,12 @@ def load_config(root: Path) -> dict[str, Any]:
 
 def provider_settings(root: Path) -> dict[str, Mapping[str, Any]]:
     """Enabled provider name -> its settings mapping."""
-    return {
-        name: settings or {}
-        for name, settings in load_config(root).items()
-        if name != ORCHESTRATOR_KEY
-    }
+    return provider_sections(load_config(root))
+
+
+def provider_sections(data: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """The provider sections of providers.yaml's mapping: name -> its settings mapping."""
+    return {name: settings or {} for name, settings in data.items() if name != ORCHESTRATOR_KEY}
 
 
 def orchestrator_settings(root: Path) -> Mapping[str, Any]:
@@ -89,13 +98,19 @@ class CheckedConfig:
     providers: dict[str, Any] = field(default_factory=dict)
     """Enabled provider -> its validated settings model (or the mapping, for a plugin that
     publishes no settings model but accepted the settings)."""
+    data: dict[str, Any] = field(default_factory=dict)
+    """The file's mapping as read, each section as written."""
 
     def shown(self) -> dict[str, Any]:
         """Every section as JSON, defaults filled in."""
+        from pydantic import BaseModel
+
         sections: dict[str, Any] = {}
         for name, settings in self.providers.items():
-            dump = getattr(settings, "model_dump", None)
-            sections[name] = dump(mode="json") if dump else dict(settings)
+            if isinstance(settings, BaseModel):
+                sections[name] = settings.model_dump(mode="json")
+            else:
+                sections[name] = dict(settings)
         sections[ORCHESTRATOR_KEY] = self.orchestrator.model_dump(mode="json")
         return sections
 
@@ -103,17 +118,24 @@ class CheckedConfig:
 def check_config(root: Path) -> CheckedConfig:
     """Validate providers.yaml whole (every section, ``gpulayer:`` included), raising
     ConfigError with every problem at once."""
+    path = providers_file(root)
+    return check_text(path, path.read_text() if path.exists() else None)
+
+
+def check_text(path: Path, text: str | None) -> CheckedConfig:
+    """:func:`check_config` of the text read from ``path`` (None: there is no file)."""
     from pydantic import ValidationError
 
     from gpulayer.cloud.orchestrator_settings import OrchestratorSettings
     from gpulayer.cloud.registry import available_providers
     from gpulayer.cloud.settings import settings_problems
 
-    path = providers_file(root)
-    data = load_config(root)
+    data = {} if text is None else parse_config(path, text)
     problems: list[str] = []
     orchestrator = OrchestratorSettings()
-    checked = CheckedConfig(path=path, exists=path.exists(), orchestrator=orchestrator)
+    checked = CheckedConfig(
+        path=path, exists=text is not None, orchestrator=orchestrator, data=data
+    )
     installed = available_providers()
     for name, section in data.items():
         name = str(name)
@@ -152,21 +174,22 @@ def _check_provider(name: str, section: Mapping[str, Any]) -> Any:
     from gpulayer.cloud.registry import get_provider, settings_model
     from gpulayer.cloud.settings import settings_problems
 
-    model = settings_model(name)
+    model = settings_model(name)  # a plugin that is not what it declares raises here
     if model is not None:
         try:
             return model.model_validate(dict(section))
         except ValidationError as exc:
             return settings_problems(model, exc)
     try:
-        provider = get_provider(name, section)
+        get_provider(name, section)  # without a settings model, building it is the check
     except ProviderError as exc:
         return [str(exc).removeprefix(f"{name}: ").removeprefix("settings: ")]
-    return getattr(provider, "settings", section)
+    return dict(section)
 
 
-def enabled_providers(root: Path, only: Sequence[str] = ()) -> dict[str, Any]:
-    """Provider objects for the enabled providers (restricted to `only` when given)."""
+def enabled_providers(root: Path, only: Sequence[str] = ()) -> dict[str, Provider]:
+    """Provider objects for the enabled providers (restricted to `only` when given), built
+    now: for one command. A control plane asks its ProviderRegistry instead."""
     from gpulayer.cloud.registry import available_providers, get_provider
 
     checked = check_config(root)

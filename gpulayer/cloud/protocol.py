@@ -193,8 +193,9 @@ class Provider(Protocol):
 
 @runtime_checkable
 class GangProvider(Provider, Protocol):
-    """A provider that can start the nodes of a multi-node job together. One that cannot
-    (it lacks ``launch_gang``) is never asked for a gang."""
+    """An ability: the provider can start the nodes of a multi-node job together. One that is
+    not a GangProvider is never asked for a gang. A plugin declares it by inheriting it; the
+    registry checks its shape when the plugin is loaded (:mod:`gpulayer.cloud.contract`)."""
 
     def launch_gang(self, offer: Offer, request: LaunchRequest) -> list[Instance]:
         """Start ``request.count`` instances like ``offer``, reachable from each other, in one
@@ -203,21 +204,15 @@ class GangProvider(Provider, Protocol):
         ...
 
 
-def can_launch_gangs(provider: object) -> bool:
-    return callable(getattr(provider, "launch_gang", None))
+class OffersAreMachines:
+    """An ability (a mixin): each of the provider's offers is one machine (a fixed pool of
+    hosts), so the orchestrator gives an offer to one job at a time."""
 
 
-def offers_are_machines(provider: object) -> bool:
-    """Whether each of the provider's offers is one machine (a fixed pool of hosts, set as
-    the class attribute ``offers_are_machines = True``): then one job at a time holds it."""
-    return bool(getattr(provider, "offers_are_machines", False))
-
-
-def machines_outlive_reclaim(provider: object) -> bool:
-    """Whether a machine the provider took back keeps running with gpulayer's worker on it (a
-    Slurm node handed to a preempting job; class attribute ``machines_outlive_reclaim = True``).
-    A cloud's reclaimed instance powers off by itself, and its link is not waited on."""
-    return bool(getattr(provider, "machines_outlive_reclaim", False))
+class OutlivesReclaim:
+    """An ability (a mixin): a machine the provider took back keeps running with gpulayer's
+    worker on it (a Slurm node handed to a preempting job), so its worker is stopped over its
+    link. A cloud's reclaimed instance powers off by itself, and its link is not waited on."""
 
 
 WORKER_START_TAG = "gpulayer:worker-start"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpulayer.cloud.catalogs import CatalogInfo, has_catalog
+from gpulayer.cloud.catalogs import CatalogInfo, CatalogProvider, NamesRegions
 from gpulayer.cloud.deadline import DEFAULT_WAIT_SECONDS, call_each_within
 from gpulayer.cloud.errors import ProviderError
 from gpulayer.cloud.offer import Offer, OfferQuery
@@ -97,7 +97,7 @@ def gather(
             found = answer
             sources[name] = "live"
         except ProviderError as exc:
-            if not (catalog_fallback and has_catalog(provider)):
+            if not (catalog_fallback and isinstance(provider, CatalogProvider)):
                 failed.append(f"{name}: no offers ({exc})")
                 say(failed[-1])
                 continue
@@ -106,10 +106,10 @@ def gather(
             sources[name] = "catalog"
             say(f"{name}: live offers unavailable ({exc}); listing its catalog")
         offers.extend(found)
-        if has_catalog(provider) and name not in catalogs:
+        if isinstance(provider, CatalogProvider) and name not in catalogs:
             catalogs[name] = provider.catalog_info()
     for name, provider in (disabled or {}).items():
-        if not has_catalog(provider):
+        if not isinstance(provider, CatalogProvider):
             continue
         offers.extend(provider.catalog_offers(query, everywhere=True))
         catalogs[name] = provider.catalog_info()
@@ -250,12 +250,13 @@ def known_regions(providers: Mapping[str, Any]) -> set[str] | None:
     them has no catalog (its regions cannot be known without asking it)."""
     regions: set[str] = set()
     for provider in providers.values():
-        if not has_catalog(provider):
+        if not isinstance(provider, CatalogProvider):
             return None
         for accelerator in ("cpu", "cuda"):
             query = OfferQuery(accelerator=accelerator, gpu_count_exact=False)
             regions |= {o.region for o in provider.catalog_offers(query, everywhere=True)}
-        regions |= set(getattr(getattr(provider, "settings", None), "regions", None) or ())
+        if isinstance(provider, NamesRegions):
+            regions |= set(provider.configured_regions())
     return regions
 
 
@@ -316,7 +317,10 @@ def list_offers(
     gathered = gather(enabled, query, disabled=disabled, catalog_fallback=True, wait_seconds=wait)
     result = select(gathered.ranked, query, spec.placement)
     notes += gathered.notes
-    hints = [enable_hint(n, path, one_line=has_catalog(disabled.get(n))) for n in unconfigured]
+    hints = [
+        enable_hint(n, path, one_line=isinstance(disabled.get(n), CatalogProvider))
+        for n in unconfigured
+    ]
     if not configured:
         notes.append(f"no provider is enabled: {path} lists none; " + "; ".join(hints))
     else:

@@ -48,30 +48,32 @@ def _parallel_launches(root: Path) -> int:
 
 
 def attach_lifecycle(service: ControlService, control_port: int) -> Reconciler:
-    from gpulayer.cloud.config import check_config, enabled_providers, orchestrator_settings
+    from gpulayer.cloud.provider_registry import ProviderRegistry
 
     root = service.layout.root
+    # One registry for the control plane: a provider is built once per settings change.
+    registry = ProviderRegistry(root)
     reconciler = Reconciler(
         service,
         control_port=control_port,
         owner=owner_id(root),
-        load_providers=lambda only: enabled_providers(root, only),
-        settings=lambda: orchestrator_settings(root),
+        load_providers=registry.enabled,
+        settings=registry.orchestrator,
         parallel_launches=_parallel_launches(root),
     )
-    service.cloud_available = lambda: bool(check_config(root).providers)
+    service.cloud_available = lambda: bool(registry.checked().providers)
 
     def cloud_refusal(spec: JobSpec) -> str | None:
         from gpulayer.cloud.lifecycle.gangs import nodes_of
         from gpulayer.cloud.lifecycle.placement import cap_refusal, gang_refusal
 
-        chosen = enabled_providers(root, tuple(spec.placement.providers))
+        chosen = registry.enabled(tuple(spec.placement.providers))
         if nodes_of(spec) > 1:
             return gang_refusal(
                 spec,
                 chosen,
                 service.store.list_instances(live_only=True),
-                wait_seconds=orchestrator_settings(root)["cloud_wait_seconds"],
+                wait_seconds=registry.orchestrator()["cloud_wait_seconds"],
             )
         return cap_refusal(spec, chosen)
 
@@ -81,8 +83,8 @@ def attach_lifecycle(service: ControlService, control_port: int) -> Reconciler:
         from gpulayer.cloud.lifecycle.gangs import nodes_of
         from gpulayer.cloud.search import plan_cloud
 
-        chosen = enabled_providers(root, tuple(spec.placement.providers))
-        wait = orchestrator_settings(root)["cloud_wait_seconds"]
+        chosen = registry.enabled(tuple(spec.placement.providers))
+        wait = registry.orchestrator()["cloud_wait_seconds"]
         return plan_cloud(spec, chosen, nodes=nodes_of(spec), wait_seconds=wait)
 
     service.cloud_plan = cloud_plan

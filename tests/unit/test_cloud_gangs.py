@@ -97,14 +97,15 @@ def test_a_gang_with_only_providers_that_cannot_launch_one_is_refused_before_any
     from gpulayer_gcp import GcpProvider
 
     from gpulayer.cloud.lifecycle.placement import gang_refusal
-    from gpulayer.cloud.protocol import can_launch_gangs
+    from gpulayer.cloud.protocol import GangProvider
     from gpulayer.spec import JobSpec
 
     # Every shipped cloud launches gangs; a plugin that cannot is refused before a search.
     gcp = GcpProvider({"endpoint_url": "http://127.0.0.1:9", "cache_dir": str(tmp_path)})
-    assert can_launch_gangs(gcp) and can_launch_gangs(AwsProvider)
+    aws = AwsProvider({"cache_dir": str(tmp_path)})
+    assert isinstance(gcp, GangProvider) and isinstance(aws, GangProvider)
     solo = OneMachineAtATime()
-    assert not can_launch_gangs(solo)
+    assert not isinstance(solo, GangProvider)
     spec = JobSpec.model_validate(
         {
             "workload": {"kind": "distributed", "entrypoint": "t.py", "num_workers": 2},

@@ -105,7 +105,7 @@ def test_squeue_asks_for_ended_jobs_only_when_told() -> None:
 def test_a_preempted_node_outlives_its_allocation() -> None:
     from gpulayer_slurm.provider import SlurmProvider
 
-    from gpulayer.cloud.protocol import machines_outlive_reclaim
+    from gpulayer.cloud.protocol import OutlivesReclaim
 
-    assert machines_outlive_reclaim(SlurmProvider)
-    assert not machines_outlive_reclaim(object())
+    assert issubclass(SlurmProvider, OutlivesReclaim)
+    assert not isinstance(object(), OutlivesReclaim)

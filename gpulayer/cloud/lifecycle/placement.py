@@ -36,7 +36,7 @@ def candidates(
 ) -> Candidates:
     from gpulayer.cloud.deadline import DEFAULT_WAIT_SECONDS
     from gpulayer.cloud.offer import Offer, OfferQuery
-    from gpulayer.cloud.protocol import can_launch_gangs
+    from gpulayer.cloud.protocol import GangProvider
     from gpulayer.cloud.ranking import rank
     from gpulayer.cloud.search import gather, select, why_nothing_fits
 
@@ -44,8 +44,8 @@ def candidates(
     nodes = gangs.nodes_of(spec)
     if nodes > 1:
         # A gang's nodes come from one launch call, which only some providers can make.
-        unable = sorted(name for name, p in providers.items() if not can_launch_gangs(p))
-        providers = {name: p for name, p in providers.items() if can_launch_gangs(p)}
+        unable = sorted(name for name, p in providers.items() if not isinstance(p, GangProvider))
+        providers = {name: p for name, p in providers.items() if isinstance(p, GangProvider)}
         if not providers:
             which = f" ({', '.join(unable)} cannot)" if unable else ""
             return Candidates(
@@ -103,7 +103,7 @@ def cap_refusal(spec: JobSpec, providers: Mapping[str, Any]) -> str | None:
     catalogs alone (no network), naming the cheapest such offer; None when there is no cap,
     an offer under it fits, nothing fits at any price (the launch says why), or a provider
     has no catalog (its offers cannot be known without asking it)."""
-    from gpulayer.cloud.catalogs import has_catalog
+    from gpulayer.cloud.catalogs import CatalogProvider
     from gpulayer.cloud.offer import OfferQuery
     from gpulayer.cloud.ranking import cheapest_over_cap, rank
     from gpulayer.cloud.search import select, why_nothing_fits
@@ -111,11 +111,12 @@ def cap_refusal(spec: JobSpec, providers: Mapping[str, Any]) -> str | None:
     placement = spec.placement
     if placement.max_hourly_cost is None or not providers:
         return None
-    if not all(has_catalog(p) for p in providers.values()):
+    catalogs = [p for p in providers.values() if isinstance(p, CatalogProvider)]
+    if len(catalogs) < len(providers):
         return None
     query = OfferQuery.from_spec(spec)
     try:
-        ranked = rank(o for p in providers.values() for o in p.catalog_offers(query))
+        ranked = rank(o for p in catalogs for o in p.catalog_offers(query))
     except Exception:
         return None  # a catalog that cannot be read refuses nothing; the launch will say
     fitting = select(ranked, query, placement)

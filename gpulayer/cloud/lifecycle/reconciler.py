@@ -60,10 +60,12 @@ from gpulayer.cloud.lifecycle.placement import candidates
 from gpulayer.cloud.lifecycle.states import GONE, HOLDS_WORKER, check_transition
 from gpulayer.cloud.lifecycle.sync import Local, end_key, gather, launch_key
 from gpulayer.cloud.protocol import (
+    GangProvider,
+    OffersAreMachines,
+    OutlivesReclaim,
+    Provider,
     hands_off_worker_start,
-    machines_outlive_reclaim,
     node_install_dir,
-    offers_are_machines,
     shared_wheelhouse_dir,
 )
 from gpulayer.errors import UsageError
@@ -76,7 +78,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gpulayer.lifecycle")
 
-ProvidersLoader = Callable[[tuple[str, ...]], Mapping[str, Any]]
+ProvidersLoader = Callable[[tuple[str, ...]], Mapping[str, Provider]]
+"""The enabled providers (those named, when any are): a control plane's ProviderRegistry
+builds each once per settings change, so asking at every step costs a file read."""
 
 DEFAULT_DEADMAN_SECONDS = 600.0
 DEFAULT_PROVISIONING_SECONDS = 600.0
@@ -482,7 +486,7 @@ class Reconciler:
             self._next_target_or_fail(job, spec, decision.give_up or "no offer left")
 
     def _machines_taken(
-        self, job_id: str, providers: Mapping[str, Any]
+        self, job_id: str, providers: Mapping[str, Provider]
     ) -> dict[planning.OfferKey, str]:
         """Offers that are one machine and that another job's live instance holds now."""
         taken: dict[planning.OfferKey, str] = {}
@@ -490,7 +494,7 @@ class Reconciler:
             if record.job_id == job_id or not record.offer:
                 continue
             provider = providers.get(record.provider)
-            if provider is not None and offers_are_machines(provider):
+            if isinstance(provider, OffersAreMachines):
                 taken[planning.offer_key(record.offer)] = f"in use by job {record.job_id}"
         return taken
 
@@ -540,7 +544,7 @@ class Reconciler:
     def _launch(self, request_id: str) -> None:
         from gpulayer.cloud.errors import ProviderError, ScopedProviderError
         from gpulayer.cloud.offer import Offer
-        from gpulayer.cloud.protocol import LaunchRequest, can_launch_gangs
+        from gpulayer.cloud.protocol import LaunchRequest
         from gpulayer.spec import JobSpec
         from gpulayer.ssh.keys import load_keypair
 
@@ -590,7 +594,7 @@ class Reconciler:
             )
             if count == 1:
                 instances = [provider.launch(offer, request)]
-            elif can_launch_gangs(provider):
+            elif isinstance(provider, GangProvider):
                 instances = list(provider.launch_gang(offer, request))
             else:
                 raise UsageError(f"provider {offer.provider} cannot launch {count} nodes together")
@@ -844,12 +848,12 @@ class Reconciler:
     def _ended_outside(self, r: InstanceRecord) -> bool:
         """Does the provider still have it? A reclaimed instance ends its attempt as
         preempted. True when the instance is gone and that was dealt with."""
-        request_id = r.request_id
-        provider = self._provider(r) if r.instance_id else None
-        if provider is None:
+        request_id, instance_id = r.request_id, r.instance_id
+        provider = self._provider(r) if instance_id else None
+        if provider is None or instance_id is None:
             return False
         try:
-            found = [i for i in provider.describe([r.instance_id]) if i.id == r.instance_id]
+            found = [i for i in provider.describe([instance_id]) if i.id == instance_id]
         except Exception as exc:
             log.info("instance %s: describe failed (%s); checking again later", request_id, exc)
             return False
@@ -932,7 +936,7 @@ class Reconciler:
             return
         reclaimed = r.outcome == "reclaimed"
         self._abandon_worker(
-            request_id, stop=not reclaimed or machines_outlive_reclaim(self._provider(r))
+            request_id, stop=not reclaimed or isinstance(self._provider(r), OutlivesReclaim)
         )
         reservation = self.store.reservation(request_id)
         if reservation is not None and reservation.worker_id:
@@ -1050,7 +1054,7 @@ class Reconciler:
 
     # --- helpers -----------------------------------------------------------------------------
 
-    def _provider(self, r: InstanceRecord) -> Any:
+    def _provider(self, r: InstanceRecord) -> Provider | None:
         try:
             return self.load_providers((r.provider,)).get(r.provider)
         except Exception as exc:

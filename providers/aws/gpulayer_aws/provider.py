@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from gpulayer.cloud import (
     CatalogInfo,
+    CatalogProvider,
+    CatalogRefresher,
+    CredentialSources,
     DiskCache,
+    GangProvider,
     Instance,
     LaunchRequest,
+    NamesRegions,
     Offer,
     OfferQuery,
     ProviderError,
+    ReadsCredentials,
     load_settings,
 )
 from gpulayer_aws import catalog
@@ -22,12 +28,12 @@ from gpulayer_aws.errors import PROVIDER, aws_errors
 from gpulayer_aws.instances import by_ids, live_by_tags, to_instance
 from gpulayer_aws.launch import launch, launch_instances
 from gpulayer_aws.offers import OfferSource, catalog_offers
-from gpulayer_aws.session import Clients
+from gpulayer_aws.session import Clients, credential_sources
 from gpulayer_aws.settings import AwsSettings
 from gpulayer_aws.terminate import terminate_in_region
 
 
-class AwsProvider:
+class AwsProvider(GangProvider, CatalogProvider, CatalogRefresher, NamesRegions, ReadsCredentials):
     """Amazon EC2. Settings: see :class:`gpulayer_aws.settings.AwsSettings`."""
 
     settings_model = AwsSettings
@@ -79,6 +85,14 @@ class AwsProvider:
         self._remember(instances)
         return instances
 
+    # --- abilities --------------------------------------------------------------------------
+
+    def configured_regions(self) -> list[str]:
+        return list(self.settings.regions)
+
+    def credential_sources(self, environ: Mapping[str, str]) -> CredentialSources:
+        return credential_sources(environ)
+
     # --- the catalog: offers without credentials or network ---------------------------------
 
     def catalog_offers(self, query: OfferQuery, *, everywhere: bool = False) -> list[Offer]:
@@ -101,7 +115,7 @@ class AwsProvider:
         regions: Iterable[str] | None = None,
         *,
         source: catalog.PriceSource = "api",
-        on_region: Any = None,
+        on_region: Callable[[str], None] | None = None,
         wait_seconds: float | None = None,
     ) -> Path:
         """Rebuild the catalog from the public bulk price list or the Pricing API (see

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from gpulayer.cloud import credentials_environment
+from gpulayer.cloud import CredentialSources, credentials_environment
 from gpulayer_aws.errors import aws_errors
 from gpulayer_aws.settings import AwsSettings
 
@@ -86,6 +87,22 @@ class Clients:
 
 
 _INPUTS = (*_KEY_VARIABLES, "AWS_PROFILE", *_FILE_VARIABLES)
+
+
+_DEFAULT_FILES = {
+    "AWS_SHARED_CREDENTIALS_FILE": "~/.aws/credentials",
+    "AWS_CONFIG_FILE": "~/.aws/config",
+}
+
+
+def credential_sources(environ: Mapping[str, str]) -> CredentialSources:
+    """What boto3 reads credentials from under ``environ``: the variables a session is made
+    from and the shared files they name (else the default ones)."""
+    files = tuple(
+        Path(environ.get(variable) or default).expanduser()
+        for variable, default in _DEFAULT_FILES.items()
+    )
+    return CredentialSources(variables=_INPUTS, files=files)
 
 
 def _credential_inputs(environ: Mapping[str, str]) -> tuple[str, ...]:

@@ -8,12 +8,18 @@ from typing import Any
 
 from gpulayer.cloud import (
     CatalogInfo,
+    CatalogProvider,
+    CatalogRefresher,
+    CredentialSources,
     DiskCache,
+    GangProvider,
     Instance,
     LaunchRequest,
+    NamesRegions,
     Offer,
     OfferQuery,
     ProviderError,
+    ReadsCredentials,
     load_settings,
 )
 from gpulayer_gcp.errors import PROVIDER, gcp_errors, is_not_found
@@ -26,12 +32,12 @@ from gpulayer_gcp.instances import (
 )
 from gpulayer_gcp.launch import launch, launch_gang
 from gpulayer_gcp.offers import OfferSource
-from gpulayer_gcp.session import Clients
+from gpulayer_gcp.session import Clients, credential_sources
 from gpulayer_gcp.settings import GcpSettings, zone_region
 from gpulayer_gcp.terminate import terminate_one, was_preempted
 
 
-class GcpProvider:
+class GcpProvider(GangProvider, CatalogProvider, CatalogRefresher, NamesRegions, ReadsCredentials):
     """Google Compute Engine. Settings: see :class:`gpulayer_gcp.settings.GcpSettings`."""
 
     settings_model = GcpSettings
@@ -118,6 +124,12 @@ class GcpProvider:
                     if all(labels.get(k) == v for k, v in wanted.items()):
                         instances.append(self._instance(raw))
         return [i for i in instances if i.state != "terminated"]
+
+    def configured_regions(self) -> list[str]:
+        return list(self.settings.regions)
+
+    def credential_sources(self, environ: Mapping[str, str]) -> CredentialSources:
+        return credential_sources(self.settings, environ)
 
     def refresh_catalog(
         self,

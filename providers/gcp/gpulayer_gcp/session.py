@@ -10,10 +10,16 @@ Every client of one provider talks to the same endpoint, so operations are waite
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpulayer.cloud import AuthError, ProviderSettingsError, credentials_environment
+from gpulayer.cloud import (
+    AuthError,
+    CredentialSources,
+    ProviderSettingsError,
+    credentials_environment,
+)
 from gpulayer_gcp.errors import PROVIDER, gcp_errors
 from gpulayer_gcp.settings import GcpSettings
 
@@ -92,6 +98,24 @@ class Clients:
                 )
                 self._clients[kind] = client
         return client
+
+
+_VARIABLES = ("GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT", "CLOUDSDK_CONFIG")
+
+
+def credential_sources(settings: GcpSettings, environ: Mapping[str, str]) -> CredentialSources:
+    """What the credentials are read from under ``environ``, in :func:`_load_credentials`'s
+    order: the settings' file, else the key file the environment names, else the default
+    application credentials gcloud writes."""
+    named = environ.get("GOOGLE_APPLICATION_CREDENTIALS")
+    if settings.credentials_file is not None:
+        key = settings.credentials_file.expanduser()
+    elif named:
+        key = Path(named).expanduser()
+    else:
+        config = Path(environ.get("CLOUDSDK_CONFIG") or "~/.config/gcloud").expanduser()
+        key = config / "application_default_credentials.json"
+    return CredentialSources(variables=_VARIABLES, files=(key,))
 
 
 def _load_credentials(settings: GcpSettings) -> tuple[Any, str | None]:

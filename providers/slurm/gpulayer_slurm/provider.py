@@ -25,11 +25,13 @@ from gpulayer.cloud import (
     WHEELHOUSE_ROOT_TAG,
     WORKER_START_TAG,
     CapacityError,
+    GangProvider,
     Instance,
     InstanceState,
     LaunchRequest,
     Offer,
     OfferQuery,
+    OutlivesReclaim,
     ProviderError,
     add_authorized_key_command,
     load_settings,
@@ -70,15 +72,16 @@ _POLL_SECONDS = 1.0
 _CANCEL_WAIT_SECONDS = 60.0
 
 
-class SlurmProvider:
-    """Slurm clusters. Settings: see :class:`gpulayer_slurm.settings.SlurmProviderSettings`."""
+class SlurmProvider(GangProvider, OutlivesReclaim):
+    """Slurm clusters. Settings: see :class:`gpulayer_slurm.settings.SlurmProviderSettings`.
+
+    A preempted allocation's node runs on (for another job), so its machines outlive a
+    reclaim: the worker is stopped over SSH."""
 
     settings_model = SlurmProviderSettings
     """What providers.yaml's section for this provider is validated into."""
 
     name = PROVIDER
-    # A preempted allocation's node runs on (for another job): the worker is stopped over SSH.
-    machines_outlive_reclaim = True
 
     def __init__(self, settings: SlurmProviderSettings | Mapping[str, Any] | None = None) -> None:
         self.settings = load_settings(SlurmProviderSettings, settings, provider=PROVIDER)

@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, Any
 from gpulayer.cloud import (
     CapacityError,
     DiskCache,
+    GangProvider,
     Instance,
     LaunchRequest,
     Offer,
     OfferQuery,
+    OffersAreMachines,
     ProviderError,
     add_authorized_key_command,
     load_settings,
@@ -51,11 +53,10 @@ _PROBE_WORKERS = 16
 _STOP_GRACE_SECONDS = 10.0
 
 
-class SshHostsProvider:
-    """Existing hosts over SSH. Settings: see :class:`gpulayer_ssh.settings.SshProviderSettings`."""
+class SshHostsProvider(GangProvider, OffersAreMachines):
+    """Existing hosts over SSH. Settings: see :class:`gpulayer_ssh.settings.SshProviderSettings`.
 
-    offers_are_machines = True
-    """Each offer is one configured host: the orchestrator gives it to one job at a time."""
+    Each offer is one configured host: the orchestrator gives it to one job at a time."""
 
     settings_model = SshProviderSettings
     """What providers.yaml's section for this provider is validated into."""

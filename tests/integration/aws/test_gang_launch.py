@@ -9,7 +9,7 @@ import pytest
 from gpulayer_aws import AwsProvider
 
 from gpulayer.cloud.errors import CapacityError, ProviderError
-from gpulayer.cloud.protocol import LaunchRequest, can_launch_gangs
+from gpulayer.cloud.protocol import GangProvider, LaunchRequest
 
 from .conftest import Moto
 from .test_lifecycle import _offer, _ours
@@ -20,7 +20,7 @@ MakeRequest = Callable[..., LaunchRequest]
 def test_a_gang_is_one_call_in_one_zone_whose_group_admits_itself(
     moto: Moto, provider: AwsProvider, make_request: MakeRequest
 ) -> None:
-    assert can_launch_gangs(provider)
+    assert isinstance(provider, GangProvider)
     offer = _offer(provider, "g5.xlarge", "us-east-1b")
     nodes = provider.launch_gang(offer, make_request("req-gang", count=2))
 
