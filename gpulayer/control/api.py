@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import tempfile
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +33,7 @@ from gpulayer.control.reserved_labels import reserved_label_lines
 from gpulayer.control.service import ControlService
 from gpulayer.control.store.once_keys import KeyTaken, OnceKey
 from gpulayer.control.text_checks import repaired, unsafe_text
-from gpulayer.control.uploads import incoming_bundle
+from gpulayer.control.uploads import incoming_bundle, receive_to_file
 from gpulayer.control.views import (
     cost_view,
     job_view,
@@ -630,16 +629,7 @@ def create_app(
 
 
 async def _receive_file(service: ControlService, request: Request) -> Path:
-    incoming = service.layout.root / "incoming"
-    incoming.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=incoming, suffix=".tar.gz", delete=False) as out:
-        try:
-            async for chunk in request.stream():
-                out.write(chunk)
-        except BaseException:
-            Path(out.name).unlink(missing_ok=True)
-            raise
-    return Path(out.name)
+    return await receive_to_file(request.stream(), service.layout.root / "incoming", ".tar.gz")
 
 
 def _field_line(error: Any) -> str:
