@@ -577,13 +577,14 @@ class WorkerAgent:
             return fetched
         cache = self.work_root / _BUNDLE_CACHE
         cached = cache / f"{digest}.tar.gz"
-        if _copy_if_intact(cached, fetched, digest):
-            return fetched
+        copy = attempt_dir / "source.cached.tar.gz"
+        if _copy_if_intact(cached, copy, digest):
+            return copy
         with self._runs_lock:
             lock = self._bundle_locks.setdefault(digest, threading.Lock())
         with lock:
-            if _copy_if_intact(cached, fetched, digest):
-                return fetched
+            if _copy_if_intact(cached, copy, digest):
+                return copy
             fetch()
             if _sha256_of(fetched) != digest:
                 return fetched  # not what it claims to be: use it for this job, cache nothing

@@ -251,7 +251,7 @@ def server_and_worker(
         client = server.client()
         token = client.request("POST", "/v1/tokens", {"kind": "worker"})["token"]
         worker = WorkerProcess(server.url, token, tmp_path / "worker", "w")
-        worker.start(heartbeat_seconds)
+        worker.start(heartbeat_seconds, "--keep-attempts", "1")  # their folders are counted
         wait_for_workers(client, 1)
         yield server, client
     finally:
@@ -292,8 +292,10 @@ def test_launch_many_and_map_through_a_server(
         assert len(kept) == 1  # one upload for twelve jobs of one source folder
         cache = list((tmp_path / "worker").rglob(".bundles/*.tar.gz"))
         assert [p.name for p in cache] == [kept[0].name]
-        # Fetched once, though the twelve jobs started together: the rest waited for the cache.
+        # Fetched once, though the twelve jobs started together: the rest waited for the cache
+        # and took a copy of it, checked against its digest.
         assert len(list((tmp_path / "worker").rglob("attempt-*/source.tar.gz"))) == 1
+        assert len(list((tmp_path / "worker").rglob("attempt-*/source.cached.tar.gz"))) == 11
 
         sys.modules.pop("mathfns", None)
         import mathfns  # type: ignore[import-not-found]
