@@ -153,6 +153,69 @@ def measure(
         server.stop()
 
 
+DISK_LATER_JOBS = 10
+
+
+def disk_fill(database_url: str | None, later: int = DISK_LATER_JOBS) -> dict[str, float]:
+    """A job fills its worker's work dir (a 48 MiB tmpfs) and exits; then ``later`` jobs, each
+    with a source bundle of its own to fetch and unpack there: how many of them succeed (all
+    should). NaN without root (a tmpfs mount needs it)."""
+    import subprocess
+
+    from gpulayer.protocol.bundle import create_bundle
+
+    if os.geteuid() != 0:
+        return {"disk_fill_ok": float("nan")}
+    base = Path(tempfile.mkdtemp(prefix="gpulayer-bench-disk-"))
+    work = base / "work"
+    work.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(work)], check=True)
+    server = ServerProcess(base / "server", database_url=database_url).start()
+    worker = None
+    try:
+        client = server.client()
+        token = client.request("POST", "/v1/tokens", {"kind": "worker"})["token"]
+        worker = WorkerProcess(server.url, token, base / "w", "w").start(
+            0.5, "--work-dir", str(work)
+        )
+        wait_for_workers(client, 1)
+        fill = "head -c 1G /dev/zero > filler; exit 0"
+        spec = {"workload": {"kind": "command", "command": ["sh", "-c", fill]},
+                "placement": {"target": "remote"}}  # fmt: skip
+        _finished(client, [client.submit(spec)["id"]])
+        ids = []
+        for i in range(later):
+            source = base / f"src{i}"
+            source.mkdir()
+            (source / "job.py").write_text(f"# {secrets.token_hex(8)}\nprint({i})\n")
+            bundle = create_bundle(source, base / f"src{i}.tar.gz").path
+            job = {"workload": {"kind": "command", "command": ["python3", "job.py"]},
+                   "placement": {"target": "remote"}}  # fmt: skip
+            ids.append(client.submit(job, bundle_id=client.upload_bundle(bundle))["id"])
+        states = _finished(client, ids)
+        return {"disk_fill_ok": float(sum(state == "succeeded" for state in states))}
+    finally:
+        if worker is not None:
+            worker.stop()
+        server.stop()
+        subprocess.run(["umount", "-l", str(work)], check=False)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _finished(client: object, ids: list[str], timeout: float = 300) -> list[str]:
+    """The jobs' end states, waited for (bounded)."""
+    deadline = time.monotonic() + timeout
+    states: dict[str, str] = {}
+    while len(states) < len(ids) and time.monotonic() < deadline:
+        for job_id in ids:
+            if job_id not in states:
+                state = client.job(job_id)["state"]  # type: ignore[attr-defined]
+                if state in ("succeeded", "failed", "cancelled"):
+                    states[job_id] = state
+        time.sleep(0.1)
+    return [states.get(job_id, "unfinished") for job_id in ids]
+
+
 def _ledger_parent(base: Path) -> Path:
     return Path("/run") if os.geteuid() == 0 and Path("/run").is_dir() else base
 
@@ -253,7 +316,7 @@ def main() -> None:
     latency = start_latency(args.start_runs) if isolated else {}
     with databases() as found:
         for name, url in found:
-            results[name] = measure(url, args)
+            results[name] = {**measure(url, args), **disk_fill(url)}
     if isolated:
         results["sqlite uid/att"] = measure(None, args, isolated=True)
     names = list(results)
@@ -273,9 +336,11 @@ def main() -> None:
         (f"{args.jobs}-job burst: end to end (jobs/s)", "end_to_end_rate", "{:.1f}"),
         ("lost (ran 0 times)", "lost", "{:.0f}"),
         ("doubled (ran 2+ times)", "doubled", "{:.0f}"),
+        (f"disk-filling job: later jobs OK (of {DISK_LATER_JOBS})", "disk_fill_ok", "{:.0f}"),
     ]
     for label, key, fmt in rows:
-        print(f"{label:<44}" + "".join(f"{fmt.format(results[n][key]):>16}" for n in names))
+        cells = (fmt.format(results[n].get(key, float("nan"))) for n in names)
+        print(f"{label:<44}" + "".join(f"{cell:>16}" for cell in cells))
     print(f"(heartbeat timeout {args.heartbeat_timeout:g} s, {args.workers} workers)")
 
 

@@ -84,6 +84,24 @@ VARIABLES: tuple[Variable, ...] = (
         "(default 200); the server's --max-output-ratio wins. Over it: 413.",
     ),
     Variable(
+        "GPULAYER_MAX_BUNDLE_BYTES",
+        "restart",
+        "The most bytes a source bundle's files may expand to (default 512MiB); checked on each "
+        "member's header by the team server at upload and by a worker before it unpacks one.",
+    ),
+    Variable(
+        "GPULAYER_MAX_BUNDLE_MEMBERS",
+        "restart",
+        "The most members (files, folders, links) a source bundle may hold (default 200000); "
+        "checked as GPULAYER_MAX_BUNDLE_BYTES is.",
+    ),
+    Variable(
+        "GPULAYER_MAX_BUNDLE_RATIO",
+        "restart",
+        "How many times its compressed size a source bundle may expand to once past 64 MiB "
+        "(default 200: a compression bomb is refused); checked as GPULAYER_MAX_BUNDLE_BYTES is.",
+    ),
+    Variable(
         "GPULAYER_DATABASE_URL",
         "restart",
         "The team server's database (SQLAlchemy URL); read when `gpulayer server` starts.",
@@ -98,6 +116,10 @@ TEAM_SERVER_ONLY = frozenset(
         "GPULAYER_MAX_OUTPUT_FILES",
         "GPULAYER_MAX_OUTPUT_BYTES",
         "GPULAYER_MAX_OUTPUT_RATIO",
+        # Read by the server's upload check and by each worker process at its start.
+        "GPULAYER_MAX_BUNDLE_BYTES",
+        "GPULAYER_MAX_BUNDLE_MEMBERS",
+        "GPULAYER_MAX_BUNDLE_RATIO",
     }
 )
 DAEMON_VARIABLES: tuple[str, ...] = tuple(

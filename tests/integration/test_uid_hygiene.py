@@ -168,7 +168,7 @@ def test_two_workers_cannot_share_a_uid_of_a_range(
     marker = f"gl-range-{secrets.token_hex(4)}"
     job = submit(client, command_job([PYTHON, "-c", "import time; time.sleep(600)", marker]))
     wait_until(lambda: processes_with(marker), 30, "the first worker's job is up")
-    other = tmp_path / "other-work"
+    other = open_work_dir / "other-work"  # one its uids could reach: only the lock refuses
     other.mkdir()
     other.chmod(0o755)
     second = WorkerProcess(cluster.server.url, cluster.worker_token, tmp_path / "b", "intruder")
