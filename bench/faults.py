@@ -7,7 +7,9 @@ that left a setsid daemon behind is killed with -9; the script times how long un
 marks the worker lost (detection, bounded below by --heartbeat-timeout) and how long until no
 process of the job's tree is left (the worker's sentinel). Then a burst of N short jobs from 10
 submitting threads: submit rate and end-to-end rate in jobs/s, and how many ran 0 or 2+ times
-(lost and doubled, both should be 0).
+(lost and doubled, both should be 0). Then submits whose first reply is lost (a proxy drops
+it, the client sends the request again with its Idempotency-Key): jobs stored per job asked
+for, which must be 1.00.
 
 The cost of isolation, beside what runs without it (as root, needs a writable cgroup v2): the
 start latency of one attempt in the worker's runner (median and p90 of N runs of /bin/true, each
@@ -202,6 +204,45 @@ def disk_fill(database_url: str | None, later: int = DISK_LATER_JOBS) -> dict[st
         shutil.rmtree(base, ignore_errors=True)
 
 
+LOST_REPLY_SUBMITS = 100
+LOST_REPLY_LISTS = 20
+LOST_REPLY_LIST_SIZE = 10
+
+
+def lost_replies(database_url: str | None) -> dict[str, float]:
+    """Submits whose first reply is lost on the way (a loopback proxy drops every other
+    answer to POST /v1/jobs, so each request is sent twice): single jobs and lists of jobs,
+    then the jobs the server stored per job asked for (1.00: each counted once)."""
+    from gpulayer.protocol.client import ControlClient
+    from tests.support.fault_proxy import LossyProxy
+    from tests.support.servers import ADMIN_TOKEN
+
+    base = Path(tempfile.mkdtemp(prefix="gpulayer-bench-lost-"))
+    server = ServerProcess(base / "server", database_url=database_url).start()
+    sent = Counter[str]()
+
+    def every_first(method: str, path: str, _reply: bytes) -> bool:
+        sent[method + path] += 1
+        return (method, path) == ("POST", "/v1/jobs") and sent[method + path] % 2 == 1
+
+    proxy = LossyProxy(server.port, every_first).start()
+    try:
+        client = ControlClient(proxy.url, ADMIN_TOKEN, timeout=60)
+        spec = {"workload": {"kind": "command", "command": ["true"]},
+                "placement": {"target": "remote"}}  # fmt: skip
+        for _ in range(LOST_REPLY_SUBMITS):
+            client.submit(spec)
+        for _ in range(LOST_REPLY_LISTS):
+            client.submit_many([{"spec": spec}] * LOST_REPLY_LIST_SIZE)
+        asked = LOST_REPLY_SUBMITS + LOST_REPLY_LISTS * LOST_REPLY_LIST_SIZE
+        stored = len(server.client().jobs(limit=10 * asked))
+        return {"lost_reply_jobs_per_submit": stored / asked, "lost_replies": len(proxy.lost)}
+    finally:
+        proxy.stop()
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def _finished(client: object, ids: list[str], timeout: float = 300) -> list[str]:
     """The jobs' end states, waited for (bounded)."""
     deadline = time.monotonic() + timeout
@@ -316,7 +357,7 @@ def main() -> None:
     latency = start_latency(args.start_runs) if isolated else {}
     with databases() as found:
         for name, url in found:
-            results[name] = {**measure(url, args), **disk_fill(url)}
+            results[name] = {**measure(url, args), **disk_fill(url), **lost_replies(url)}
     if isolated:
         results["sqlite uid/att"] = measure(None, args, isolated=True)
     names = list(results)
@@ -337,6 +378,7 @@ def main() -> None:
         ("lost (ran 0 times)", "lost", "{:.0f}"),
         ("doubled (ran 2+ times)", "doubled", "{:.0f}"),
         (f"disk-filling job: later jobs OK (of {DISK_LATER_JOBS})", "disk_fill_ok", "{:.0f}"),
+        ("submits, reply lost: jobs stored per submit", "lost_reply_jobs_per_submit", "{:.2f}"),
     ]
     for label, key, fmt in rows:
         cells = (fmt.format(results[n].get(key, float("nan"))) for n in names)
