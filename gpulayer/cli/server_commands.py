@@ -152,6 +152,13 @@ def worker_start(
         "outputs are stored).",
         metavar="HOURS",
     ),
+    attempt_disk_quota: Optional[str] = typer.Option(
+        None,
+        "--attempt-disk-quota",
+        help="Make each attempt's folder a filesystem of this SIZE of its own (such as 20GiB; "
+        "root, a loop-mounted ext4 image): a job cannot fill the worker's disk.",
+        metavar="SIZE",
+    ),
     heartbeat_seconds: float = typer.Option(5.0, "--heartbeat-seconds", help="Heartbeat interval."),
     kind: str = typer.Option(
         "remote", "--kind", help="remote, or cloud for a machine rented for a job."
@@ -216,10 +223,24 @@ def worker_start(
         instance_request_id=instance_request_id,
         setup_cache=setup_cache,
         keep_attempts_hours=keep_attempts,
+        attempt_disk_quota=_quota_bytes(attempt_disk_quota),
     )
     code = run_worker(options)
     if code:
         raise typer.Exit(code)
+
+
+def _quota_bytes(text: str | None) -> int:
+    from gpulayer.control.log_cap import parse_byte_size
+
+    if text is None:
+        return 0
+    size = parse_byte_size(text, "--attempt-disk-quota")
+    if size < 16 << 20:
+        from gpulayer.errors import UsageError
+
+        raise UsageError("--attempt-disk-quota: at least 16MiB (an ext4 filesystem's smallest)")
+    return size
 
 
 def _join_token(token_file: Path | None) -> str:

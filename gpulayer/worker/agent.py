@@ -140,6 +140,7 @@ class WorkerAgent:
         stopped_with_its_machine: bool = False,
         machine_paths: bool = False,
         keep_attempts_seconds: float = 0.0,
+        attempt_quota_bytes: int = 0,
     ) -> None:
         """``stopped_with_its_machine``: the worker of a rented machine, whose jobs may be
         signalled by the same shutdown that stops it (see ``_killed_with_its_machine``).
@@ -147,9 +148,11 @@ class WorkerAgent:
         submits its jobs: it reads their local paths and runs them in their folders. Any
         other worker opens no path of its machine that a job names.
         ``keep_attempts_seconds``: how long an ended attempt's folder stays (0: it goes once
-        its outputs are stored)."""
+        its outputs are stored). ``attempt_quota_bytes``: each attempt's folder is a filesystem
+        of this size of its own (0: none)."""
         self.machine_paths = machine_paths
         self.keep_attempts_seconds = keep_attempts_seconds
+        self.attempt_quota_bytes = attempt_quota_bytes
         self.degraded: str | None = None
         """Why the worker takes no job now (its disk is full), sent with each heartbeat."""
         self._live_dirs: set[Path] = set()
@@ -414,6 +417,10 @@ class WorkerAgent:
         report: AttemptReport
         uid: int | None = None
         try:
+            if self.attempt_quota_bytes:
+                from gpulayer.worker.attempt_quota import mount_quota
+
+                mount_quota(attempt_dir, self.attempt_quota_bytes)
             run_as = self.run_as
             if self.uid_pool is not None:
                 uid = self.uid_pool.take()

@@ -18,6 +18,8 @@ import time
 from collections.abc import Container
 from pathlib import Path
 
+from gpulayer.worker.attempt_quota import unmount_quota
+
 log = logging.getLogger("gpulayer.worker")
 
 DISK_FULL = "disk full"
@@ -43,10 +45,11 @@ def disk_trouble(root: Path) -> str | None:
 
 
 def remove_attempt_folder(folder: Path) -> None:
-    """Remove an ended attempt's folder (never following a link out of it), and its job's
-    folder once no attempt is left in it."""
+    """Remove an ended attempt's folder (never following a link out of it; first unmounted,
+    where it is a filesystem of its own), and its job's folder once no attempt is left in it."""
     if folder.is_symlink() or not folder.is_dir():
         return
+    unmount_quota(folder)
     shutil.rmtree(folder, onerror=_noted)
     with contextlib.suppress(OSError):
         folder.parent.rmdir()  # only when empty: another attempt of the job may be there

@@ -64,6 +64,8 @@ class WorkerOptions:
     """Where jobs' setup environments are kept for later jobs (default: under work_root)."""
     keep_attempts_hours: float = 0.0
     """How long a finished attempt's folder stays (0: removed once its outputs are stored)."""
+    attempt_disk_quota: int = 0
+    """Bytes each attempt's folder may hold, as a filesystem of its own (0: no quota)."""
 
     @property
     def work_root(self) -> Path:
@@ -131,6 +133,10 @@ def run_worker(options: WorkerOptions) -> int:
         raise UsageError("--max-output-file-bytes: must be >= 0")
     if not 0 <= options.keep_attempts_hours <= 24 * 366:
         raise UsageError("--keep-attempts: HOURS from 0 to 8784 (a year)")
+    if options.attempt_disk_quota:
+        from gpulayer.worker.attempt_quota import check_quota_possible
+
+        check_quota_possible()
     if options.kind not in ("remote", "cloud"):
         raise UsageError(f"--kind: remote or cloud, not {options.kind!r}")
     if options.deadman_seconds is not None and options.deadman_seconds <= 0:
@@ -188,6 +194,7 @@ def run_worker(options: WorkerOptions) -> int:
         setup_cache=options.setup_cache,
         stopped_with_its_machine=bool(options.instance_request_id),
         keep_attempts_seconds=options.keep_attempts_hours * 3600,
+        attempt_quota_bytes=options.attempt_disk_quota,
     )
     if options.deadman_seconds is not None:
         deadman = DeadmanSwitch(

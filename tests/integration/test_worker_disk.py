@@ -213,3 +213,41 @@ def test_a_bundle_of_too_many_members_is_refused_before_anything_is_written(
         assert "more than 100 members" in str(refused.value)
     assert list((tmp_path / "out").iterdir()) == []
     assert extract_bundle(bundle, tmp_path / "fine") == 150  # within the default limits
+
+
+@pytest.mark.parametrize("identity", [(), ("--run-as-range", "61130-61139")], ids=str)
+def test_an_attempt_disk_quota_keeps_a_filling_job_to_its_own_filesystem(
+    cluster_factory: Any, tmp_path: Path, identity: tuple[str, ...]
+) -> None:
+    with small_tmpfs(96) as work:
+        cluster = cluster_factory(0)
+        client = cluster.client
+        quota = ("--attempt-disk-quota", "32MiB")
+        cluster.add_worker("quota", None, "--work-dir", str(work), *quota, *identity)
+        wait_for_workers(client, 1)
+        fill = "head -c 1G /dev/zero > filler; stat -c 'SIZE %s' filler; df -B1 --output=size ."
+        filler = client.submit(command_job(["sh", "-c", fill]))["id"]
+        done = wait_for_job(client, filler, {"succeeded", "failed"}, timeout=60)
+        texts = [line["text"] for line in client.logs(filler)["lines"]]
+        (size_line,) = [t for t in texts if t.startswith("SIZE ")]
+        assert 16 << 20 < int(size_line.split()[1]) <= 32 << 20, texts
+        assert any("No space left on device" in t for t in texts), texts
+        assert done["state"] == "succeeded"  # the job's script ends with df's code
+        # The worker's own disk kept its room: never degraded, later jobs run.
+        assert [w.get("degraded") for w in client.workers()] == [None]
+        later = bundled_job(client, tmp_path, ["python3", "job.py"])
+        assert wait_for_job(client, later, {"succeeded", "failed"})["state"] == "succeeded"
+        wait_until(lambda: list(work.glob("*/attempt-*")) == [], 30, "attempts or images left")
+        mounts = Path("/proc/self/mounts").read_text()
+        assert str(work) + "/" not in mounts
+
+
+def test_attempt_disk_quota_is_checked_before_the_worker_starts(tmp_path: Path) -> None:
+    token_file = tmp_path / "join.token"
+    token_file.write_text("gl_x\n")
+    base = ["worker", "start", "--server", "http://127.0.0.1:9", "--token-file", str(token_file)]
+    for bad, why in (("lots", "not a size"), ("1MiB", "at least 16MiB")):
+        result = run_cli([*base, "--attempt-disk-quota", bad])
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.strip().startswith("error: --attempt-disk-quota:"), result.stderr
+        assert why in result.stderr
