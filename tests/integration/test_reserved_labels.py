@@ -25,7 +25,7 @@ JOB: dict[str, Any] = {
 }
 
 
-def post(server: ServerProcess, path: str, body: Any) -> tuple[int, dict[str, Any]]:
+def post(server: ServerProcess, path: str, body: Any) -> tuple[int, Any]:
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
     headers = {"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"}
     try:
