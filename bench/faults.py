@@ -9,7 +9,9 @@ process of the job's tree is left (the worker's sentinel). Then a burst of N sho
 submitting threads: submit rate and end-to-end rate in jobs/s, and how many ran 0 or 2+ times
 (lost and doubled, both should be 0). Then submits whose first reply is lost (a proxy drops
 it, the client sends the request again with its Idempotency-Key): jobs stored per job asked
-for, which must be 1.00.
+for, which must be 1.00. Then 4 clients each send two 64 MiB JSON bodies without a token: the
+server's resident memory before and at its peak, and the worst latency of an admin's listing
+meanwhile (bench/body_flood.py alone prints more of it).
 
 The cost of isolation, beside what runs without it (as root, needs a writable cgroup v2): the
 start latency of one attempt in the worker's runner (median and p90 of N runs of /bin/true, each
@@ -37,6 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.body_flood import body_flood
 from tests.support.procs import DAEMON_PREAMBLE, processes_with
 from tests.support.servers import (
     ServerProcess,
@@ -357,7 +360,12 @@ def main() -> None:
     latency = start_latency(args.start_runs) if isolated else {}
     with databases() as found:
         for name, url in found:
-            results[name] = {**measure(url, args), **disk_fill(url), **lost_replies(url)}
+            results[name] = {
+                **measure(url, args),
+                **disk_fill(url),
+                **lost_replies(url),
+                **body_flood(url),
+            }
     if isolated:
         results["sqlite uid/att"] = measure(None, args, isolated=True)
     names = list(results)
@@ -379,6 +387,9 @@ def main() -> None:
         ("doubled (ran 2+ times)", "doubled", "{:.0f}"),
         (f"disk-filling job: later jobs OK (of {DISK_LATER_JOBS})", "disk_fill_ok", "{:.0f}"),
         ("submits, reply lost: jobs stored per submit", "lost_reply_jobs_per_submit", "{:.2f}"),
+        ("server RSS before (MiB)", "flood_rss_before_mib", "{:.0f}"),
+        ("  peak with 4x64 MiB unauth. bodies (MiB)", "flood_rss_peak_mib", "{:.0f}"),
+        ("  admin call meanwhile, worst (ms)", "flood_admin_max_ms", "{:.0f}"),
     ]
     for label, key, fmt in rows:
         cells = (fmt.format(results[n].get(key, float("nan"))) for n in names)

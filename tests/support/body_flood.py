@@ -21,8 +21,12 @@ def rss_bytes(pid: int, field: str = "VmRSS") -> int:
     raise LookupError(f"{field} not in /proc/{pid}/status")
 
 
-def json_body(size: int) -> bytes:
-    """A valid JSON submit body of about ``size`` bytes (one long string in the spec)."""
+def json_body(size: int, shape: str = "string") -> bytes:
+    """A valid JSON submit body of about ``size`` bytes: one long string in the spec, or
+    ("objects") a list of small objects, which a parser turns into many times its size."""
+    if shape == "objects":
+        head, item, tail = b'{"spec": {"env": [', b'{"a":1},', b'{"a":1}]}}'
+        return head + item * max(0, (size - len(head) - len(tail)) // len(item)) + tail
     head, tail = b'{"spec": {"name": "', b'"}}'
     return head + b"a" * max(0, size - len(head) - len(tail)) + tail
 
@@ -47,9 +51,11 @@ def send(
     *,
     chunked: bool = False,
     timeout: float = 120.0,
+    whole: bool = False,
 ) -> Sent:
     """Write ``body`` on one thread while the answer is read on this one, so a server that
-    answers before reading the body is seen to (the answer arrives while bytes still go out)."""
+    answers before reading the body is seen to (the answer arrives while bytes still go out).
+    ``whole``: go on sending the rest after the answer, as a client that ignores it would."""
     sock = socket.create_connection((host, port), timeout=timeout)
     lines = [f"{method} {path} HTTP/1.1", f"Host: {host}:{port}"]
     for key, value in (headers or {}).items():
@@ -81,6 +87,8 @@ def send(
         answered = time.monotonic() - started
         at_answer = sent[0]
         data = response.read()
+        if whole:
+            writer.join(timeout=timeout)
         return Sent(response.status, data, answered, at_answer)
     finally:
         sock.close()
