@@ -116,7 +116,9 @@ class ScheduleService:
             if bundle_digest is not None:
                 source: bytes | None = self.service.bundles.read(bundle_digest)
             else:
-                source = _read_source(source_dir, bundle)
+                base = Path(working_dir) if working_dir else source_dir
+                source = _read_source(source_dir, bundle, _inputs_to_ship(schedule, base))
+            _refuse_unshipped(schedule, source)
         finally:
             if bundle is not None:
                 bundle.unlink(missing_ok=True)
@@ -393,8 +395,11 @@ class ScheduleService:
         return [t.astimezone(tz) for t in next_ticks(schedule.expressions, tz, start, count)]
 
 
-def _read_source(source_dir: Path | None, bundle: Path | None) -> bytes | None:
-    """The schedule's source as bundle bytes: a local folder snapshotted now, or an upload."""
+def _read_source(
+    source_dir: Path | None, bundle: Path | None, inputs: dict[int, Path] | None = None
+) -> bytes | None:
+    """The schedule's source as bundle bytes: a local folder snapshotted now (with the local
+    inputs its runs take elsewhere), or an upload."""
     if bundle is not None:
         return bundle.read_bytes()
     if source_dir is None:
@@ -403,5 +408,30 @@ def _read_source(source_dir: Path | None, bundle: Path | None) -> bytes | None:
 
     with tempfile.TemporaryDirectory(prefix="gpulayer-schedule-") as scratch:
         path = Path(scratch) / "source.tar.gz"
-        create_bundle(source_dir, path)
+        create_bundle(source_dir, path, inputs=inputs)
         return path.read_bytes()
+
+
+def _inputs_to_ship(schedule: Schedule, base: Path | None) -> dict[int, Path] | None:
+    """The run's local-path inputs that exist here, for runs that may go elsewhere."""
+    if base is None or not may_leave_this_machine(schedule.job):
+        return None
+    from gpulayer.protocol.bundle import local_input_paths
+
+    return local_input_paths([i.artifact for i in schedule.job.inputs], base)
+
+
+def _refuse_unshipped(schedule: Schedule, source: bytes | None) -> None:
+    """A run that may go to another machine gets its local-path inputs only inside the
+    schedule's bundle (a worker opens no path of its own machine for a job)."""
+    from gpulayer.control.targets import refuse_unshipped_inputs
+    from gpulayer.protocol.bundle import is_machine_path, shipped_input_indexes
+
+    job = schedule.job
+    if not may_leave_this_machine(job) or not any(is_machine_path(i.artifact) for i in job.inputs):
+        return
+    shipped = shipped_input_indexes(source) if source is not None else set()
+    try:
+        refuse_unshipped_inputs(job, shipped)
+    except UsageError as exc:
+        raise UsageError(f"job.{exc}") from None

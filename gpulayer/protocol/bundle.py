@@ -7,6 +7,7 @@ be cached by workers.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import heapq
@@ -106,21 +107,27 @@ def is_machine_path(artifact: str) -> bool:
     return match is None or match.group(1).lower() == "file"
 
 
-def shipped_input_indexes(bundle: Path) -> set[int]:
-    """The inputs (by index) a bundle carries under SHIPPED_INPUTS_DIR, read from its member
-    names alone."""
+def shipped_input_indexes(bundle: Path | bytes) -> set[int]:
+    """The inputs (by index) a bundle (a file, or its bytes) carries under SHIPPED_INPUTS_DIR,
+    read from its member names alone."""
     found: set[int] = set()
     prefix = SHIPPED_INPUTS_DIR + "/"
+    name = "the bundle" if isinstance(bundle, bytes) else bundle.name
     try:
-        with tarfile.open(bundle, mode="r|*") as tar:
+        with contextlib.ExitStack() as stack:
+            stream = stack.enter_context(
+                io.BytesIO(bundle) if isinstance(bundle, bytes) else bundle.open("rb")
+            )
+            tar = stack.enter_context(tarfile.open(fileobj=stream, mode="r|*"))
             for member in tar:
-                name = member.name.removeprefix("./")
-                if name.startswith(prefix):
-                    index = name[len(prefix) :].split("/", 1)[0]
-                    if index.isascii() and index.isdigit() and "/" in name[len(prefix) :]:
+                member_name = member.name.removeprefix("./")
+                if member_name.startswith(prefix):
+                    rest = member_name[len(prefix) :]
+                    index = rest.split("/", 1)[0]
+                    if index.isascii() and index.isdigit() and "/" in rest:
                         found.add(int(index))
     except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
-        raise BundleError(f"bundle: cannot read {bundle.name}: {exc}") from exc
+        raise BundleError(f"bundle: cannot read {name}: {exc}") from exc
     return found
 
 

@@ -111,6 +111,18 @@ def test_a_remote_job_naming_worker_paths_is_refused_at_submit_and_reads_nothing
     _refused(client, reply, "../../etc/shadow")
     assert "inputs[0].artifact" in reply.text, reply.text
     assert client.jobs(limit=50) == []  # nothing half-created
+    # A schedule's runs likewise: refused when it is made, not when a run reaches a worker.
+    job = command_job(_lister(python))
+    job["inputs"] = [{"artifact": "/etc/shadow", "path": "shadow"}]
+    schedule = {"name": "reads-shadow", "cron": "0 * * * *", "job": job}
+    reply = httpx.post(
+        f"{cluster.server.url}/v1/schedules",
+        json={"schedule": schedule},
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+        timeout=30,
+    )
+    assert reply.status_code == 400 and "job.inputs[0].artifact" in reply.text, reply.text
+    assert client.request("GET", "/v1/schedules") == []
     assert shadow  # the file the jobs named is there to be read
 
 
