@@ -17,9 +17,13 @@ to do, with why.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import shlex
+import shutil
+import socket
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +33,8 @@ import yaml
 from tests.support import doc_examples
 from tests.support.aws_env import without_aws_credentials
 from tests.support.doc_examples import ROOT, Example
-from tests.support.doc_reader import Reader, run_example
+from tests.support.doc_reader import Reader, Run, run_example
+from tests.support.servers import free_port, postgres_cluster
 
 TRY_WITHOUT_CLOUD = "tests/e2e_cloud/test_readme_try_without_cloud.py"
 
@@ -45,6 +50,7 @@ RUN_HERE: dict[str, str] = {
     "jobs-delete-prune": "test_jobs_page",
     "jobs-validate": "test_jobs_page",
     "jobs-server": "test_jobs_page",
+    "team-server-setup": "test_team_server_page",
     "targets-plan": "test_targets_offers_and_cloud_commands",
     "offers-listing": "test_targets_offers_and_cloud_commands",
     "clouds-commands": "test_targets_offers_and_cloud_commands",
@@ -86,10 +92,6 @@ NOT_YET_RUN: dict[tuple[str, str | None], str] = {
     ("multi-node-trainer", None): (
         "a 2-node Trainer on two registered remote workers with torch: to run against the "
         "lab's hosts"
-    ),
-    ("team-server-setup", None): (
-        "a team server on PostgreSQL and a worker started with sudo --run-as a service user: "
-        "to run against the lab's postgres and a test-made user"
     ),
 }
 
@@ -276,7 +278,7 @@ def test_jobs_page(reader: Reader) -> None:
     assert "--fallback remote" in waits_remote and "--secret HF_TOKEN" in with_secret
     made: dict[str, str] = {}
 
-    def record(line: str) -> None:
+    def record(line: str, _run: Run) -> None:
         """The id of the job `line` made: the newest one no earlier line made."""
         made[line] = reader.wait_for(
             f"the job of {line!r}",
@@ -319,7 +321,8 @@ def test_jobs_page(reader: Reader) -> None:
     assert f"fallback cloud: unschedulable: {NO_PROVIDER}" in run[plan].stdout
     # The GPU job with a remote fallback waited for a worker until the page's cancel ended it.
     waited = run.background[waits_remote]
-    out, err = waited.communicate(timeout=60)
+    waited.wait(timeout=60)
+    out, err = reader.output(waited)
     assert waited.returncode != 0 and "waiting: no remote worker is registered" in err, (out, err)
     assert reader.jobs()[0]["id"] != made[waits_remote]
     state = {job["id"]: job["state"] for job in reader.jobs()}
@@ -480,3 +483,114 @@ def test_dashboard_login_links(reader: Reader) -> None:
             assert page.status == 200
     with pytest.raises(urllib.error.HTTPError):
         no_proxy.open(links[1], timeout=30)  # and works once
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="the page's worker runs --run-as another user")
+def test_team_server_page(reader: Reader, tmp_path: Path) -> None:
+    ex = example("team-server-setup")
+    server, _export, create, listing, _revoke, worker, submit = ex.commands()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    token_file = tmp_path / "etc-gpulayer" / "join.token"
+    token_file.parent.mkdir()
+    # The worker's folder, reachable by the user its jobs run as (pytest's tree is closed).
+    work_dir = Path(tempfile.mkdtemp(prefix="gpulayer-docs-worker-"))
+    work_dir.chmod(0o755)
+    # The worker machine's shell: its own HOME, none of the admin's exports.
+    worker_home = tmp_path / "worker-home"
+    worker_home.mkdir()
+    worker_shell = {**reader.env, "HOME": str(worker_home)}
+
+    def listening(_line: str, _run: Run) -> None:
+        def answers() -> bool:
+            with socket.socket() as probe:
+                return probe.connect_ex(("127.0.0.1", port)) == 0
+
+        reader.wait_for("the server to listen", answers, timeout=60)
+
+    def keep_join_token(line: str, run: Run) -> None:
+        """The reader keeps the printed join token in a 0600 file, as the page says."""
+        assert run[line].returncode == 0, run[line]
+        token_file.write_text(run[line].stdout.strip() + "\n")
+        token_file.chmod(0o600)
+
+    spare: dict[str, str] = {}
+
+    def make_spare(_line: str, _run: Run) -> None:
+        """A second join token, the one the reader no longer wants (the page revokes one)."""
+        made = reader.sh("gpulayer token create --worker --name spare")
+        assert made.returncode == 0, made.stderr
+        spare["id"] = next(str(t["id"]) for t in _tokens(reader) if t["name"] == "spare")
+
+    def registered(line: str, run: Run) -> None:
+        def ready() -> list[dict[str, object]]:
+            started = run.background[line]
+            assert started.poll() is None, reader.output(started)
+            return [w for w in _workers(reader) if w["state"] == "ready"]
+
+        reader.wait_for("the worker to register", ready, timeout=60)
+
+    with postgres_cluster() as database:
+        run = run_example(
+            reader,
+            ex,
+            subs={
+                "0.0.0.0": "127.0.0.1",  # tests listen on loopback only
+                "8765": str(port),
+                "http://server:8765": url,
+                "postgresql+psycopg://user@db/gpulayer": database,
+                "t-3f9a0c1d2e": lambda _line: spare["id"],
+                "sudo": "",  # tests run as root (and CI machines have no sudo)
+                "/etc/gpulayer/join.token": str(token_file),
+                "gpulayer-jobs": "nobody",  # tests make no system users
+                "/var/lib/gpulayer": str(work_dir),
+            },
+            background={server, worker, submit},
+            after={
+                server: listening,
+                create: keep_join_token,
+                listing: make_spare,
+                worker: registered,
+            },
+            machines={worker: worker_shell},
+        )
+        try:
+            assert not [line for line, done in run.done.items() if done.returncode], run.done
+            assert f"listening on {url} ({database})" in reader.output(run.background[server])[0]
+            assert re.fullmatch(r"gl_\S+", run[create].stdout.strip()), run[create].stdout
+            assert f"joined {url}" in reader.output(run.background[worker])[1]
+            tokens = {str(t["id"]): t for t in _tokens(reader)}
+            assert tokens[spare["id"]]["state"] == "revoked"
+            (join,) = [t for t in tokens.values() if t["max_workers"] == 4]
+            assert join["registered"] == 1  # the worker joined with the page's join token
+            (ready,) = _workers(reader)
+            assert ready["labels"] == {"pool": "a100"}, ready
+            # The worker has no GPU: the GPU job waits for one, and says why.
+            waiting = run.background[submit]
+            why = "waiting: worker vm: needs a cuda accelerator, has cpu"
+            reader.wait_for(
+                "the submit to say why it waits",
+                lambda: why in reader.output(waiting)[1] or waiting.poll() is not None,
+            )
+            assert waiting.poll() is None, reader.output(waiting)
+            (job,) = reader.jobs()
+            assert (job["state"], job["target"]) == ("queued", "remote")
+            cancelled = reader.sh(f"gpulayer cancel {job['id']}")  # (the test's, not the page's)
+            assert cancelled.returncode == 0, cancelled.stderr
+            assert waiting.wait(timeout=60) != 0
+        finally:
+            reader.close()
+            shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def _tokens(reader: Reader) -> list[dict[str, object]]:
+    listed = reader.sh("gpulayer token ls --json --all")
+    assert listed.returncode == 0, listed.stderr
+    return list(json.loads(listed.stdout))
+
+
+def _workers(reader: Reader) -> list[dict[str, object]]:
+    listed = reader.sh("gpulayer workers --json")
+    assert listed.returncode == 0, listed.stderr
+    return list(json.loads(listed.stdout))

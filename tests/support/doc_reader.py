@@ -7,9 +7,12 @@ the first command starts the local control plane there, as it would for them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -49,6 +52,8 @@ class Reader:
             "GPULAYER_IDLE_SECONDS": "300",
             **(env or {}),
         }
+        self._logs: dict[int, Path] = {}
+        self._spawned: list[subprocess.Popen[str]] = []
 
     @property
     def gpulayer_home(self) -> Path:
@@ -60,25 +65,39 @@ class Reader:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
 
-    def sh(self, command: str, *, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    def sh(
+        self, command: str, *, timeout: float = 120, env: Mapping[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             ["bash", "-c", command],
             cwd=self.project,
-            env=self.env,
+            env=env or self.env,
             capture_output=True,
             text=True,
             timeout=timeout,
         )
 
-    def spawn(self, command: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            ["bash", "-c", command],
-            cwd=self.project,
-            env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+    def spawn(self, command: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
+        """Start a line that keeps running; its output goes to files (a pipe nobody reads
+        would stall a chatty server), read back with :meth:`output`."""
+        logs = self.project.parent / f"background-{len(self._logs)}"
+        with open(f"{logs}.out", "w") as out, open(f"{logs}.err", "w") as err:
+            process = subprocess.Popen(
+                ["bash", "-c", command],
+                cwd=self.project,
+                env=env or self.env,
+                stdout=out,
+                stderr=err,
+                text=True,
+                start_new_session=True,
+            )
+        self._logs[process.pid] = logs
+        self._spawned.append(process)
+        return process
+
+    def output(self, process: subprocess.Popen[str]) -> tuple[str, str]:
+        logs = self._logs[process.pid]
+        return Path(f"{logs}.out").read_text(), Path(f"{logs}.err").read_text()
 
     def python(self, example: Example, *, timeout: float = 180) -> subprocess.CompletedProcess[str]:
         """A Python example saved as a script in the project folder and run as one."""
@@ -102,6 +121,16 @@ class Reader:
         raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
     def close(self) -> None:
+        """End what this reader started: lines left running (each in a session of its own,
+        ended as a group, the last started first), then the local control plane."""
+        for process in reversed(self._spawned):
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                if process.poll() is not None:
+                    break
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, sig)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout=15)
         stop_local_control_plane(self.gpulayer_home)
 
 
@@ -125,14 +154,18 @@ def run_example(
     skip: Mapping[str, str] = {},
     subs: Mapping[str, Substitute] = {},
     background: Collection[str] = (),
-    after: Mapping[str, Callable[[str], None]] = {},
+    after: Mapping[str, Callable[[str, Run], None]] = {},
+    machines: Mapping[str, Mapping[str, str]] = {},
     timeout: float = 120,
 ) -> Run:
     """Run each command line of a shell example in order.
 
     `skip` maps a command (or one `&&` part of one) to why it does not run here; `subs` replaces
     a placeholder word (JOB, server:8765) with the value this run has, computed when the line
-    runs; `background` lines are started and left running; `after` calls a hook with a line once it ran (or started).
+    runs; `background` lines are started and left running; `after` calls a hook with a line
+    and the run so far once the line ran (or started); `machines` runs a line in another machine's shell (that
+    environment instead of the reader's). An `export` line sets the variables for the lines
+    after it, as the reader's shell would.
     Every key of each table must match the example, so none outlives the text it was made for.
     """
     assert example.language == "bash", example
@@ -140,6 +173,7 @@ def run_example(
     _must_match(example, "skip", skip, [part for line in lines for part in _parts(line)])
     _must_match(example, "background", background, lines)
     _must_match(example, "after", after, lines)
+    _must_match(example, "machines", machines, lines)
     unused = set(subs)
     run = Run()
     for written in lines:
@@ -158,12 +192,16 @@ def run_example(
                 unused.discard(word)
                 text = value(written) if callable(value) else value
                 command = re.sub(pattern, text.replace("\\", r"\\"), command)
+        if command.startswith("export "):  # the reader's shell keeps it for the lines after
+            for assignment in shlex.split(command)[1:]:
+                key, _, value = assignment.partition("=")
+                reader.env[key] = value
         if written in background:
-            run.background[written] = reader.spawn(command)
+            run.background[written] = reader.spawn(command, env=machines.get(written))
         else:
-            run.done[written] = reader.sh(command, timeout=timeout)
+            run.done[written] = reader.sh(command, timeout=timeout, env=machines.get(written))
         if written in after:
-            after[written](written)
+            after[written](written, run)
     assert not unused, f"{example.name}: placeholders no line has: {sorted(unused)}"
     return run
 
