@@ -81,3 +81,37 @@ def test_a_body_within_its_cap_still_works(server: ServerProcess) -> None:
                 {"Authorization": "Bearer wrong", "Content-Type": "application/json"})  # fmt: skip
     assert sent.status == 401
     assert "token" in json.loads(sent.body)["error"]
+
+
+def test_an_upload_streams_through_the_edge(server: ServerProcess) -> None:
+    import io
+    import tarfile
+
+    packed = io.BytesIO()
+    with tarfile.open(fileobj=packed, mode="w:gz") as archive:
+        data = b"print('hi')\n" * 1000
+        member = tarfile.TarInfo("main.py")
+        member.size = len(data)
+        archive.addfile(member, io.BytesIO(data))
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}",
+               "Content-Type": "application/octet-stream"}  # fmt: skip
+    sent = send(server.host, server.port, "PUT", "/v1/bundles", packed.getvalue(), headers,
+                chunked=True)  # fmt: skip
+    assert sent.status == 200, sent
+    assert json.loads(sent.body)["bundle_id"].startswith("sha256:")
+    # Without a token the same upload is refused before a byte of it is written.
+    sent = send(server.host, server.port, "PUT", "/v1/bundles", packed.getvalue(),
+                {"Content-Type": "application/octet-stream"})  # fmt: skip
+    assert sent.status == 401
+    assert not any((server.home / "incoming").glob("*"))
+
+
+def test_a_dashboard_form_needs_its_session_before_its_body(server: ServerProcess) -> None:
+    sent = send(server.host, server.port, "POST", "/ui/jobs/j-x/cancel", b"csrf=x" * 1000,
+                {"Content-Type": "application/x-www-form-urlencoded"})  # fmt: skip
+    assert sent.status == 303
+    # The login form is open, within its own small cap.
+    sent = send(server.host, server.port, "POST", "/ui/login", b"t" * (64 * 1024),
+                {"Content-Type": "application/x-www-form-urlencoded"})  # fmt: skip
+    assert sent.status == 413
+    assert "16 KiB" in json.loads(sent.body)["error"]
