@@ -35,6 +35,7 @@ from tests.support.aws_env import without_aws_credentials
 from tests.support.doc_examples import ROOT, Example
 from tests.support.doc_reader import Reader, Run, run_example
 from tests.support.servers import free_port, postgres_cluster
+from tests.support.sshd_hosts import SshdHost, ssh_host, ssh_hosts, sshd_lab
 
 TRY_WITHOUT_CLOUD = "tests/e2e_cloud/test_readme_try_without_cloud.py"
 
@@ -58,6 +59,8 @@ RUN_HERE: dict[str, str] = {
     "schedule-commands": "test_schedule_commands",
     "schedules-sdk": "test_schedules_sdk",
     "sdk-map": "test_sdk_map",
+    "sdk-tour": "test_sdk_tour",
+    "multi-node-trainer": "test_multi_node_trainer",
     "dashboard-ui": "test_dashboard_login_links",
     "readme-ci": "test_install_and_ci_commands_name_what_the_repository_has",
     "readme-lock-update": "test_install_and_ci_commands_name_what_the_repository_has",
@@ -85,15 +88,9 @@ NOT_YET_RUN: dict[tuple[str, str | None], str] = {
     ("clouds-commands", "gpulayer catalog refresh gcp"): (
         "fetches the Cloud Billing Catalog API; no local stand-in for it in the lab yet"
     ),
-    ("sdk-tour", None): (
-        "its target='cloud' launch needs an enabled provider: to run against a lab sshd host "
-        "as the ssh provider"
-    ),
-    ("multi-node-trainer", None): (
-        "a 2-node Trainer on two registered remote workers with torch: to run against the "
-        "lab's hosts"
-    ),
 }
+
+__all__ = ["ssh_host", "ssh_hosts", "sshd_lab"]  # the lab's sshd hosts, as fixtures here
 
 EXAMPLES = doc_examples.scan()
 
@@ -461,6 +458,80 @@ def test_sdk_map(reader: Reader) -> None:
     assert done.stdout.strip().splitlines()[-1] == "[[1.0, 1.0], [1.0, 0.0], [1.0, 0.0]]"
     functions = [job for job in reader.jobs() if job["name"] == "embed"]
     assert len(functions) == 3 and all(job["state"] == "succeeded" for job in functions)
+
+
+@pytest.mark.slow
+def test_sdk_tour(ssh_host: SshdHost, reader: Reader) -> None:
+    """The SDK page's tour. Its cloud is the lab's: one sshd host as the ssh provider's machine,
+    named in the clouds page's own providers.yaml (its address, port, user and key swapped in),
+    so the `target="cloud"` launch is accepted and rents it (the launch returns at once)."""
+    if ssh_host.lab.mode != "rootfs":
+        pytest.skip("needs a host with a filesystem of its own (root, network namespaces)")
+    config = yaml.safe_load(_yaml_block("clouds.md", 1))  # "Try it without a cloud account"
+    (host,) = config["ssh"]["hosts"]
+    host.update(
+        address=ssh_host.address,
+        port=ssh_host.port,
+        user=ssh_host.user,
+        key_path=str(ssh_host.client_key),
+    )
+    reader.gpulayer_home.mkdir(parents=True)
+    (reader.gpulayer_home / "providers.yaml").write_text(yaml.safe_dump(config))
+
+    done = reader.python(example("sdk-tour"))
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
+    assert printed[0].startswith("succeeded training"), printed
+    result = "{'checkpoint': 'ckpt-1', 'accuracy': 0.5}"
+    assert printed.count(result) == 2  # called here, then as a function job
+    mapped = [{"checkpoint": f"ckpt-{i}", "accuracy": 0.5} for i in (1, 2, 3)]
+    assert printed[-1] == str(mapped)
+    jobs = reader.jobs()
+    by_target: dict[str, int] = {}
+    for job in jobs:
+        by_target[job["target"]] = by_target.get(job["target"], 0) + 1
+    # train.py and 10 eval.py and 4 evaluate calls ran here; one job waits for a remote worker;
+    # the setup job was taken by the cloud.
+    assert by_target == {"local": 15, "remote": 1, "cloud": 1}, jobs
+    (waits,) = [job for job in jobs if job["target"] == "remote"]
+    assert waits["state"] == "queued"
+
+
+@pytest.mark.slow
+def test_multi_node_trainer(reader: Reader, tmp_path: Path) -> None:
+    """The Trainer on two remote workers of the local control plane (the nodes: two worker
+    processes of this machine, joined with a join token as the team server page shows)."""
+    made = reader.sh("gpulayer token create --worker --max-workers 2")
+    assert made.returncode == 0, made.stderr
+    url = json.loads((reader.gpulayer_home / "server.json").read_text())["url"]
+    for node in ("node-a", "node-b"):
+        machine = tmp_path / node
+        machine.mkdir()
+        (machine / "join.token").write_text(made.stdout)
+        (machine / "join.token").chmod(0o600)
+        reader.spawn(
+            f"gpulayer worker start --server {url} --token-file {machine / 'join.token'} "
+            f"--name {node} --work-dir {machine / 'work'}",
+            env={**reader.env, "HOME": str(machine)},
+        )
+    reader.wait_for("two remote workers", lambda: len([
+        w for w in _workers(reader) if w["state"] == "ready" and w["name"] in ("node-a", "node-b")
+    ]) == 2)  # fmt: skip
+
+    done = reader.python(example("multi-node-trainer"), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = re.fullmatch(
+        r"\{'final_loss': (?P<final>[\d.e-]+)\} \{'epoch': 9, 'loss': (?P<last>[\d.e-]+)\} "
+        r"job:(?P<job>\S+)/checkpoint",
+        done.stdout.strip().splitlines()[-1],
+    )
+    assert printed, done.stdout
+    assert printed["final"] == printed["last"]
+    # The resumed run was launched and returned at once; it ends on the same two nodes.
+    resumed = reader.wait_for("the resumed run to end", lambda: [
+        job for job in reader.jobs() if job["id"] != printed["job"] and job["nodes"] == 2
+        and job["state"] not in ("queued", "running")], timeout=180)  # fmt: skip
+    assert [job["state"] for job in resumed] == ["succeeded"], resumed
 
 
 @pytest.mark.slow
