@@ -327,7 +327,16 @@ class SetupRunner:
         self, uv: str, request: SetupRequest, home: Path, deadline: float, private: Path
     ) -> None:
         setup = request.setup
-        argv = [uv, "pip", "install", "--python", str(home / "bin" / "python")]
+        # Bytecode made now, and checked with the rest: a job would otherwise write it on its
+        # first import (where it may: as the worker's user), changing a sealed environment.
+        argv = [
+            uv,
+            "pip",
+            "install",
+            "--compile-bytecode",
+            "--python",
+            str(home / "bin" / "python"),
+        ]
         if setup.index_url:
             argv += ["--index-url", setup.index_url]
         for url in setup.extra_index_urls:

@@ -205,3 +205,22 @@ def test_gpulayer_workers_says_a_job_s_writes_persist_on_a_worker_that_cannot_is
     assert "JOB WRITES" in words and "what a job writes persists into later jobs" in words, words
     if os.geteuid() == 0:
         assert "per attempt" in words
+
+
+def test_a_job_that_imports_its_packages_leaves_its_environment_reusable(
+    index: PackageIndex, tmp_path: Path
+) -> None:
+    # Python writes bytecode beside what it imports where it can (a job run as the worker's
+    # user, root included): a checked environment must not count that as a change.
+    cache = tmp_path / "envs"
+    setup = {"pip": ["gltest-greeting==1.0"], "index_url": index.url}
+    environ = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    code = "import gltest_greeting; print(gltest_greeting.WORDS)"
+    for name in ("a", "b", "c"):
+        logs = Logs()
+        outcome = _run(py(code, setup=setup), tmp_path / name, cache, logs, worker_env=environ)
+        assert outcome.state == "succeeded", logs.all_text()
+        setup_lines = [t for s, t in logs.chunks if s == "system" and t.startswith("[setup]")]
+        if name != "a":
+            assert any("reusing environment" in t for t in setup_lines), setup_lines
+        assert not any("changed since it was built" in t for t in setup_lines), setup_lines
