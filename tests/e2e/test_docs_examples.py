@@ -79,14 +79,22 @@ STATIC: dict[tuple[str, str], str] = {
         "readme-lock-update",
         "uv pip compile .ci/dev.in --python-version 3.10 --universal --no-header -o .ci/dev.lock",
     ): "resolves against the package index",
+    ("clouds-try-ssh-setup", "sudo apt-get install -y openssh-server"): (
+        "reaches Debian's mirrors; the lab's hosts come with sshd (the package CI installs)"
+    ),
+    ("clouds-try-ssh-setup", "sudo service ssh start"): (
+        "starts this machine's own sshd as a service; a lab host's sshd stands in for it"
+    ),
 }
 # Examples (or single lines of one) not run yet, each with why.
 NOT_YET_RUN: dict[tuple[str, str | None], str] = {
     ("clouds-commands", "gpulayer catalog refresh aws"): (
-        "fetches AWS's public price list; no local stand-in for it in the lab yet"
+        "its default source is AWS's Pricing API, which moto does not serve; the bulk price "
+        "list (--source bulk) is run against a local server by tests/unit/test_aws_catalog.py"
     ),
     ("clouds-commands", "gpulayer catalog refresh gcp"): (
-        "fetches the Cloud Billing Catalog API; no local stand-in for it in the lab yet"
+        "reads the Cloud Billing Catalog API, for which the lab has no stand-in that answers "
+        "(tests/e2e/test_cloud_wait_cli.py only checks it gives a silent one up)"
     ),
 }
 
@@ -180,6 +188,10 @@ def test_install_and_ci_commands_name_what_the_repository_has() -> None:
     assert f"-r {output}" in (ROOT / ".ci" / "install").read_text()  # what CI installs from
     python = args[args.index("--python-version") + 1]
     assert f'requires-python = ">={python}"' in pyproject
+
+    apt, service = example("clouds-try-ssh-setup").commands()[:2]
+    assert (apt, service) == tuple(line for ex, line in STATIC if ex == "clouds-try-ssh-setup")
+    assert "need+=(openssh-server)" in (ROOT / ".ci" / "install").read_text()
 
 
 # -- the slow runs ----------------------------------------------------------------------------------
