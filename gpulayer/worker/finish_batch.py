@@ -5,7 +5,10 @@ finds no request in flight sends everything waiting (up to one batch) and hands 
 thread its outcome; the rest wait meanwhile. A lone report leaves at once, as it would alone;
 under load, the reports that end while one request is in flight share the next one. An error
 of the request itself (the control plane away, a refused credential) reaches every thread
-whose report it carried, and each retries or gives up as it would alone.
+whose report it carried, and each retries or gives up as it would alone. A batch also stays
+within a byte budget, well inside the server's cap on this route's body (64 MiB): reports with
+big results go in several requests, and one over the budget goes alone (a single report, its
+result at most 16 MiB, always fits the cap).
 """
 
 from __future__ import annotations
@@ -18,20 +21,27 @@ from gpulayer.protocol.messages import MAX_FINISHES_PER_BATCH, AttemptReport, Fi
 
 Send = Callable[[Sequence[tuple[int, AttemptReport]]], list[FinishOutcome]]
 
+BATCH_BYTES = 24 * 1024 * 1024
+
 
 @dataclass
 class _Waiting:
     attempt_id: int
     report: AttemptReport
+    size: int = 0
+    """The report's size as JSON: what it adds to a request's body."""
     done: bool = False
     outcome: FinishOutcome | None = None
     error: BaseException | None = None
 
 
 class FinishBatcher:
-    def __init__(self, send: Send, max_batch: int = MAX_FINISHES_PER_BATCH) -> None:
+    def __init__(
+        self, send: Send, max_batch: int = MAX_FINISHES_PER_BATCH, max_bytes: int = BATCH_BYTES
+    ) -> None:
         self._send = send
         self._max_batch = max_batch
+        self._max_bytes = max_bytes
         self._queue: list[_Waiting] = []
         self._sending = False
         self._changed = threading.Condition()
@@ -45,7 +55,7 @@ class FinishBatcher:
     def finish(self, attempt_id: int, report: AttemptReport) -> FinishOutcome:
         """This attempt's outcome once a request carried its report; the request's error
         is raised here when it failed."""
-        mine = _Waiting(attempt_id, report)
+        mine = _Waiting(attempt_id, report, len(report.model_dump_json()))
         with self._changed:
             self._queue.append(mine)
             while True:
@@ -54,8 +64,8 @@ class FinishBatcher:
                 if mine.done:
                     return _outcome_of(mine)
                 self._sending = True
-                batch = self._queue[: self._max_batch]
-                del self._queue[: self._max_batch]
+                batch = self._queue[: self._fitting()]
+                del self._queue[: len(batch)]
                 self._changed.release()
                 try:
                     self._deliver(batch)
@@ -63,6 +73,15 @@ class FinishBatcher:
                     self._changed.acquire()
                     self._sending = False
                     self._changed.notify_all()
+
+    def _fitting(self) -> int:
+        """How many waiting reports the next request takes: at least one."""
+        total = 0
+        for count, waiting in enumerate(self._queue[: self._max_batch]):
+            total += waiting.size
+            if count and total > self._max_bytes:
+                return count
+        return min(len(self._queue), self._max_batch)
 
     def _deliver(self, batch: list[_Waiting]) -> None:
         try:

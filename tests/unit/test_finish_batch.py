@@ -105,3 +105,30 @@ def test_a_batch_holds_at_most_max_batch_reports() -> None:
         thread.join(10)
     assert [len(r) for r in plane.requests] == [1, 4, 4, 2]
     assert sorted(a for r in plane.requests for a in r) == list(range(11))
+
+
+def test_a_batch_stays_within_its_byte_budget() -> None:
+    """Reports with big results leave in several requests, each within the budget (the
+    server caps this route's body); one over the budget alone still leaves, alone."""
+    plane = SlowControlPlane()
+    big = AttemptReport(state="succeeded", exit_code=0, result="r" * 4000)
+    batcher = FinishBatcher(plane.send, max_bytes=10_000)
+    lone = threading.Thread(target=batcher.finish, args=(0, DONE))
+    lone.start()
+    assert plane.arrived.acquire(timeout=10)
+    threads = [threading.Thread(target=batcher.finish, args=(a, big)) for a in range(1, 8)]
+    huge = AttemptReport(state="succeeded", exit_code=0, result="h" * 50_000)
+    threads.append(threading.Thread(target=batcher.finish, args=(8, huge)))
+    for thread in threads:
+        thread.start()
+    wait_until(lambda: batcher.waiting == 8)
+    for _ in range(10):
+        plane.release.release()
+    for thread in [lone, *threads]:
+        thread.join(10)
+    assert sorted(a for r in plane.requests for a in r) == list(range(9))
+    sizes = {0: len(DONE.model_dump_json()), 8: len(huge.model_dump_json())}
+    for request in plane.requests[1:]:
+        total = sum(sizes.get(a, len(big.model_dump_json())) for a in request)
+        assert total <= 10_000 or len(request) == 1, request
+    assert [8] in plane.requests
