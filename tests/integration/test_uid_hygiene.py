@@ -176,6 +176,7 @@ def test_two_workers_cannot_share_a_uid_of_a_range(
     second.start(0.5, "--run-as-range", "61089-61099", "--work-dir", str(other))
     assert second.process is not None
     code = second.process.wait(60)
+    second.stop()
     log = (second.home / "worker.log").read_text()
     assert code == 2, log
     errors = [line for line in log.splitlines() if line.startswith("error:")]

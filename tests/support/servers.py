@@ -134,6 +134,8 @@ class WorkerProcess:
         self.wrapper = wrapper
         """A command line the worker's own is appended to (it must exec it, keeping the pid)."""
         self.process: subprocess.Popen[bytes] | None = None
+        self._mount_points: list[Path] = []
+        """Empty folders made for reachable_interpreter, removed once the worker stopped."""
 
     def start(self, heartbeat_seconds: float = 0.5, *extra: str) -> WorkerProcess:
         self.home.mkdir(parents=True, exist_ok=True)
@@ -161,7 +163,10 @@ class WorkerProcess:
         env["GPULAYER_HOME"] = str(self.home)
         wrapper = self.wrapper
         if "--run-as-range" in extra and os.geteuid() == 0:
-            wrapper = (*wrapper, *reachable_interpreter())
+            reachable = reachable_interpreter()
+            if reachable:
+                self._mount_points.append(Path(reachable[-1]))
+            wrapper = (*wrapper, *reachable)
         self.process = subprocess.Popen(
             [*wrapper, *_gpulayer(*args)],
             stdout=log,
@@ -185,6 +190,15 @@ class WorkerProcess:
         self.process.wait(timeout=15)
 
     def stop(self) -> None:
+        try:
+            self._stop()
+        finally:
+            if self.process is None or self.process.poll() is not None:
+                for folder in self._mount_points:
+                    with contextlib.suppress(OSError):
+                        folder.rmdir()
+
+    def _stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
             return
         self.process.send_signal(signal.SIGCONT)
