@@ -334,6 +334,10 @@ class SetupRunner:
             "pip",
             "install",
             "--compile-bytecode",
+            # Files copied, not hard-linked from uv's cache: a write into one environment must
+            # not reach the cache that every later build installs from.
+            "--link-mode",
+            "copy",
             "--python",
             str(home / "bin" / "python"),
         ]
@@ -470,14 +474,21 @@ def _private_folder(path: Path, mode: int) -> Path:
     return path
 
 
-def _manifest_of(home: Path) -> dict[str, list[object]]:
-    """Each entry under ``home``: a folder and its mode, a file with its mode and sha256, or a
-    link and its target; read without following any link."""
+def _manifest_of(
+    home: Path, known: Mapping[str, list[object]] | None = None
+) -> dict[str, list[object]]:
+    """Each entry under ``home``: a folder and its mode, a file with its mode, sha256 and
+    identity (inode, size, change time), or a link and its target; read without following
+    any link. A file whose identity matches its entry in ``known`` keeps that entry's digest
+    without being read again: its change time is set by the kernel on every write, chmod or
+    rename, and only root can set it back."""
     entries: dict[str, list[object]] = {}
-    for root, dirs, files in os.walk(home):
+    top = str(home)
+    for root, dirs, files in os.walk(top):
+        inside = root[len(top) + 1 :]  # relpath's own work, without its cost per entry
         for name in sorted([*dirs, *files]):
-            path = os.path.join(root, name)
-            relative = os.path.relpath(path, home)
+            path = f"{root}/{name}"
+            relative = f"{inside}/{name}" if inside else name
             info = os.lstat(path)
             mode = stat.S_IMODE(info.st_mode)
             if stat.S_ISLNK(info.st_mode):
@@ -485,16 +496,25 @@ def _manifest_of(home: Path) -> dict[str, list[object]]:
             elif stat.S_ISDIR(info.st_mode):
                 entries[relative] = ["dir", mode]
             elif stat.S_ISREG(info.st_mode):
+                identity = [info.st_ino, info.st_size, info.st_ctime_ns]
+                before = (known or {}).get(relative)
+                if before is not None and before[:2] == ["file", mode] and before[3:] == identity:
+                    entries[relative] = list(before)
+                    continue
                 digest = hashlib.sha256()
                 fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
                 with os.fdopen(fd, "rb") as stream:
-                    for chunk in iter(lambda: stream.read(1 << 20), b""):
+                    for chunk in iter(functools.partial(stream.read, 1 << 20), b""):
                         digest.update(chunk)
-                entries[relative] = ["file", mode, digest.hexdigest()]
+                entries[relative] = ["file", mode, digest.hexdigest(), *identity]
             else:
                 entries[relative] = ["other", mode]
-        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
     return entries
+
+
+def _digests(entries: Mapping[str, list[object]]) -> dict[str, list[object]]:
+    """The entries less the files' identities: what the environment holds."""
+    return {name: entry[:3] if entry[0] == "file" else entry for name, entry in entries.items()}
 
 
 def _manifest_path(home: Path, cache_root: Path) -> Path:
@@ -533,9 +553,10 @@ def _unchanged(home: Path, cache_root: Path) -> str | None:
     if known is not None and hashlib.sha256(record).hexdigest() != known:
         return "its record was rewritten"
     try:
-        expected = json.loads(record)
-        found = json.loads(json.dumps(_manifest_of(home)))
-    except (OSError, ValueError) as exc:
+        recorded = json.loads(record)
+        found = _digests(json.loads(json.dumps(_manifest_of(home, recorded))))
+        expected = _digests(recorded)
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
         return f"cannot be read: {exc}"
     if found == expected:
         return None

@@ -85,20 +85,31 @@ def test_a_wheel_with_another_jobs_name_and_size_gets_an_environment_of_its_own(
         assert logs.text("stdout") == source.name.removeprefix("src-") + "\n", logs.all_text()
 
 
-def test_a_path_file_planted_in_a_cached_environment_never_runs_in_a_later_job(
-    index: PackageIndex, tmp_path: Path
+_PLANTS = {
+    # A new file: a .pth runs at every start of the interpreter.
+    "a .pth": "open(os.path.join(site, 'zz_planted.pth'), 'w')"
+    ".write(\"import sys; print('PLANTED')\\n\")\n",
+    # An installed module rewritten in place (made writable first, as its owner may).
+    "an edited module": "path = os.path.join(site, 'gltest_greeting.py')\n"
+    "os.chmod(path, 0o644); os.chmod(site, 0o755)\n"
+    "open(path, 'a').write(\"print('PLANTED')\\n\")\n",
+}
+
+
+@pytest.mark.parametrize("plant", sorted(_PLANTS))
+def test_what_a_job_plants_in_a_cached_environment_never_runs_in_a_later_job(
+    index: PackageIndex, tmp_path: Path, plant: str
 ) -> None:
     # No --run-as: the job runs as the worker's user and can write the environment it ran in.
     cache = tmp_path / "envs"
     setup = {"pip": ["gltest-greeting==1.0"], "index_url": index.url}
-    plant = (
+    code = (
         "import glob, sys, os\n"
         "site = glob.glob(os.path.join(sys.prefix, 'lib', 'python*', 'site-packages'))[0]\n"
-        "open(os.path.join(site, 'zz_planted.pth'), 'w').write(\"import sys; print('PLANTED')\\n\")\n"
-        "print('planted in', site)\n"
+        + _PLANTS[plant]
     )
     logs = Logs()
-    first = _run(py(plant, setup=setup), tmp_path / "a", cache, logs)
+    first = _run(py(code, setup=setup), tmp_path / "a", cache, logs)
     assert first.state == "succeeded", logs.all_text()
     logs = Logs()
     second = _run(
@@ -109,6 +120,7 @@ def test_a_path_file_planted_in_a_cached_environment_never_runs_in_a_later_job(
     )
     assert second.state == "succeeded", logs.all_text()
     assert logs.text("stdout") == "hello 1.0\n", logs.all_text()
+    assert "changed since it was built" in logs.all_text()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="jobs of other uids need root")
