@@ -62,8 +62,6 @@ if TYPE_CHECKING:
     from gpulayer.cloud.offer import OfferQuery as OfferQuery
     from gpulayer.cloud.offer import check_arch as check_arch
     from gpulayer.cloud.offer import check_os as check_os
-    from gpulayer.cloud.protocol import WHEELHOUSE_ROOT_TAG as WHEELHOUSE_ROOT_TAG
-    from gpulayer.cloud.protocol import WORKER_START_TAG as WORKER_START_TAG
     from gpulayer.cloud.protocol import GangProvider as GangProvider
     from gpulayer.cloud.protocol import Instance as Instance
     from gpulayer.cloud.protocol import InstanceState as InstanceState
@@ -154,8 +152,6 @@ _EXPORTS = {
     "OutlivesReclaim": "gpulayer.cloud.protocol",
     "launch_zone": "gpulayer.cloud.protocol",
     "node_install_dir": "gpulayer.cloud.protocol",
-    "WORKER_START_TAG": "gpulayer.cloud.protocol",
-    "WHEELHOUSE_ROOT_TAG": "gpulayer.cloud.protocol",
     # A launcher of the machine's own that starts the worker a bootstrap hands off.
     "LAUNCH_DIR_VARIABLE": "gpulayer.cloud.bootstrap.commands",
     "launcher_loop": "gpulayer.cloud.bootstrap.commands",

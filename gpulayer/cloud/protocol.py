@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpulayer.cloud.offer import Offer, OfferQuery
 
@@ -108,6 +108,19 @@ class SshVia(BaseModel):
     """Its SSH host public key when known; None means pin on first use."""
 
 
+WorkerStart = Literal["bootstrap", "launcher"]
+"""Who starts the worker on a machine: the bootstrap itself, or a launcher of the machine's own
+(a Slurm allocation's step on each node) that the bootstrap hands the start off to."""
+
+_LEGACY_TAGS = {
+    "install_root": "gpulayer:install-root",
+    "python": "gpulayer:python",
+    "shared_dir": "gpulayer:wheelhouse-root",
+    "worker_start": "gpulayer:worker-start",
+}
+"""The tags that said what these fields say, in instances stored before the fields existed."""
+
+
 class Instance(BaseModel):
     """A provider's instance as last described. States are normalized across providers."""
 
@@ -140,6 +153,27 @@ class Instance(BaseModel):
     (a spot reclaim or preemption) or someone ended it from outside; its attempt ends as
     ``preempted``. Providers record their own terminate before the call, so they can tell the
     two apart."""
+    install_root: str | None = None
+    """Where the bootstrap installs (a directory per job below it); None: gpulayer's default."""
+    python: str | None = None
+    """The interpreter the worker is installed with; None: ``python3``."""
+    worker_start: WorkerStart = "bootstrap"
+    """``launcher``: a launcher of the machine's own starts the worker, so the bootstrap
+    hands the start off to it."""
+    shared_dir: str | None = None
+    """A directory every node of the machine's cluster sees (a shared filesystem): the
+    bootstrap keeps the wheels there, so they travel once for all the nodes."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fields_from_legacy_tags(cls, data: Any) -> Any:
+        # Instances stored before these fields existed (a live record across an upgrade, a
+        # claim or allocation on disk) said the same in tags: read them once, here.
+        if not isinstance(data, dict):
+            return data
+        tags = data.get("tags") or {}
+        missing = {f: tags[t] for f, t in _LEGACY_TAGS.items() if f not in data and t in tags}
+        return {**data, **missing} if missing else data
 
     @property
     def live(self) -> bool:
@@ -215,25 +249,10 @@ class OutlivesReclaim:
     link. A cloud's reclaimed instance powers off by itself, and its link is not waited on."""
 
 
-WORKER_START_TAG = "gpulayer:worker-start"
-"""An instance tag: ``launcher`` when a launcher of the machine's own starts the worker (a
-Slurm allocation's step on each node), so the bootstrap hands the start off to it."""
-
-
-def hands_off_worker_start(tags: Mapping[str, str]) -> bool:
-    return tags.get(WORKER_START_TAG) == "launcher"
-
-
-WHEELHOUSE_ROOT_TAG = "gpulayer:wheelhouse-root"
-"""An instance tag: a directory every node of the machine's cluster sees (a shared
-filesystem). The bootstrap keeps the wheels there, so they travel once for all the nodes."""
-
-
-def shared_wheelhouse_dir(tags: Mapping[str, str], key: str) -> str | None:
-    """Where a node keeps the wheelhouse ``key`` when its cluster shares one; None: below the
-    node's own install root."""
-    root = tags.get(WHEELHOUSE_ROOT_TAG)
-    return f"{root.rstrip('/')}/wheelhouse/{key}" if root else None
+def shared_wheelhouse_dir(shared_dir: str | None, key: str) -> str | None:
+    """Where a node keeps the wheelhouse ``key`` when its cluster shares ``shared_dir``;
+    None: below the node's own install root."""
+    return f"{shared_dir.rstrip('/')}/wheelhouse/{key}" if shared_dir else None
 
 
 def node_install_dir(install_root: str, job_id: str, node_rank: int = 0) -> str:

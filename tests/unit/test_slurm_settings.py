@@ -84,10 +84,14 @@ def test_a_cluster_over_ssh_with_prices() -> None:
     assert not str(cluster.key_file).startswith("~") and not cluster.local
 
 
-def test_a_shared_wheelhouse_is_named_by_its_tag_and_its_key() -> None:
-    from gpulayer.cloud import WHEELHOUSE_ROOT_TAG
-    from gpulayer.cloud.protocol import shared_wheelhouse_dir
+def test_a_shared_wheelhouse_is_named_by_the_shared_dir_and_its_key() -> None:
+    from gpulayer.cloud.protocol import Instance, shared_wheelhouse_dir
 
-    assert shared_wheelhouse_dir({}, "gpulayer-1.0-py3.11") is None
-    tags = {WHEELHOUSE_ROOT_TAG: "/shared/gpulayer/"}
-    assert shared_wheelhouse_dir(tags, "k1") == "/shared/gpulayer/wheelhouse/k1"
+    assert shared_wheelhouse_dir(None, "gpulayer-1.0-py3.11") is None
+    assert shared_wheelhouse_dir("/shared/gpulayer/", "k1") == "/shared/gpulayer/wheelhouse/k1"
+    # An instance stored before the field existed said it in a tag.
+    stored = {"id": "n", "provider": "slurm", "region": "lab", "state": "running"}
+    old = Instance.model_validate(
+        {**stored, "ssh_user": "u", "tags": {"gpulayer:wheelhouse-root": "/shared/gpulayer/"}}
+    )
+    assert old.shared_dir == "/shared/gpulayer/"

@@ -61,10 +61,10 @@ from gpulayer.cloud.lifecycle.states import GONE, HOLDS_WORKER, check_transition
 from gpulayer.cloud.lifecycle.sync import Local, end_key, gather, launch_key
 from gpulayer.cloud.protocol import (
     GangProvider,
+    Instance,
     OffersAreMachines,
     OutlivesReclaim,
     Provider,
-    hands_off_worker_start,
     node_install_dir,
     shared_wheelhouse_dir,
 )
@@ -691,6 +691,7 @@ class Reconciler:
         )
         deadline = (r.launched_at or r.created_at) + budget
         machine = r.machine
+        described = Instance.model_validate(machine)  # what the provider said of the machine
         offer_label = _label(r)
         session = None
         link: Link | None = None
@@ -704,9 +705,8 @@ class Reconciler:
                 _left(deadline),
                 on_progress=lambda text: self._note(r.job_id, text),
             )
-            tags = machine.get("tags") or {}
             install_dir = r.install_dir or node_install_dir(
-                tags.get("gpulayer:install-root", INSTALL_ROOT), r.job_id, r.node_rank
+                described.install_root or INSTALL_ROOT, r.job_id, r.node_rank
             )
             if r.token_hash is not None:
                 self._clear_earlier_bootstrap(r, session, install_dir)
@@ -729,11 +729,11 @@ class Reconciler:
                 currency=r.currency,
                 deadman_seconds=self._deadman_seconds(),
                 deadman_action=self._deadman_action(r.provider),
-                python=tags.get("gpulayer:python", "python3"),
-                hand_off=hands_off_worker_start(tags),
+                python=described.python or "python3",
+                hand_off=described.worker_start == "launcher",
                 instance_request_id=request_id,
                 system_site_packages=bool(self.settings.get("system_site_packages", False)),
-                wheelhouse_dir=shared_wheelhouse_dir(tags, wheelhouse.key),
+                wheelhouse_dir=shared_wheelhouse_dir(described.shared_dir, wheelhouse.key),
                 # The other nodes of a gang reach this one where the provider says it is.
                 node_address=(
                     str(machine.get("private_ip") or machine["ssh_host"]) if r.launch_id else None

@@ -52,6 +52,8 @@ def to_instance(
         tags=tag_map,
         launched_at=raw.get("LaunchTime"),
         reclaimed=reclaimed,
+        install_root=tag_map.get(t.INSTALL_ROOT),
+        python=tag_map.get(t.PYTHON),
     )
 
 

@@ -123,6 +123,8 @@ def to_instance(raw: Any, *, use_private_ip: bool, ssh_user: str) -> Instance:
         spot=str(scheduling.provisioning_model) == "SPOT",
         tags=tags,
         launched_at=_timestamp(str(raw.creation_timestamp or "")),
+        install_root=tags.get("gpulayer:install-root"),
+        python=tags.get("gpulayer:python"),
     )
 
 

@@ -22,8 +22,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gpulayer.cloud import (
-    WHEELHOUSE_ROOT_TAG,
-    WORKER_START_TAG,
     CapacityError,
     GangProvider,
     Instance,
@@ -327,11 +325,7 @@ class SlurmProvider(GangProvider, OutlivesReclaim):
                 PYTHON_TAG: cluster.python or "python3",
                 SLURM_JOB_TAG: record.slurm_job_id,
                 SLURM_NODE_TAG: node,
-                # The allocation's step on the node starts the worker (batch.node_launcher).
-                WORKER_START_TAG: "launcher",
             }
-            if cluster.shared_dir:
-                tags[WHEELHOUSE_ROOT_TAG] = cluster.shared_dir
             if record.nodes > 1:
                 tags[NODE_RANK_TAG] = str(rank)
             instances.append(
@@ -351,6 +345,11 @@ class SlurmProvider(GangProvider, OutlivesReclaim):
                     currency=offer.currency,
                     tags=tags,
                     launched_at=now,
+                    install_root=cluster.install_root or DEFAULT_INSTALL_ROOT,
+                    python=cluster.python or "python3",
+                    # The allocation's step on the node starts the worker (batch.node_launcher).
+                    worker_start="launcher",
+                    shared_dir=cluster.shared_dir,
                 )
             )
         return instances

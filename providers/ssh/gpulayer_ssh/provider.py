@@ -311,6 +311,8 @@ class SshHostsProvider(GangProvider, OffersAreMachines):
             spot=False,
             tags=tags,
             launched_at=dt.datetime.now(dt.timezone.utc),
+            install_root=host.install_root,
+            python=host.python,
         )
         return Claim(
             host=host.name,
