@@ -241,7 +241,10 @@ class SetupRunner:
 
     def _prepared_environment(self, setup: Setup, cache_root: Path, deadline: float) -> str:
         """The job's files the install needs, copied as the job, then the environment."""
+        # Jobs reach their environment by its name (a digest of what it holds) but list
+        # nothing: neither other jobs' environments nor what uv downloaded for them.
         _private_folder(cache_root, 0o711 if self.run_as is not None else 0o700)
+        _private_folder(self._uv_cache, 0o700)
         incoming = _private_folder(cache_root / _INCOMING, 0o700)
         private = incoming / secrets.token_hex(8)
         try:

@@ -156,6 +156,9 @@ def test_setup_reads_no_other_jobs_folder_through_a_link(tmp_path: Path, open_di
     assert installed == [], installed
     assert (outcome.state, outcome.reason) == ("failed", "setup_failed"), logs.all_text()
     assert outcome.message is not None and "setup.find_links: 'wheels'" in outcome.message
+    # What the environments' folder holds is not the jobs' to list.
+    assert (open_dir / "envs").stat().st_mode & 0o777 == 0o711
+    assert (open_dir / "envs" / "uv-cache").stat().st_mode & 0o777 == 0o700
 
 
 def test_a_cached_bundle_a_job_overwrote_is_never_run(cluster_factory: Any, tmp_path: Path) -> None:
