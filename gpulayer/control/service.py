@@ -227,9 +227,7 @@ class ControlService:
                 # The job runs on this machine, where its local inputs are read: one that is
                 # not there now is refused rather than failed once the job starts.
                 refuse_missing_inputs(spec, Path(base))
-            refuse_unshipped_inputs(
-                spec, self._shipped_inputs(spec, bundle or bundle_digest, base)
-            )
+            refuse_unshipped_inputs(spec, self._shipped_inputs(spec, bundle or bundle_digest, base))
         except Exception:
             if bundle is not None:
                 bundle.unlink(missing_ok=True)
@@ -407,11 +405,12 @@ class ControlService:
                 problems.extend(f"jobs[{index}].{line}" for line in outcome.lines)
             else:
                 specs.append((*outcome, key))
-        for index, ((spec, _, _), (_, working_dir, digest)) in enumerate(
+        for index, ((spec, _, _), (_, _, digest)) in enumerate(
             zip(specs, items, strict=True) if not problems else ()
         ):
             try:
-                refuse_unshipped_inputs(spec, self._shipped_inputs(spec, digest, working_dir))
+                # Only a bundle carries them: a list's working_dir is never bundled here.
+                refuse_unshipped_inputs(spec, self._shipped_inputs(spec, digest, None))
             except UsageError as exc:
                 problems.append(f"jobs[{index}].{exc}")
         if problems:
