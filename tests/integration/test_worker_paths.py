@@ -111,6 +111,17 @@ def test_a_remote_job_naming_worker_paths_is_refused_at_submit_and_reads_nothing
     _refused(client, reply, "../../etc/shadow")
     assert "inputs[0].artifact" in reply.text, reply.text
     assert client.jobs(limit=50) == []  # nothing half-created
+    # A list of jobs in one request: the one that names a path is named, none is kept.
+    fine = command_job(["true"])
+    reply = httpx.post(
+        f"{cluster.server.url}/v1/jobs",
+        json=[{"spec": fine}, {"spec": spec}],
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+        timeout=30,
+    )
+    assert reply.status_code in (400, 422), reply.text  # a spec error, as for any list item
+    assert "jobs[1].inputs[0].artifact" in reply.text, reply.text
+    assert client.jobs(limit=50) == []
     # A schedule's runs likewise: refused when it is made, not when a run reaches a worker.
     job = command_job(_lister(python))
     job["inputs"] = [{"artifact": "/etc/shadow", "path": "shadow"}]
