@@ -239,3 +239,26 @@ def test_a_job_that_imports_its_packages_leaves_its_environment_reusable(
         if name != "a":
             assert any("reusing environment" in t for t in setup_lines), setup_lines
         assert not any("changed since it was built" in t for t in setup_lines), setup_lines
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="jobs of other uids need root")
+def test_a_job_run_as_its_own_uid_installs_the_wheels_it_shipped(
+    tmp_path: Path, open_dir: Path
+) -> None:
+    source = tmp_path / "src"
+    make_wheel(source / "wheels", "gltest-own", "1.0", {"gltest_own.py": "MINE = 'shipped'\n"})
+    (source / "requirements.txt").write_text("gltest-own==1.0\n")
+    bundle = tmp_path / "own.tar.gz"
+    create_bundle(source, bundle)
+    spec = command_spec(
+        "sh", "-c", 'cat "$VIRTUAL_ENV"/lib/python*/site-packages/gltest_own.py',
+        setup={"requirements_file": "requirements.txt", "find_links": ["wheels"]},
+    )  # fmt: skip
+    run_as = RunAs("gpulayer-61302", 61302, 61302, str(open_dir / "a"))
+    logs = Logs()
+    outcome = _run(spec, open_dir / "a", open_dir / "envs", logs, bundle=bundle, run_as=run_as)
+    assert outcome.state == "succeeded", logs.all_text()
+    assert "MINE = 'shipped'" in logs.text("stdout")
+    (home,) = [p for p in (open_dir / "envs").iterdir() if len(p.name) == 64]
+    assert home.stat().st_uid == 0 and home.stat().st_mode & 0o777 == 0o555
+    assert not list((open_dir / "envs" / ".incoming").iterdir())  # the private copy is gone
