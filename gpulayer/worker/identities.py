@@ -10,8 +10,9 @@ none that does, and at least as many uids as the worker runs attempts at once.
 
 An attempt can leave more than its folder: a process that escaped its attempt's group (where
 the worker has no cgroup, one that left its session and wiped its environment), files in the
-folders every user may write to, SysV IPC objects and POSIX message queues. Before a uid goes
-back to the pool, every process running as it is ended, its IPC objects are removed, and its
+folders every user may write to, SysV IPC objects, POSIX message queues, keys in its keyrings.
+Before a uid goes back to the pool, every process running as it is ended, its IPC objects
+are removed, its keyrings emptied, and its
 files in every world-writable folder of the machine's local filesystems (found when the worker
 starts: /tmp, /var/tmp, /dev/shm, /run/lock and any other) are removed; a worker that starts
 again does the same for the whole range, whatever its earlier life left.
@@ -31,7 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpulayer.errors import GpulayerError
-from gpulayer.worker.ipc_hygiene import mqueue_folder, remove_mqueues_of, remove_sysv_of
+from gpulayer.worker.ipc_hygiene import (
+    clear_keyrings_of,
+    mqueue_folder,
+    remove_mqueues_of,
+    remove_sysv_of,
+)
 
 log = logging.getLogger("gpulayer.worker")
 
@@ -144,10 +150,11 @@ class UidPool:
 
     def _remove_leftovers(self, uids: Container[int]) -> None:
         """What the uids' processes made that outlives them: files where every user may
-        write, SysV IPC objects, POSIX message queues."""
+        write, SysV IPC objects, POSIX message queues, keys in their keyrings."""
         remove_temp_files_of(uids, self.shared_folders)
         remove_sysv_of(uids)
         remove_mqueues_of(uids, self.mqueues)
+        clear_keyrings_of(uids)
 
     @property
     def held(self) -> int:

@@ -1,12 +1,14 @@
-"""Removing what a uid left in the kernel's IPC objects, so the next attempt that gets the uid
-cannot attach to it.
+"""Removing what a uid left in the kernel (IPC objects, keyrings), so the next attempt that
+gets the uid cannot attach to it.
 
-SysV shared memory, semaphores and message queues, and POSIX message queues, outlive every
-process that made them: a 64 MiB segment of one attempt's secrets stays readable by whoever
-runs as that uid next. SysV objects are listed in /proc/sysvipc (with their owner and creator)
-and removed by id; POSIX queues are files of the mqueue filesystem, removed by owner there.
-Where the machine has no mqueue filesystem mounted, the worker mounts one (root only) to see
-them.
+SysV shared memory, semaphores and message queues, POSIX message queues and the uid's own
+keyrings outlive every process that made them: a 64 MiB segment or a key of one attempt's
+secrets stays readable by whoever runs as that uid next. SysV objects are listed in
+/proc/sysvipc (with their owner and creator) and removed by id; POSIX queues are files of the
+mqueue filesystem, removed by owner there (where the machine has no mqueue filesystem mounted,
+the worker mounts one, root only, to see them); the user, user-session and persistent keyrings
+of a uid that /proc/key-users lists are emptied by a short process running as that uid (only
+it can name them), its keys invalidated first so none stays readable by its id.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import ctypes
 import logging
 import os
 import subprocess
-from collections.abc import Container
+from collections.abc import Callable, Container
 from pathlib import Path
 
 log = logging.getLogger("gpulayer.worker")
@@ -72,6 +74,82 @@ def remove_sysv_of(uids: Container[int]) -> int:
         if call(*args) == 0:
             removed += 1
     return removed
+
+
+_KEY_USERS = Path("/proc/key-users")
+# keyctl(2): the syscall's number differs by architecture; glibc has no wrapper.
+_KEYCTL_SYSCALL = {"x86_64": 250, "aarch64": 219, "ppc64le": 283, "s390x": 280}
+_KEYCTL_CLEAR, _KEYCTL_READ, _KEYCTL_INVALIDATE, _KEYCTL_GET_PERSISTENT = 7, 11, 21, 22
+_USER_KEYRING, _USER_SESSION_KEYRING = -4, -5
+
+
+def uids_with_keys(uids: Container[int]) -> list[int]:
+    """The uids of the range that the kernel holds keys (keyrings included) for."""
+    try:
+        lines = _KEY_USERS.read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        uid_text = line.split(":", 1)[0].strip()
+        if uid_text.isdigit() and int(uid_text) in uids:
+            found.append(int(uid_text))
+    return found
+
+
+def _keyring_emptier() -> Callable[[], None] | None:
+    """What a process running as the uid calls, between fork and exec, to invalidate every key
+    of its keyrings and unlink them all (errors passed over: a keyring it never had has
+    nothing to leave). Made in the worker: the child may not be able to read a module file."""
+    import platform
+
+    number = _KEYCTL_SYSCALL.get(platform.machine())
+    libc = _libc()
+    if number is None or libc is None:
+        return None
+    ids = (ctypes.c_int32 * 4096)()
+    capacity = ctypes.sizeof(ids)
+    keyctl = libc.syscall
+
+    def empty() -> None:
+        persistent = keyctl(number, _KEYCTL_GET_PERSISTENT, -1, _USER_SESSION_KEYRING)
+        for keyring in (persistent, _USER_KEYRING, _USER_SESSION_KEYRING):
+            if keyring == -1:
+                continue
+            size = keyctl(number, _KEYCTL_READ, keyring, ids, capacity)
+            for index in range(max(0, min(size, capacity)) // 4):
+                keyctl(number, _KEYCTL_INVALIDATE, ids[index])
+            keyctl(number, _KEYCTL_CLEAR, keyring)
+
+    return empty
+
+
+def clear_keyrings_of(uids: Container[int]) -> int:
+    """Empty the keyrings of the uids that have any; for how many uids."""
+    found = uids_with_keys(uids)
+    empty = _keyring_emptier() if found else None
+    if empty is None:
+        return 0
+    cleared = 0
+    for uid in found:
+        try:
+            subprocess.run(
+                ["/bin/true"],
+                user=uid,
+                group=uid,
+                extra_groups=[],
+                preexec_fn=empty,
+                close_fds=True,
+                cwd="/",
+                env={},
+                timeout=30,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            log.warning("cannot empty the keyrings of uid %d (%s)", uid, exc)
+            continue
+        cleared += 1
+    return cleared
 
 
 def mqueue_folder() -> Path | None:

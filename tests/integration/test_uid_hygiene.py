@@ -41,11 +41,13 @@ def open_work_dir() -> Iterator[Path]:
 
 
 # Leaves, for whoever gets its uid next: a 64 MiB SysV shared-memory segment, a semaphore set
-# and a message queue (each under a known key), a POSIX message queue, and a file in /run/lock
-# (and in a world-writable folder of the test's making), each holding its secret.
+# and a message queue (each under a known key), a POSIX message queue, a key in its user keyring,
+# and a file in /run/lock (and in a world-writable folder of the test's making), each holding
+# its secret.
 _LEAVE = r"""
-import ctypes, os, sys
+import ctypes, os, platform, sys
 libc = ctypes.CDLL(None, use_errno=True)
+KEYCTL = {"x86_64": (248, 250), "aarch64": (217, 219)}[platform.machine()]
 libc.shmat.restype = ctypes.c_void_p
 key, marker, extra = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 secret = os.environ["HF_TOKEN"].encode()
@@ -58,6 +60,7 @@ msq = libc.msgget(key, 0o1000 | 0o600)
 assert msq >= 0
 mq = libc.mq_open(("/" + marker).encode(), os.O_CREAT | os.O_RDWR, 0o600, None)
 assert mq >= 0, ctypes.get_errno()
+assert libc.syscall(KEYCTL[0], b"user", marker.encode(), secret, len(secret), -4) > 0
 for folder in ("/run/lock", extra):
     with open(os.path.join(folder, marker), "wb") as f:
         f.write(secret)
@@ -66,8 +69,9 @@ print("UID", os.getuid(), flush=True)
 
 # Looks for all of it.
 _LOOK = r"""
-import ctypes, json, os, sys
+import ctypes, json, os, platform, sys
 libc = ctypes.CDLL(None, use_errno=True)
+KEYCTL = {"x86_64": (248, 250), "aarch64": (217, 219)}[platform.machine()]
 libc.shmat.restype = ctypes.c_void_p
 key, marker, extra = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 found = {"uid": os.getuid()}
@@ -78,6 +82,11 @@ if shm >= 0:
 found["sem"] = libc.semget(key, 0, 0) >= 0
 found["msg"] = libc.msgget(key, 0) >= 0
 found["mq"] = libc.mq_open(("/" + marker).encode(), os.O_RDONLY) >= 0
+key = libc.syscall(KEYCTL[1], 10, -4, b"user", marker.encode(), 0)  # KEYCTL_SEARCH in @u
+if key > 0:
+    data = ctypes.create_string_buffer(64)
+    size = libc.syscall(KEYCTL[1], 11, key, data, 64)  # KEYCTL_READ
+    found["key"] = data.raw[: max(size, 0)].decode(errors="replace")
 for folder in ("/run/lock", extra):
     try:
         with open(os.path.join(folder, marker)) as f:
@@ -144,7 +153,8 @@ def test_ipc_and_world_writable_files_of_an_attempt_are_gone_before_its_uid_is_r
             assert done["state"] == "succeeded", (done["message"], client.logs(second)["lines"])
             report = json.loads(printed(client, second, "SPY "))
             assert report["uid"] == uid, report  # the same uid again
-            assert "shm" not in report and token_value not in json.dumps(report), report
+            assert "shm" not in report and "key" not in report, report
+            assert token_value not in json.dumps(report), report
             assert (report["sem"], report["msg"], report["mq"]) == (False, False, False), report
             assert report["/run/lock"] == "No such file or directory", report
             assert report[str(extra)] == "No such file or directory", report
