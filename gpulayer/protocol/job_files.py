@@ -50,6 +50,10 @@ def file_kind(mode: int) -> str:
     return "not a regular file"
 
 
+def not_own_file(uid: int) -> str:
+    return f"not the job's own file (its owner is uid {uid})"
+
+
 def _parts(relative: str) -> tuple[str, ...]:
     parts = PurePosixPath(relative).parts
     if not parts or parts[0] == "/" or any(part in ("..", ".") for part in parts):
@@ -72,12 +76,14 @@ def open_job_file(root: Path, relative: str) -> Iterator[tuple[BinaryIO, os.stat
     """The regular file at ``root/relative`` opened for reading, with what fstat saw at open.
 
     ``root`` itself is opened without following a link; its parents are trusted (a job must
-    not be able to replace them)."""
+    not be able to replace them). The file must have ``root``'s owner (the job's uid): one of
+    another owner got there through a hard link and is not the job's to hand over."""
     parts = _parts(relative)
     try:
         folder = os.open(root, _DIRECTORY_FLAGS)
     except OSError as exc:
         raise _refusal(str(root), exc) from None
+    owner = os.fstat(folder).st_uid
     try:
         for part in parts[:-1]:
             inner = os.open(part, _DIRECTORY_FLAGS, dir_fd=folder)
@@ -92,6 +98,9 @@ def open_job_file(root: Path, relative: str) -> Iterator[tuple[BinaryIO, os.stat
     if not stat.S_ISREG(info.st_mode):
         os.close(fd)
         raise JobFileError(f"{relative}: not a regular file ({file_kind(info.st_mode)})")
+    if info.st_uid != owner:
+        os.close(fd)
+        raise JobFileError(f"{relative}: {not_own_file(info.st_uid)}")
     os.set_blocking(fd, True)
     with os.fdopen(fd, "rb") as stream:
         yield stream, info

@@ -12,7 +12,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpulayer.protocol.job_files import file_kind
+from gpulayer.protocol.job_files import file_kind, not_own_file
 
 DEFAULT_MAX_FILE_BYTES = 10 * 1024**3
 
@@ -37,6 +37,9 @@ def gather_outputs(root: Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) 
     found = OutputFiles()
     if not root.is_dir() or root.is_symlink():
         return found
+    # The job's files are its uid's, as the folder is: another owner's file got there by a
+    # hard link (where the kernel allows linking others' files) and is not the job's to send.
+    owner = root.lstat().st_uid
     pending = [root]
     while pending:
         directory = pending.pop()
@@ -58,6 +61,8 @@ def gather_outputs(root: Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) 
             kind = _kind(info.st_mode)
             if kind is not None:
                 found.skipped.append(f"{relative}: {kind}")
+            elif info.st_uid != owner:
+                found.skipped.append(f"{relative}: {not_own_file(info.st_uid)}")
             elif info.st_size > max_file_bytes:
                 found.skipped.append(
                     f"{relative}: {info.st_size} bytes, over the {max_file_bytes} byte cap"

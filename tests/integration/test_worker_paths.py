@@ -208,3 +208,50 @@ def test_a_worker_refuses_local_paths_its_bundle_does_not_carry(
     ).run()
     assert outcome.state == "succeeded", lines
     assert "STAGED c b'rows\\n'" in "".join(lines)
+
+
+def test_a_file_in_a_jobs_outputs_that_is_not_the_jobs_own_is_not_uploaded(
+    cluster_factory: Any, tmp_path: Path, open_work_dir: Path
+) -> None:
+    # Where hard links to others' files are allowed (fs.protected_hardlinks=0), a job can put
+    # a root-only file into its outputs by name; the test makes that link itself, as root.
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    assert python
+    cluster = cluster_factory(0)
+    client = cluster.client
+    cluster.add_worker(
+        "ranged", None, "--run-as-range", "61220-61229", "--work-dir", str(open_work_dir)
+    )
+    wait_for_workers(client, 1)
+    private = open_work_dir / "root-only"
+    private.mkdir(mode=0o700)
+    secret = private / "key"
+    secret.write_text(f"ROOT-ONLY-{secrets.token_hex(6)}\n")
+    secret.chmod(0o600)
+    gate = open_work_dir / "gate"
+    code = (
+        "import os, time\n"
+        "out = os.environ['GPULAYER_OUTPUT_DIR']\n"
+        "open(os.path.join(out, 'mine.txt'), 'w').write('mine')\n"
+        "print('OUT', out, flush=True)\n"
+        f"while not os.path.exists({str(gate)!r}): time.sleep(0.05)\n"
+    )
+    job = submit(client, command_job([python, "-c", code]))
+    wait_for_job(client, job, {"running"})
+    out: list[str] = []
+
+    def printed() -> bool:
+        lines = [x["text"] for x in client.logs(job)["lines"] if x["text"].startswith("OUT ")]
+        out[:] = [lines[0].split(" ", 1)[1].strip()] if lines else []
+        return bool(lines)
+
+    from tests.support.procs import wait_until
+
+    wait_until(printed, 30, "the job printed its output folder")
+    os.link(secret, Path(out[0]) / "key")
+    gate.touch()
+    done = wait_for_job(client, job, {"succeeded", "failed"})
+    assert done["state"] == "succeeded", done
+    assert [a["path"] for a in client.artifacts(job)] == ["mine.txt"]
+    text = "".join(x["text"] for x in client.logs(job)["lines"])
+    assert "outputs: skipped key: not the job's own file" in text, text
