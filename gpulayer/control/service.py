@@ -716,7 +716,10 @@ class ControlService:
         then only on a change."""
         known = self._degraded.get(worker_id, ...)
         if known is ...:
-            known = self.store.get_worker(worker_id).capabilities.get("degraded")
+            try:
+                known = self.store.get_worker(worker_id).capabilities.get("degraded")
+            except NotFoundError:
+                return  # no such worker: nothing to note, as its heartbeat itself is
         if known != reason:
             self.store.set_worker_degraded(worker_id, reason)
             self.placement.worker_changed(worker_id)
