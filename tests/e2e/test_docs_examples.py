@@ -35,7 +35,7 @@ from tests.support.aws_env import without_aws_credentials
 from tests.support.doc_examples import ROOT, Example
 from tests.support.doc_reader import Reader, Run, run_example
 from tests.support.servers import free_port, postgres_cluster
-from tests.support.sshd_hosts import SshdHost, ssh_host, ssh_hosts, sshd_lab
+from tests.support.sshd_hosts import HostFactory, SshdLab, ssh_hosts, sshd_lab
 
 TRY_WITHOUT_CLOUD = "tests/e2e_cloud/test_readme_try_without_cloud.py"
 
@@ -46,7 +46,6 @@ RUN_HERE: dict[str, str] = {
     "readme-first-steps": "test_first_job",
     "index-install": "test_first_job",
     "index-first-steps": "test_first_job",
-    "clouds-instances": "test_first_job",
     "jobs-submit-and-inspect": "test_jobs_page",
     "jobs-delete-prune": "test_jobs_page",
     "jobs-validate": "test_jobs_page",
@@ -60,6 +59,7 @@ RUN_HERE: dict[str, str] = {
     "schedules-sdk": "test_schedules_sdk",
     "sdk-map": "test_sdk_map",
     "sdk-tour": "test_sdk_tour",
+    "clouds-instances": "test_sdk_tour",
     "multi-node-trainer": "test_multi_node_trainer",
     "dashboard-ui": "test_dashboard_login_links",
     "readme-ci": "test_install_and_ci_commands_name_what_the_repository_has",
@@ -98,7 +98,7 @@ NOT_YET_RUN: dict[tuple[str, str | None], str] = {
     ),
 }
 
-__all__ = ["ssh_host", "ssh_hosts", "sshd_lab"]  # the lab's sshd hosts, as fixtures here
+__all__ = ["ssh_hosts", "sshd_lab"]  # the lab's sshd hosts, as fixtures here
 
 EXAMPLES = doc_examples.scan()
 
@@ -244,8 +244,7 @@ def _yaml_block(page: str, index: int = 0) -> str:
 
 @pytest.mark.slow
 def test_first_job(reader: Reader) -> None:
-    """README and the docs' home page: install, a first job, the first steps; then what the
-    clouds page shows about instances, on a machine that has rented none."""
+    """README and the docs' home page: install, a first job, the first steps."""
     for name in ("readme-install", "index-install"):
         run = run_example(reader, example(name), skip=_static_for(name))
         (first,) = run.done.values()
@@ -264,15 +263,6 @@ def test_first_job(reader: Reader) -> None:
         (new,) = [job for job in reader.jobs() if job["id"] not in before]
         assert new["state"] == "succeeded" and new["id"] in run[listing].stdout
         assert run[logs].returncode == 0 and run[logs].stdout.strip() == "hello", run[logs]
-
-    newest = reader.jobs()[0]["id"]
-    instances, as_json, status, workers = example("clouds-instances").commands()
-    run = run_example(reader, example("clouds-instances"), subs={"JOB": newest})
-    assert all(done.returncode == 0 for done in run.done.values()), run.done
-    assert run[instances].stdout.strip() == "no instances (--all shows ended ones)"
-    assert json.loads(run[as_json].stdout) == []  # nothing rented, ever
-    assert newest in run[status].stdout and "succeeded" in run[status].stdout
-    assert re.search(r"^local\s", run[workers].stdout, re.M), run[workers].stdout
 
 
 def _static_for(name: str) -> dict[str, str]:
@@ -473,12 +463,15 @@ def test_sdk_map(reader: Reader) -> None:
 
 
 @pytest.mark.slow
-def test_sdk_tour(ssh_host: SshdHost, reader: Reader) -> None:
+def test_sdk_tour(sshd_lab: SshdLab, ssh_hosts: HostFactory, reader: Reader) -> None:
     """The SDK page's tour. Its cloud is the lab's: one sshd host as the ssh provider's machine,
     named in the clouds page's own providers.yaml (its address, port, user and key swapped in),
-    so the `target="cloud"` launch is accepted and rents it (the launch returns at once)."""
-    if ssh_host.lab.mode != "rootfs":
+    so the `target="cloud"` launch is accepted and rents it (the launch returns at once).
+    Then the clouds page's instance commands, about that machine: its job is still being set
+    up there (the host reaches no package index, so its `pip install` waits out its retries)."""
+    if sshd_lab.mode != "rootfs":
         pytest.skip("needs a host with a filesystem of its own (root, network namespaces)")
+    (ssh_host,) = ssh_hosts(1)
     config = yaml.safe_load(_yaml_block("clouds.md", 1))  # "Try it without a cloud account"
     (host,) = config["ssh"]["hosts"]
     host.update(
@@ -507,6 +500,20 @@ def test_sdk_tour(ssh_host: SshdHost, reader: Reader) -> None:
     assert by_target == {"local": 15, "remote": 1, "cloud": 1}, jobs
     (waits,) = [job for job in jobs if job["target"] == "remote"]
     assert waits["state"] == "queued"
+
+    (rented,) = [job for job in jobs if job["target"] == "cloud"]
+    instances, as_json, status, workers = example("clouds-instances").commands()
+    run = run_example(reader, example("clouds-instances"), subs={"JOB": rented["id"]})
+    assert all(done.returncode == 0 for done in run.done.values()), run.done
+    rows = [line for line in run[instances].stdout.splitlines() if rented["id"] in line]
+    assert [row.split()[:2] for row in rows] == [[host["name"], "ssh"]], run[instances].stdout
+    (instance,) = json.loads(run[as_json].stdout)
+    assert (instance["provider"], instance["job_id"]) == ("ssh", rented["id"])
+    assert instance["ended_at"] is None and instance["phases"][0]["phase"] == "provision"
+    assert [step["to"] for step in instance["history"]][:3] == ["requested", "launching", "booting"]
+    assert f"instance {host['name']} (ssh, " in run[status].stdout, run[status].stdout
+    assert re.search(r"^\s*provision\s", run[status].stdout, re.M), run[status].stdout
+    assert re.search(r"^local\s", run[workers].stdout, re.M), run[workers].stdout
 
 
 @pytest.mark.slow
