@@ -300,6 +300,13 @@ class WorkerAgent:
         """Whether the work dir lacks room for another job: then the worker claims none (a
         job it could not prepare would fail) and says so until room returns."""
         trouble = disk_trouble(self.work_root)
+        if trouble and self.keep_attempts_seconds > 0:
+            # Kept folders are for looking into, not worth a worker that takes no jobs.
+            with self._runs_lock:
+                live = set(self._live_dirs)
+            if sweep_attempt_folders(self.work_root, 0, live):
+                log.warning("the disk is full: removed ended attempts' folders kept before")
+                trouble = disk_trouble(self.work_root)
         if trouble != self.degraded:
             if trouble:
                 log.warning(

@@ -100,6 +100,13 @@ def test_keep_attempts_keeps_finished_folders_for_the_hours_given(
         job = client.submit(command_job(["sh", "-c", "echo kept > kept.txt"]))["id"]
         assert wait_for_job(client, job, {"succeeded", "failed"})["state"] == "succeeded"
         assert (work / job / "attempt-1" / "work" / "kept.txt").read_text() == "kept\n"
+        # Kept folders give way once they fill the disk: a later job still runs.
+        filler = client.submit(command_job(["sh", "-c", _FILL]))["id"]
+        assert wait_for_job(client, filler, {"succeeded", "failed"})["state"] == "succeeded"
+        later = bundled_job(client, tmp_path, ["python3", "job.py"])
+        done = wait_for_job(client, later, {"succeeded", "failed"}, timeout=60)
+        assert done["state"] == "succeeded", (done["reason"], done["message"])
+        assert not (work / filler).exists()
 
 
 def test_keep_attempts_is_checked_before_the_worker_starts(tmp_path: Path) -> None:
