@@ -76,12 +76,19 @@ class Answers:
     def prior(self, once: OnceKey | None) -> list[str] | None:
         """The ids a request with this key made before, or None when it is new. Raises
         SpecError (422) when the key was used for a different request."""
+        kept = self.kept(once)
+        return None if kept is None else kept.ids
+
+    def kept(self, once: OnceKey | None) -> KeptAnswer | None:
+        """prior()'s whole answer, with what else it said."""
         if once is None:
             return None
         now = time.time()
         self._sweep(now)
         kept = self.store.kept_answer(once.caller, once.key, since=now - self.window)
-        return None if kept is None else _same_request(once, kept)
+        if kept is not None:
+            _same_request(once, kept)
+        return kept
 
     def _sweep(self, now: float) -> None:
         with self._lock:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,18 @@ def add_schedule_routes(
         return found
 
     @app.post("/v1/schedules", dependencies=auth)
-    def apply(body: ApplyBody) -> dict[str, Any]:
+    def apply(
+        body: ApplyBody, response: Response, once: OnceKey | None = Depends(keyed)
+    ) -> dict[str, Any]:
+        # Applying is an upsert by name, so the same document applied twice leaves the same
+        # schedule: the key is kept once it is applied, and a resend is answered as the
+        # first send was (whether the schedule was new) rather than as a replace.
+        kept = answers.kept(once) if answers is not None else None
+        if kept is not None:
+            response.headers["Idempotent-Replayed"] = "true"
+            loaded = schedules().load_id(kept.ids[0])
+            created = bool(kept.extra.get("created"))
+            return {"created": created, "schedule": schedule_detail(schedules(), loaded)}
         refuse_client_paths(
             embedded=embedded,
             working_dir=body.working_dir,
@@ -73,6 +85,9 @@ def add_schedule_routes(
             bundle=bundle,
             bundle_digest=digest,
         )
+        if once is not None:
+            with contextlib.suppress(KeyTaken):  # a concurrent duplicate applied it too
+                service.store.keep_answer(once, [record.id], {"created": created})
         loaded = schedules().load(record.name)
         return {"created": created, "schedule": schedule_detail(schedules(), loaded)}
 

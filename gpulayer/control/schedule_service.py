@@ -152,6 +152,10 @@ class ScheduleService:
         record = self.store.find_schedule(name)
         return Loaded(record, Schedule.model_validate(record.spec))
 
+    def load_id(self, schedule_id: str) -> Loaded:
+        record = self.store.get_schedule(schedule_id)
+        return Loaded(record, Schedule.model_validate(record.spec))
+
     def all(self) -> list[Loaded]:
         return [Loaded(r, Schedule.model_validate(r.spec)) for r in self.store.list_schedules()]
 

@@ -30,7 +30,7 @@ from gpulayer.errors import (
 )
 
 # The requests that make records: each carries an Idempotency-Key (see _send).
-_CREATES = re.compile(r"/v1/jobs|/v1/tokens|/v1/schedules/[^/]+/trigger")
+_CREATES = re.compile(r"/v1/jobs|/v1/tokens|/v1/schedules|/v1/schedules/[^/]+/trigger")
 
 
 class Unauthorized(ControlPlaneError):

@@ -230,14 +230,18 @@ def test_a_trigger_and_a_token_create_whose_replies_are_lost_count_once(
     direct = server.client()
     job = {"workload": {"kind": "command", "command": ["true"]}, "placement": {"target": "remote"}}
     schedule = {"name": "nightly", "cron": "0 0 1 1 *", "concurrency": "allow", "job": job}
-    direct.request("POST", "/v1/schedules", {"schedule": schedule})
+    applies = LosingEveryFirst("/v1/schedules")
     triggers = LosingEveryFirst("/v1/schedules/nightly/trigger")
     tokens = LosingEveryFirst("/v1/tokens")
-    proxy = LossyProxy(server.port, lambda *a: triggers(*a) or tokens(*a)).start()
+    proxy = LossyProxy(server.port, lambda *a: applies(*a) or triggers(*a) or tokens(*a)).start()
     try:
         client = ControlClient(proxy.url, ADMIN_TOKEN, timeout=30)
+        applied = client.request("POST", "/v1/schedules", {"schedule": schedule})
+        assert applies.sent == 2  # its first reply lost: answered as the first send was
+        assert applied["created"] is True
+        assert [s["name"] for s in direct.request("GET", "/v1/schedules")] == ["nightly"]
         started = [client.request("POST", "/v1/schedules/nightly/trigger") for _ in range(3)]
-        assert triggers.sent == 6 and len(proxy.lost) == 3
+        assert triggers.sent == 6 and len(proxy.lost) == 4
         run_ids = sorted(reply["job_id"] for reply in started)
         assert sorted(j["id"] for j in direct.jobs(schedule="nightly")) == run_ids
         assert len(set(run_ids)) == 3

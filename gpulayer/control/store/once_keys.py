@@ -35,20 +35,25 @@ class KeptAnswer:
     fingerprint: str
     ids: list[str]
     created_at: float
+    extra: dict[str, Any]
+    """What else the first answer said that the records alone do not (a schedule applied:
+    whether it was new)."""
 
 
 class KeyTaken(GpulayerError):
     """Another request with this caller and key created its records first."""
 
 
-def remember_answer(conn: Connection, once: OnceKey, ids: list[str]) -> None:
+def remember_answer(
+    conn: Connection, once: OnceKey, ids: list[str], extra: dict[str, Any] | None = None
+) -> None:
     """Within the creating transaction: keep the ids it makes under ``once``. Done before the
     records are written, so a concurrent duplicate waits here (PostgreSQL) or fails here."""
     row = {
         "caller": once.caller,
         "key": once.key,
         "fingerprint": once.fingerprint,
-        "answer": json.dumps({"ids": ids}),
+        "answer": json.dumps({**(extra or {}), "ids": ids}),
         "created_at": time.time(),
     }
     try:
@@ -73,12 +78,15 @@ class OnceKeyStore(StoreBase):
                 )
             return None
         answer: dict[str, Any] = json.loads(row.answer)
-        return KeptAnswer(row.fingerprint, [str(i) for i in answer["ids"]], row.created_at)
+        ids = [str(i) for i in answer.pop("ids")]
+        return KeptAnswer(row.fingerprint, ids, row.created_at, answer)
 
-    def keep_answer(self, once: OnceKey, ids: list[str]) -> None:
+    def keep_answer(
+        self, once: OnceKey, ids: list[str], extra: dict[str, Any] | None = None
+    ) -> None:
         """Keep what a request made in several transactions, once they are all over."""
         with self._begin() as conn:
-            remember_answer(conn, once, ids)
+            remember_answer(conn, once, ids, extra)
 
     def forget_answers_before(self, before: float) -> int:
         """Drop the keys older than ``before``; how many went."""
