@@ -173,13 +173,21 @@ def test_log_cursor_out_of_range_is_4xx(http: httpx.Client) -> None:
     assert "after" in reply.text
 
 
-@pytest.mark.parametrize("node", ["1", "-1", str(HUGE)])
-def test_log_node_the_job_does_not_have_is_400_naming_it(http: httpx.Client, node: str) -> None:
+def test_log_node_the_job_does_not_have_is_400_naming_it(http: httpx.Client) -> None:
     job_id = a_job(http)
-    reply = http.get(f"/v1/jobs/{job_id}/logs", params={"node": node})
+    reply = http.get(f"/v1/jobs/{job_id}/logs", params={"node": "1"})
     assert reply.status_code == 400, reply.text
     assert reply.json()["error"].startswith(f"node: job {job_id} has 1 node (ranks 0 to 0)")
     assert http.get(f"/v1/jobs/{job_id}/logs", params={"node": "0"}).status_code == 200
+
+
+@pytest.mark.parametrize("node", ["-1", "1024", str(HUGE)])
+def test_log_node_no_job_could_have_is_422_naming_it(http: httpx.Client, node: str) -> None:
+    # A node rank is bounded as a spec's num_workers is: below 1024, whatever the job.
+    job_id = a_job(http)
+    reply = http.get(f"/v1/jobs/{job_id}/logs", params={"node": node})
+    assert reply.status_code == 422, reply.text
+    assert reply.json()["error"].startswith("query.node: ")
 
 
 @pytest.mark.parametrize(
