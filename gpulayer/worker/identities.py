@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpulayer.errors import GpulayerError
+from gpulayer.worker.disk import attempt_folders
 from gpulayer.worker.ipc_hygiene import (
     clear_keyrings_of,
     mqueue_folder,
@@ -139,7 +140,7 @@ class UidPool:
         attempt folder under work_root that one of them owns; how many processes it ended."""
         ended = end_processes_of(self.uids)
         # Taken back before the temp folders are cleared: a work dir may lie in one of them.
-        for folder in _attempt_folders(work_root):
+        for folder in attempt_folders(work_root):
             with contextlib.suppress(OSError):
                 if folder.lstat().st_uid in self.uids:
                     take_back(folder)
@@ -174,18 +175,6 @@ def take_back(top: Path) -> None:
     with contextlib.suppress(OSError):
         os.chown(top, me_uid, me_gid, follow_symlinks=False)
         top.chmod(0o700)
-
-
-def _attempt_folders(work_root: Path) -> list[Path]:
-    """``JOB/attempt-N`` folders under the work root (links are no folders of the worker's)."""
-    found = []
-    with contextlib.suppress(OSError):
-        for job in work_root.iterdir():
-            if job.name.startswith(".") or job.is_symlink() or not job.is_dir():
-                continue
-            with contextlib.suppress(OSError):
-                found += [a for a in job.iterdir() if a.name.startswith("attempt-")]
-    return found
 
 
 def remove_temp_files_of(

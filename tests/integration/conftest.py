@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.support.cluster import Cluster
-from tests.support.servers import postgres_bin, postgres_cluster
+from tests.support.servers import ServerProcess, postgres_bin, postgres_cluster
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -21,6 +21,16 @@ def database_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
         pytest.fail("PostgreSQL is not installed: .ci/run installs it (apt-get install postgresql)")
     with postgres_cluster() as url:
         yield url
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    """A team server of its own (SQLite in its home), stopped after the test."""
+    process = ServerProcess(tmp_path / "server").start()
+    try:
+        yield process
+    finally:
+        process.stop()
 
 
 @pytest.fixture

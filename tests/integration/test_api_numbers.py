@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,15 +15,6 @@ from tests.support.servers import ADMIN_TOKEN, ServerProcess
 pytestmark = pytest.mark.slow
 
 _TEN_YEARS = 10 * 365.25 * 86400
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    process = ServerProcess(tmp_path / "server").start()
-    try:
-        yield process
-    finally:
-        process.stop()
 
 
 def _status(server: ServerProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:

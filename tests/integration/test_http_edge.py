@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -14,15 +12,6 @@ from tests.support.body_flood import MIB, json_body, rss_bytes, send, timed_call
 from tests.support.servers import ADMIN_TOKEN, ServerProcess
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    process = ServerProcess(tmp_path / "server").start()
-    try:
-        yield process
-    finally:
-        process.stop()
 
 
 def _pid(server: ServerProcess) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import http.client
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,15 +33,6 @@ def post(server: ServerProcess, path: str, body: Any) -> tuple[int, Any]:
         return reply.status, json.loads(reply.read() or b"null")
     finally:
         conn.close()
-
-
-@pytest.fixture()
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    process = ServerProcess(tmp_path / "server").start()
-    try:
-        yield process
-    finally:
-        process.stop()
 
 
 def cli_env(server: ServerProcess, tmp_path: Path) -> dict[str, str]:

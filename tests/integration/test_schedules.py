@@ -69,13 +69,6 @@ def assert_no_gap(runs: list[dict[str, Any]]) -> None:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    process = ServerProcess(tmp_path / "server").start()
-    yield process
-    process.stop()
-
-
-@pytest.fixture
 def worker(server: ServerProcess, tmp_path: Path) -> Iterator[WorkerProcess]:
     token = server.client().request("POST", "/v1/tokens", {"kind": "worker"})["token"]
     process = WorkerProcess(server.url, token, tmp_path / "worker", "w0").start()
