@@ -27,6 +27,7 @@ from gpulayer.cloud.lifecycle.decide import (
 from gpulayer.cloud.lifecycle.states import (
     GONE,
     HOLDS_WORKER,
+    PROVISIONING_STATES,
     STATE_TIMEOUTS,
     STATES,
     TRANSITIONS,
@@ -237,6 +238,149 @@ def test_a_provisioning_step_that_hangs_for_good_is_ended_by_its_time_limit(
         end_job_at=10**9,
     )
     assert world.facts.state in GONE, world.facts
+
+
+class HangingWorld(World):
+    """A model of the steps in which the step begun in any chosen state never returns: in
+    ``requested`` the launch never starts, in ``launching`` the provider's call never answers,
+    in ``booting`` SSH never answers, in ``bootstrapping`` the install never ends, in ``ready``
+    the hand-over never dispatches, in ``in_use`` the check hangs, and in ``draining`` and
+    ``terminating`` the teardown call never returns. Steps begun elsewhere finish."""
+
+    def __init__(self, facts: InstanceFacts, *, hang_at: frozenset[str]) -> None:
+        super().__init__(facts, hang=False)
+        self.hang_at = hang_at
+
+    def hangs(self) -> bool:
+        return self.facts.state in self.hang_at
+
+    def apply(self, actions: list[object], now: float) -> None:
+        for action in actions:
+            if isinstance(action, HandOver) and not self.hangs():
+                self.facts = replace(self.facts, active_attempt=1, worker_id="w-1")
+            elif not isinstance(action, HandOver):
+                super().apply([action], now)
+
+    def step(self, step: str, now: float) -> None:
+        if step == "launch":
+            self._launch(now)
+        elif step == "prepare":
+            self._prepare(now)
+        elif step in ("drain", "terminate"):
+            if self.hangs():
+                self.facts = replace(self.facts, teardown_in_flight=True)
+            else:
+                super().step(step, now)
+        elif step in ("check", "reconnect") and self.hangs():
+            self.facts = replace(self.facts, step_in_flight=True)
+
+    def _launch(self, now: float) -> None:
+        if self.facts.launch_in_flight or self.hangs():
+            return  # a launch under way, or (in requested) one that never starts
+        if self.facts.state == "requested":
+            self.move("launching", now)
+        if self.hangs():
+            self.facts = replace(self.facts, launch_in_flight=True)
+        else:
+            self.move("booting", now)
+
+    def _prepare(self, now: float) -> None:
+        if self.facts.step_in_flight:
+            return
+        if self.hangs():  # booting: SSH never answers
+            self.facts = replace(self.facts, step_in_flight=True)
+            return
+        if self.facts.state == "booting":
+            self.move("bootstrapping", now)
+        if self.hangs():  # bootstrapping: the install never ends
+            self.facts = replace(self.facts, step_in_flight=True)
+            return
+        self.move("ready", now)
+
+
+LIMITS = dict(STATE_TIMEOUTS)
+"""The limits as documented, kept before any test takes one out of the live table."""
+LIMITED = [state for state, limit in LIMITS.items() if limit is not None]
+UNBOUNDED = {state for state in LIVE if LIMITS[state] is None}
+
+
+def _longest_stay(state: str, budget: float) -> float:
+    limit = LIMITS[state]
+    assert limit is not None
+    return max(limit, budget) if state in PROVISIONING_STATES else limit
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    state=st.sampled_from(LIVE),
+    hang_at=st.frozensets(st.sampled_from(LIVE)),
+    facts=facts_strategy,
+    tick=st.floats(5, 400),
+)
+def test_no_state_outlasts_its_limit_whichever_steps_hang(
+    state: str, hang_at: frozenset[str], facts: InstanceFacts, tick: float
+) -> None:
+    """Steps that hang at any state (SSH never answering included) hold an instance in a state
+    at most for that state's limit (a provisioning state: or the job's budget) and one pass;
+    the instance ends where only its job or the reaper moves it on (in use, terminating) or
+    gone."""
+    start = replace(
+        facts,
+        state=state,
+        since=0.0,
+        node_rank=0,
+        in_gang=False,
+        job_ended=False,
+        gang_broken=None,
+        gang_all_ready=True,
+        link_alive=True,
+        unreachable_since=None,
+        retry_at=0.0,
+        next_step_at=None,
+        launch_in_flight=False,
+        step_in_flight=False,
+        teardown_in_flight=False,
+        provisioning_budget=min(facts.provisioning_budget, 1_000.0),
+    )
+    world = HangingWorld(start, hang_at=hang_at)
+    now = 1.0
+    for _ in range(_passes_past_every_limit(tick, start.provisioning_budget)):
+        current = world.facts
+        if current.state in GONE:
+            break
+        if current.state in LIMITS and LIMITS[current.state] is not None:
+            stayed = now - current.since
+            assert stayed <= _longest_stay(current.state, start.provisioning_budget) + tick, (
+                f"{current.state} held {stayed:g} s",
+                current,
+            )
+        world.apply(_decide(current, now), now)
+        now += tick
+    assert world.facts.state in GONE | UNBOUNDED, world.facts
+
+
+def test_ssh_that_never_answers_ends_at_the_booting_limit() -> None:
+    world = HangingWorld(_facts("requested", link_alive=True), hang_at=frozenset({"booting"}))
+    now = 1.0
+    while world.facts.state != "draining":
+        world.apply(_decide(world.facts, now), now)
+        assert world.facts.state in ("requested", "launching", "booting", "draining")
+        now += 10.0
+        assert now < 2 * LIMITS["booting"]  # type: ignore[operator]
+    assert world.facts.step_in_flight  # the wait for SSH never returned
+    assert now - 1.0 > LIMITS["booting"]  # type: ignore[operator]
+
+
+@pytest.mark.slow  # hypothesis shrinks each counter-example it finds
+@pytest.mark.parametrize("state", LIMITED)
+def test_taking_any_state_limit_out_fails_the_property(
+    state: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The property above is what holds each limit in place: without it, a step hanging in that
+    state keeps the instance there for good."""
+    monkeypatch.setitem(STATE_TIMEOUTS, state, None)
+    with pytest.raises(AssertionError, match=f"{state} held"):
+        test_no_state_outlasts_its_limit_whichever_steps_hang()
 
 
 # --- examples --------------------------------------------------------------------------------
