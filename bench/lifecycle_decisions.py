@@ -71,13 +71,13 @@ def _fill(store: Store, count: int) -> None:
 def measure_pass(base: Path, count: int) -> dict[str, float]:
     """CPU seconds of one pass's two halves over ``count`` live instances."""
     store = Store(f"sqlite:///{base / 'pass.db'}")
-    nothing_local = Local(lambda key: False, lambda request_id: False, {}, {})
     try:
         _fill(store, count)
         now = time.time()
         started = time.process_time()
         records = store.list_instances(live_only=True)
-        facts = gather(store, records, now, {}, nothing_local)
+        leased = store.leased_keys(now)  # the steps in flight, as a pass reads them
+        facts = gather(store, records, now, {}, Local(leased.__contains__, lambda rid: False))
         gathered = time.process_time()
         for one in facts:
             decide(one, now, deadman_seconds=600.0)

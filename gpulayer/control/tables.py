@@ -194,6 +194,11 @@ instances = Table(
     Column("step_failures", Integer, nullable=False, default=0),
     Column("next_step_at", Float),
     Column("unreachable_since", Float),
+    # Added in schema 12: the lifecycle's other timers, so a restart or a second controller
+    # sees them: when its running job was last checked, and when a reclaim was first seen
+    # while its job still saved its work.
+    Column("checked_at", Float),
+    Column("reclaimed_at", Float),
 )
 Index("ix_instances_state", instances.c.state)
 Index("ix_instances_hold", instances.c.hold_until)
@@ -318,3 +323,23 @@ idempotency_keys = Table(
     Column("created_at", Float, nullable=False),
 )
 Index("ix_idempotency_keys_created", idempotency_keys.c.created_at)
+
+# Added in schema 12: the lifecycle's steps in flight, one row per step key (an instance's
+# launch, its provisioning or check, its teardown; a job's plan; the reaper) while a controller
+# runs it. A lease ends when its step does, or at lock_expires_at when its controller stopped
+# renewing it (it died): until then no controller starts that step again.
+lifecycle_leases = Table(
+    "lifecycle_leases",
+    metadata,
+    Column("key", String(128), primary_key=True),
+    Column("lock_token", String(32), nullable=False),
+    Column("lock_expires_at", Float, nullable=False),
+)
+
+# Added in schema 12: a job that waits for capacity is planned again no sooner than this.
+capacity_waits = Table(
+    "capacity_waits",
+    metadata,
+    Column("job_id", String(32), primary_key=True),
+    Column("not_before", Float, nullable=False),
+)

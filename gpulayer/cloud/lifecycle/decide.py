@@ -41,9 +41,7 @@ class InstanceFacts:
     outcome: str | None = None
     unreachable_since: float | None = None
     next_step_at: float | None = None
-    """A failed step's backoff, kept in the store."""
-    retry_at: float = 0.0
-    """A failed step's retry time kept by this process (a tunnel not reopened)."""
+    """A failed step's backoff (a terminate, a tunnel not reopened), kept in the store."""
     job_ended: bool = False
     """Its job is over, or its reservation is gone or released: nobody will use it."""
     job_provisioning: bool = False
@@ -51,7 +49,8 @@ class InstanceFacts:
     """Why its gang ends: another node is ending or gone."""
     gang_all_ready: bool = True
     launch_in_flight: bool = False
-    """Its launch call (a gang's: node 0's, for every node) is under way in this process."""
+    """Its launch call (a gang's: node 0's, for every node) is under way (a lease is held on
+    it, by this controller or another)."""
     step_in_flight: bool = False
     teardown_in_flight: bool = False
     provisioning_budget: float = 0.0
@@ -159,7 +158,7 @@ def decide(
     stuck = _stuck(facts, now, limits or {})
     if stuck is not None:
         return [stuck]
-    if facts.retry_at > now or (facts.next_step_at or 0) > now:
+    if (facts.next_step_at or 0) > now:
         return []  # its failed step waits for its backoff
     if facts.state in ("draining", "terminating"):
         # Teardown waits for its own step only: not for a bootstrap, nor for a gang's launch

@@ -24,6 +24,7 @@ import os
 import shutil
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -94,6 +95,10 @@ GANG_SIZE_TAG = "gpulayer:gang-size"
 _RECLAIMED = "reclaimed by the provider"
 RECLAIM_UPLOAD_MARGIN_SECONDS = 30.0
 """Past a reclaimed job's grace: time for its worker to upload what it wrote and report."""
+LEASE_SECONDS = 20.0
+"""How long a step's lease outlives the last pass of the controller running it: a controller
+that died holds its steps back no longer than this."""
+"""Past a reclaimed job's grace: time for its worker to upload what it wrote and report."""
 
 
 class Reconciler:
@@ -131,16 +136,14 @@ class Reconciler:
         )
         self._lock = threading.Lock()
         self._placing = threading.Lock()
-        self._inflight: set[str] = set()
+        self._held: dict[str, str] = {}
+        """Step key -> the token of this process's lease on it (the store's lease is what
+        every controller reads; this is what this one renews and ends)."""
+        self._unleased: set[str] = set()
+        """Steps of this process alone in flight (the reaper: two controllers reaping the
+        same stray machine both ask for its terminate, which is harmless)."""
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self._retry_at: dict[str, float] = {}
-        """Request id -> when to try its step again (a terminate or a tunnel that failed)."""
-        self._job_retry_at: dict[str, float] = {}
-        """Job id -> when to look for capacity again."""
-        self._checked_at: dict[str, float] = {}
-        self._reclaimed_since: dict[str, float] = {}
-        """Request id -> when its reclaim was seen while its job was still saving its work."""
         self._capacity_freed_at = 0.0
         self._reconnecting: set[str] = set()
         self._last_reap = 0.0
@@ -170,6 +173,12 @@ class Reconciler:
         self._launch_pool.shutdown(wait=False, cancel_futures=True)
         self._teardown_pool.shutdown(wait=False, cancel_futures=True)
         self.links.close_all()
+        # A controller started after this one takes its steps over at once, as after a clean
+        # restart; one that died leaves its leases to expire.
+        with self._lock:
+            held, self._held = list(self._held.items()), {}
+        with contextlib.suppress(Exception):
+            self.store.drop_leases(held)
 
     def resume(self) -> None:
         """What a previous controller left mid-way: workers whose tunnel is to be reopened are
@@ -231,17 +240,18 @@ class Reconciler:
 
     def reconcile_once(self) -> None:
         now = time.time()
+        self._renew_leases(now)
         if self._idle(now):
             # Nothing cloud-bound anywhere: no instance and no queued job is read.
             if now - self._last_reap > REAP_EVERY_SECONDS:
                 self._last_reap = now
-                self._submit("reap", self._reap_unknown)
+                self._submit("reap", self._reap_unknown, lease=False)
             return
         records = self.store.list_instances(live_only=True)
         busy_jobs = {r.job_id for r in records}
         limits = self.settings.get("state_timeouts") or {}
         deadman = self._deadman_seconds()
-        every_facts = gather(self.store, records, now, limits, self._local)
+        every_facts = gather(self.store, records, now, limits, self._local(now))
         for record, facts in zip(records, every_facts, strict=True):
             try:
                 actions = decide(facts, now, limits=limits, deadman_seconds=deadman)
@@ -254,15 +264,23 @@ class Reconciler:
         ]
         self.service.forget_cloud_environments(busy_jobs)
         waiting_for_machines = [(job.id, job.target) for job in waiting]
-        for job_id in jobs_to_plan(waiting_for_machines, busy_jobs, self._job_retry_at, now):
+        waits = self.store.capacity_waits()
+        stale = waits.keys() - {job.id for job in waiting}
+        if stale:  # jobs that stopped waiting (cancelled, planned by another controller)
+            self.store.end_capacity_waits(stale)
+        for job_id in jobs_to_plan(waiting_for_machines, busy_jobs, waits, now):
             self._submit(f"plan:{job_id}", self._plan_job, job_id, job_id=job_id)
         if now - self._last_reap > REAP_EVERY_SECONDS:
             self._last_reap = now
-            self._submit("reap", self._reap_unknown)
+            self._submit("reap", self._reap_unknown, lease=False)
 
-    def _busy(self, key: str) -> bool:
+    def _renew_leases(self, now: float) -> None:
+        """Every pass holds this process's leases on for another LEASE_SECONDS: a step stays
+        in flight for every controller while it runs here, however long it hangs."""
         with self._lock:
-            return key in self._inflight
+            tokens = list(self._held.values())
+        if tokens:
+            self.store.renew_leases(tokens, now + LEASE_SECONDS)
 
     def _submit(
         self,
@@ -272,14 +290,23 @@ class Reconciler:
         job_id: str | None = None,
         teardown: bool = False,
         launch: bool = False,
+        lease: bool = True,
     ) -> None:
         """Run a step in the pool (a launch or a teardown in the pool of its kind); a job's
         steps call its provider with the credentials of the submit that sent it (see
         gpulayer.cloud.credentials)."""
+        token = uuid.uuid4().hex
         with self._lock:
-            if key in self._inflight or self._stop.is_set():
+            if key in self._held or key in self._unleased or self._stop.is_set():
                 return
-            self._inflight.add(key)
+            if lease:
+                self._held[key] = token
+            else:
+                self._unleased.add(key)
+        now = time.time()
+        if lease and not self.store.take_lease(key, token, now=now, expires_at=now + LEASE_SECONDS):
+            self._end_lease(key, token, in_store=False)  # another controller runs it
+            return
         environ = self.service.cloud_environment(job_id) if job_id is not None else None
 
         def run() -> None:
@@ -289,28 +316,40 @@ class Reconciler:
             except Exception:
                 log.exception("lifecycle step %s failed", key)
             finally:
-                with self._lock:
-                    self._inflight.discard(key)
+                self._end_lease(key, token, in_store=lease)
                 self._wake.set()
 
         try:
             pool = self._teardown_pool if teardown else self._launch_pool if launch else self._pool
             pool.submit(run)
         except RuntimeError:  # the pool is shut down: the controller is stopping
-            with self._lock:
-                self._inflight.discard(key)
+            self._end_lease(key, token, in_store=lease)
+
+    def _end_lease(self, key: str, token: str, *, in_store: bool = True) -> None:
+        with self._lock:
+            self._unleased.discard(key)
+            if self._held.get(key) == token:
+                del self._held[key]
+        if in_store:
+            try:
+                self.store.drop_leases([(key, token)])
+            except Exception:  # it expires by itself
+                log.exception("ending the lease on step %s failed", key)
 
     # --- one instance: its facts, the pure decision, and carrying it out ------------------------
 
-    @property
-    def _local(self) -> Local:
-        """What this process knows of its instances, for a pass's facts."""
+    def _local(self, now: float) -> Local:
+        """What a pass reads beside the instances' rows: the steps in flight (every
+        controller's leases) and this process's links."""
+        leased = self.store.leased_keys(now)
+        with self._lock:
+            leased |= self._held.keys()
 
         def link_alive(request_id: str) -> bool:
             link = self.links.get(request_id)
             return link is not None and link.alive
 
-        return Local(self._busy, link_alive, dict(self._retry_at), dict(self._checked_at))
+        return Local(leased.__contains__, link_alive)
 
     def _carry_out(
         self, r: InstanceRecord, facts: InstanceFacts, actions: list[Action], now: float
@@ -364,7 +403,7 @@ class Reconciler:
         elif step == "reconnect":
             self._submit(rid, self._reconnect, rid, job_id=job_id)
         elif step == "check":
-            self._checked_at[rid] = now
+            self.store.update_instance(rid, checked_at=now)
             self._submit(rid, self._check, rid, job_id=job_id)
         elif step == "drain":
             self._submit(end_key(rid), self._drain, rid, job_id=job_id, teardown=True)
@@ -416,8 +455,6 @@ class Reconciler:
             shutil.rmtree(pinned, ignore_errors=True)
         else:
             pinned.unlink(missing_ok=True)
-        for table in (self._retry_at, self._checked_at, self._reclaimed_since):
-            table.pop(r.request_id, None)
 
     def _gang(self, r: InstanceRecord) -> list[InstanceRecord]:
         """The records launched with ``r`` (itself included); just ``r`` when it is alone."""
@@ -476,11 +513,12 @@ class Reconciler:
                 if planning.offer_key(decision.offer) in taken:
                     decision = decide(taken)
                 if decision.offer is not None:
-                    self._job_retry_at.pop(job_id, None)
+                    self.store.end_capacity_waits([job_id])
                     self._record(job, spec, decision.offer)
                     return
         if decision.wait is not None:
-            self._job_retry_at[job_id] = now + (decision.retry_in or planning.backoff_seconds(1))
+            retry_in = decision.retry_in or planning.backoff_seconds(1)
+            self.store.wait_for_capacity_until(job_id, now + retry_in)
             self.service.wait_for_capacity(job_id, decision.wait)
         else:
             self._next_target_or_fail(job, spec, decision.give_up or "no offer left")
@@ -829,7 +867,7 @@ class Reconciler:
             )
         except Exception as exc:
             log.warning("instance %s: reopening its tunnel failed: %s", request_id, exc)
-            self._retry_at[request_id] = time.time() + 5
+            self.store.update_instance(request_id, next_step_at=time.time() + 5)
             return
         self.links.put(request_id, link)
         worker_id = reservation.worker_id if reservation is not None else None
@@ -866,11 +904,12 @@ class Reconciler:
         # Seen reclaimed once, reclaimed still: a provider may show it as merely ended later
         # (Slurm forgets a PREEMPTED job after MinJobAge).
         if instance is None or instance.reclaimed or r.outcome == "reclaimed":
-            if request_id not in self._reclaimed_since:
+            if r.reclaimed_at is None:
                 self._remember_reclaim(r)
             if worker_id is not None and self._saving_its_work(r, worker_id):
                 return False
-            self._reclaimed_since.pop(request_id, None)
+            if r.reclaimed_at is not None:
+                self.store.update_instance(request_id, reclaimed_at=None)
             self._lose(r, worker_id, "preempted", f"{where} was reclaimed by the provider")
         else:
             self._lose(r, worker_id, "worker_lost", f"{where} is {instance.state}")
@@ -902,10 +941,11 @@ class Reconciler:
         if self.store.get_worker(worker_id).state != "ready":
             return False
         now = time.time()
-        since = self._reclaimed_since.get(r.request_id)
+        since = r.reclaimed_at
         grace = float(self.store.get_job(r.job_id).spec.get("grace_seconds", 30))
         if since is None:
-            self._reclaimed_since[r.request_id] = since = now
+            self.store.update_instance(r.request_id, reclaimed_at=now)
+            r.reclaimed_at = since = now
             self._note(
                 r.job_id,
                 f"instance {r.request_id}: reclaimed by the provider; its job has up to "
@@ -978,7 +1018,7 @@ class Reconciler:
             self._gone(node)
         if ids:
             self._capacity_freed_at = time.time()
-            self._job_retry_at.clear()  # jobs waiting for capacity look again now
+            self.store.end_capacity_waits()  # jobs waiting for capacity look again now
         if r.launch_id:
             self._note(
                 r.job_id,
@@ -1014,7 +1054,6 @@ class Reconciler:
         ]
         ended += self._reap_unknown(dry_run=dry_run)
         if not dry_run:
-            self._retry_at.clear()
             self.store.clear_step_retries()
             self._wake.set()
         return ended

@@ -59,6 +59,10 @@ class InstanceRecord:
     next_step_at: float | None = None
     """When the step that failed is tried again."""
     unreachable_since: float | None = None
+    checked_at: float | None = None
+    """When the provider was last asked whether its running machine is still there."""
+    reclaimed_at: float | None = None
+    """When its reclaim was first seen while its job still saved its work."""
 
     @property
     def gone(self) -> bool:

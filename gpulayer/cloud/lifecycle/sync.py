@@ -1,7 +1,6 @@
 """A pass's "sync": the facts every live instance's decision reads, gathered from the store in
 a few batched reads (jobs, reservations, the gangs' records, attempts, active attempts), not a
-handful of queries per instance, plus what this process knows (steps in flight, links, retry
-times)."""
+handful of queries per instance, plus the steps in flight (leases) and this process's links."""
 
 from __future__ import annotations
 
@@ -38,12 +37,11 @@ def end_key(request_id: str) -> str:
 
 @dataclass(frozen=True)
 class Local:
-    """What this process knows of its instances, beside the store."""
+    """What a pass reads beside the instances' rows: the steps in flight (the store's leases)
+    and the links this process holds."""
 
     in_flight: Callable[[str], bool]
     link_alive: Callable[[str], bool]
-    retry_at: Mapping[str, float]
-    checked_at: Mapping[str, float]
 
 
 def provisioning_budget(job: JobView) -> float:
@@ -115,11 +113,10 @@ def _facts(
         outcome=r.outcome,
         unreachable_since=r.unreachable_since,
         next_step_at=r.next_step_at,
-        retry_at=local.retry_at.get(rid, 0.0),
         launch_in_flight=any(local.in_flight(launch_key(node.request_id)) for node in gang),
         step_in_flight=local.in_flight(rid),
         teardown_in_flight=local.in_flight(end_key(rid)),
-        checked_at=local.checked_at.get(rid, 0.0),
+        checked_at=r.checked_at or 0.0,
     )
     if job is not None and stuck_soon(facts, now, limits):
         facts = replace(facts, provisioning_budget=provisioning_budget(job))

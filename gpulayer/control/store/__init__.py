@@ -18,6 +18,7 @@ from gpulayer.control.store.dashboard import DashboardStore
 from gpulayer.control.store.engine import POOL_OVERFLOW, POOL_SIZE, create_store_engine
 from gpulayer.control.store.instances import InstanceLedger
 from gpulayer.control.store.jobs import JobStore, job_row
+from gpulayer.control.store.leases import LeaseStore
 from gpulayer.control.store.once_keys import OnceKeyStore
 from gpulayer.control.store.records import (  # noqa: F401 (the store's records)
     IDS_PER_QUERY,
@@ -57,6 +58,7 @@ class Store(
     WorkerStore,
     TokenStore,
     InstanceLedger,
+    LeaseStore,
     ScheduleStore,
     DashboardStore,
     OnceKeyStore,
