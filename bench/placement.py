@@ -46,6 +46,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from gpulayer.control.claim_poll import claim_blocking
 from gpulayer.control.dispatch import LivePlacement, plan_assignments
 from gpulayer.control.paths import HomeLayout
 from gpulayer.control.service import ControlService
@@ -366,7 +367,7 @@ def measure_plane(
             _queue(store, rng, 1, serial)
             attempt = rng.choice([a for a in store.active_attempts() if a.worker_id])
             assert attempt.worker_id is not None
-            service.claim(attempt.worker_id)
+            claim_blocking(service, attempt.worker_id, 0)
             report = AttemptReport(state="succeeded", exit_code=0)
             ends.append(_cpu(lambda a=attempt, r=report: service.finish_attempt(a.id, r)))
 

@@ -6,6 +6,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from gpulayer.control.claim_poll import claim_blocking
 from gpulayer.control.service import ControlService
 from gpulayer.protocol.messages import (
     AttemptReport,
@@ -30,12 +31,8 @@ class LocalLink:
         return self.service.heartbeat(worker_id, running=running, degraded=degraded)
 
     def claim(self, worker_id: str, wait: float) -> ClaimReply:
-        since = self.service.version
-        found = self.service.claim(worker_id)
-        if not found and wait > 0:
-            self.service.wait_for_change(since, wait)
-            found = self.service.claim(worker_id)
-        return ClaimReply(assignments=found)
+        # The path and rules a remote worker's claim takes (its life's epoch, cancels too).
+        return claim_blocking(self.service, worker_id, wait, with_cancels=True)
 
     def append_logs(self, attempt_id: int, lines: list[tuple[str, str]]) -> None:
         self.service.append_logs(attempt_id, lines)

@@ -826,35 +826,6 @@ class ControlService:
         except Exception:
             return False
 
-    def claim_waiting(
-        self, worker_id: str, wait: float, caller: Principal | None = None
-    ) -> list[Assignment]:
-        """claim, and when nothing waits, block up to ``wait`` seconds for this worker's own
-        news (every assignment made for it so far, in one reply)."""
-        return self.claim_or_signal(worker_id, wait, caller, with_cancels=False).assignments
-
-    def claim_or_signal(
-        self,
-        worker_id: str,
-        wait: float,
-        caller: Principal | None = None,
-        *,
-        with_cancels: bool = True,
-    ) -> ClaimReply:
-        """claim_waiting that also returns early with cancels of this worker's attempts that
-        this worker life was not told of yet: a cancel reaches the worker now, not with its
-        next heartbeat (which still repeats every cancel, should this reply be lost).
-
-        Blocks this thread while it waits, on an event loop of its own; the HTTP route awaits
-        the same poll on the server's loop."""
-        import asyncio
-
-        from gpulayer.control.claim_poll import claim_long_poll
-
-        return asyncio.run(
-            claim_long_poll(self, worker_id, wait, caller, with_cancels=with_cancels)
-        )
-
     def claim_start(self, worker_id: str, caller: Principal | None) -> tuple[int, int]:
         """A claim poll's start: the worker's news count it waits past, and its life's epoch.
 
@@ -868,7 +839,7 @@ class ControlService:
         self, worker_id: str, caller: Principal | None, epoch: int, *, with_cancels: bool
     ) -> ClaimReply:
         """One look for what waits for this worker's life ``epoch``, without waiting."""
-        reply = ClaimReply(assignments=self.claim(worker_id, caller, epoch=epoch))
+        reply = ClaimReply(assignments=self._claim(worker_id, caller, epoch))
         if with_cancels:
             reply.cancel_attempts = self._untold_cancels(worker_id, epoch)
         return reply
@@ -887,17 +858,14 @@ class ControlService:
             self._told_cancels[worker_id] = (epoch, set(pending))
         return untold
 
-    def claim(
-        self, worker_id: str, caller: Principal | None = None, *, epoch: int | None = None
-    ) -> list[Assignment]:
-        """Assignments made for this worker (for its life ``epoch``, when given) that it has
-        not started yet."""
+    def _claim(self, worker_id: str, caller: Principal | None, epoch: int) -> list[Assignment]:
+        """Assignments made for this worker's life ``epoch`` that it has not started yet. Every
+        claim comes here through claim_poll (the HTTP route, the local link, tests alike)."""
         self._check_worker(caller, worker_id)
         waiting = [
             attempt
             for attempt in self.store.active_attempts(worker_id)
-            if attempt.state == "assigned"
-            and (epoch is None or attempt.worker_epoch in (None, epoch))
+            if attempt.state == "assigned" and attempt.worker_epoch in (None, epoch)
         ]
         if not waiting:
             return []

@@ -47,23 +47,43 @@ class WorkerNews:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(woken.set)
 
-        with self._lock:
-            if self._counts.get(worker_id, 0) != since:
-                return
-            self._listeners.setdefault(worker_id, set()).add(listener)
+        if not self._listen(worker_id, since, listener):
+            return
         try:
             # asyncio's own TimeoutError: the built-in one only from Python 3.11.
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(woken.wait(), timeout)
         finally:
-            with self._lock:
-                waiting = self._listeners.get(worker_id)
-                if waiting is not None:
-                    waiting.discard(listener)
-                    if not waiting:
-                        del self._listeners[worker_id]
+            self._unlisten(worker_id, listener)
+
+    def wait(self, worker_id: str, since: int, timeout: float) -> None:
+        """async_wait for a caller that blocks a thread of its own (claim_blocking)."""
+        woken = threading.Event()
+        listener = woken.set
+        if not self._listen(worker_id, since, listener):
+            return
+        try:
+            woken.wait(timeout)
+        finally:
+            self._unlisten(worker_id, listener)
+
+    def _listen(self, worker_id: str, since: int, listener: Callable[[], None]) -> bool:
+        """Add ``listener`` unless news came since ``since`` already (then False)."""
+        with self._lock:
+            if self._counts.get(worker_id, 0) != since:
+                return False
+            self._listeners.setdefault(worker_id, set()).add(listener)
+        return True
+
+    def _unlisten(self, worker_id: str, listener: Callable[[], None]) -> None:
+        with self._lock:
+            waiting = self._listeners.get(worker_id)
+            if waiting is not None:
+                waiting.discard(listener)
+                if not waiting:
+                    del self._listeners[worker_id]
 
     def listening(self) -> int:
-        """How many long-polls wait on the event loop now."""
+        """How many long-polls wait now."""
         with self._lock:
             return sum(len(v) for v in self._listeners.values())

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from gpulayer.control.claim_poll import claim_blocking
 from gpulayer.control.service import ControlService
 from gpulayer.errors import SpecError, UsageError
 from gpulayer.protocol.messages import Assignment, ClaimReply
@@ -45,7 +46,7 @@ def test_a_job_wakes_only_the_worker_it_was_given_to(tmp_path: Path) -> None:
     got: dict[str, list[Assignment]] = {}
 
     def poll(worker_id: str) -> None:
-        got[worker_id] = service.claim_waiting(worker_id, 30.0)
+        got[worker_id] = claim_blocking(service, worker_id, 30.0).assignments
 
     threads = {w: threading.Thread(target=poll, args=(w,), daemon=True) for w in (chosen, other)}
     for thread in threads.values():
@@ -67,10 +68,11 @@ def test_a_cancel_ends_the_claim_long_poll_once_per_worker_life(tmp_path: Path) 
     service = plane(tmp_path)
     worker = register(service, "w", caps(cpu_cores=4))
     job = service.submit(command("sleep", "300"))
-    (assignment,) = service.claim_or_signal(worker, 5.0).assignments
+    (assignment,) = claim_blocking(service, worker, 5.0, with_cancels=True).assignments
     got: list[ClaimReply] = []
     poll = threading.Thread(
-        target=lambda: got.append(service.claim_or_signal(worker, 30.0)), daemon=True
+        target=lambda: got.append(claim_blocking(service, worker, 30.0, with_cancels=True)),
+        daemon=True,
     )
     poll.start()
     service.cancel(job.id)
@@ -78,8 +80,8 @@ def test_a_cancel_ends_the_claim_long_poll_once_per_worker_life(tmp_path: Path) 
     assert not poll.is_alive(), "the cancel did not end the long-poll"
     assert got[0].cancel_attempts == [assignment.attempt_id] and got[0].assignments == []
     # Told once: the next poll waits it out, and a poll without signals never carries it.
-    assert service.claim_or_signal(worker, 0.3).cancel_attempts == []
-    assert service.claim_waiting(worker, 0.0) == []
+    assert claim_blocking(service, worker, 0.3, with_cancels=True).cancel_attempts == []
+    assert claim_blocking(service, worker, 0.0).assignments == []
     # The heartbeat still repeats it, should the claim reply have been lost on the way.
     reply = service.heartbeat(worker, running=[assignment.attempt_id])
     assert reply.cancel_attempts == [assignment.attempt_id]
@@ -89,9 +91,9 @@ def test_one_long_poll_carries_every_assignment_up_to_capacity(tmp_path: Path) -
     service = plane(tmp_path)
     worker = register(service, "w", caps(cpu_cores=2))
     service.submit_many([(command("true"), None, None) for _ in range(6)])
-    found = service.claim_waiting(worker, 5.0)
+    found = claim_blocking(service, worker, 5.0).assignments
     assert len(found) == 4  # 2 cores, half a core each
-    assert service.claim_waiting(worker, 0.0) == []
+    assert claim_blocking(service, worker, 0.0).assignments == []
 
 
 def test_a_claim_starts_all_it_carries_in_one_write_and_each_only_once(tmp_path: Path) -> None:
@@ -108,10 +110,12 @@ def test_a_claim_starts_all_it_carries_in_one_write_and_each_only_once(tmp_path:
             writes.append(statement) if statement.startswith("UPDATE attempts") else None
         ),
     )
-    found = service.claim(worker)
+    found = claim_blocking(service, worker, 0).assignments
     assert len(found) == 4 and len(writes) == 1
     assert {a.state for a in service.store.active_attempts(worker)} == {"running"}
-    assert service.claim(worker) == []  # started attempts are not handed out again
+    assert (
+        claim_blocking(service, worker, 0).assignments == []
+    )  # started attempts are not handed out again
 
 
 def test_submit_many_is_one_transaction_in_order(tmp_path: Path) -> None:
@@ -350,7 +354,7 @@ def test_an_array_limit_holds_how_many_of_it_run_at_once(tmp_path: Path) -> None
     worker = register(service, "w", caps(cpu_cores=64))
     array = array_members(command("true"), range(6), 2, "a-0123456789")
     service.submit_many([(job, None, None) for job in [*array, command("true")]])
-    running = service.claim_waiting(worker, 1.0)
+    running = claim_blocking(service, worker, 1.0).assignments
 
     def index(a: Assignment) -> str:
         return str(a.spec["labels"].get("gpulayer.array.index", "-"))
@@ -358,7 +362,7 @@ def test_an_array_limit_holds_how_many_of_it_run_at_once(tmp_path: Path) -> None
     assert sorted(index(a) for a in running) == ["-", "0", "1"]  # two of it, and one outside
     first = next(a for a in running if index(a) == "0")
     service.finish_attempt(first.attempt_id, AttemptReport(state="succeeded", exit_code=0))
-    (third,) = service.claim_waiting(worker, 1.0)
+    (third,) = claim_blocking(service, worker, 1.0).assignments
     assert index(third) == "2"
     members = service.array_jobs("a-0123456789")
     assert [j.labels["gpulayer.array.index"] for j in members] == [str(i) for i in range(6)]

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from gpulayer.control.claim_poll import claim_blocking
 from gpulayer.control.service import ControlService
 from tests.integration.test_dashboard_http import ADMIN, plane
 from tests.unit.test_scheduler_builders import caps
@@ -131,7 +132,7 @@ def test_a_local_jobs_environment_is_forgotten_once_its_finish_ends_it(
     spec = {"workload": {"kind": "command", "command": ["true"]}, "placement": {"target": "local"}}
     job = service.submit(spec, client_env={"PATH": "/usr/bin", "HF_TOKEN": "kept-in-memory"})
     assert job.target == "local"
-    (assignment,) = service.claim("w-local")
+    (assignment,) = claim_blocking(service, "w-local", 0).assignments
     assert service.job_environment(job.id) == {"PATH": "/usr/bin", "HF_TOKEN": "kept-in-memory"}
     report = AttemptReport(
         state=ending, reason=None if ending == "succeeded" else "exit_code", exit_code=0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from gpulayer.control.claim_poll import claim_blocking
 from gpulayer.control.paths import HomeLayout
 from gpulayer.control.service import ControlService
 from gpulayer.control.store import Store
@@ -39,7 +40,7 @@ def test_a_gang_whose_nodes_report_together_keeps_node_zeros_result(tmp_path: Pa
     for round_number in range(40):
         job = service.submit(GANG_SPEC).id
         for worker in workers:
-            service.claim(worker)
+            claim_blocking(service, worker, 0)
         nodes = service.store.attempts_for(job)
         assert sorted(a.node_rank for a in nodes) == [0, 1]
         assert all(a.state == "running" for a in nodes), nodes

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from gpulayer.control.claim_poll import claim_blocking
 from gpulayer.control.dispatch import LivePlacement, _pools_from
 from gpulayer.control.paths import HomeLayout
 from gpulayer.control.service import ControlService
@@ -56,7 +57,7 @@ def submit(service: ControlService, **resources: Any) -> str:
 
 def finish(service: ControlService, worker_id: str) -> int:
     """The worker claims what it was given and finishes one attempt; how many it finished."""
-    service.claim(worker_id)
+    claim_blocking(service, worker_id, 0)
     running = [a for a in service.store.active_attempts(worker_id) if a.state == "running"]
     if not running:
         return 0
@@ -166,7 +167,7 @@ def test_a_pass_reads_a_worker_once_when_it_read_it_before_planning(tmp_path: Pa
     worker = register(service, "w", caps(cpu_cores=2))
     for _ in range(4):
         submit(service, cpu_cores=1)
-    running = service.claim(worker)
+    running = claim_blocking(service, worker, 0).assignments
     assert len(running) == 2
     reads: list[str] = []
 
@@ -178,7 +179,9 @@ def test_a_pass_reads_a_worker_once_when_it_read_it_before_planning(tmp_path: Pa
     done = AttemptReport(state="succeeded", exit_code=0)
     service.finish_attempts(worker, [(a.attempt_id, done) for a in running])
     assert len(reads) == 1
-    assert len(service.claim(worker)) == 2  # both freed cores went to the next jobs
+    assert (
+        len(claim_blocking(service, worker, 0).assignments) == 2
+    )  # both freed cores went to the next jobs
     assert service.placement.rejected == 0
 
 
@@ -191,7 +194,7 @@ def test_the_jobs_a_pass_placed_are_counted_without_reading_their_specs(tmp_path
     worker = register(service, "w", caps(cpu_cores=4))
     for _ in range(8):
         submit(service, cpu_cores=1)
-    first = service.claim(worker)
+    first = claim_blocking(service, worker, 0).assignments
     done = AttemptReport(state="succeeded", exit_code=0)
     service.finish_attempts(worker, [(a.attempt_id, done) for a in first[:2]])
     spec_reads: list[str] = []

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from sqlalchemy import event
 
+from gpulayer.control.claim_poll import claim_blocking
 from gpulayer.control.service import ControlService
 from gpulayer.protocol.messages import AttemptReport
 from tests.integration.test_live_placement import plane, register
@@ -62,7 +63,7 @@ def test_passes_over_a_long_queue_read_none_of_it_between_whole_reads(tmp_path: 
     jobs = service.submit_many([(dict(SMALL), None, None) for _ in range(300)])
     reads = _queue_reads(service)
     for _ in range(20):
-        finished = service.claim(worker)
+        finished = claim_blocking(service, worker, 0).assignments
         assert finished, "each pass placed the next jobs in line"
         report = AttemptReport(state="succeeded", exit_code=0)
         service.finish_attempts(worker, [(a.attempt_id, report) for a in finished])
@@ -92,14 +93,17 @@ def test_jobs_this_plane_stored_are_placed_without_reading_their_rows(tmp_path: 
     assert len(reads) == 2  # each reply's fresh state
     many = service.submit_many([(dict(SMALL), None, None) for _ in range(40)])
     assert len(reads) == 3  # the reply's fresh states, in one read
-    assert [a.job_id for a in service.claim(worker)] == [*singles, many[0].id]
+    assert [a.job_id for a in claim_blocking(service, worker, 0).assignments] == [
+        *singles,
+        many[0].id,
+    ]
     for _ in range(3):
         running = service.store.active_attempts(worker)
         report = AttemptReport(state="succeeded", exit_code=0)
         before = len(reads)
         service.finish_attempts(worker, [(a.id, report) for a in running])
         assert len(reads) == before  # nor did the pass that placed the list's next jobs
-        service.claim(worker)  # (a claim reads the specs it hands over)
+        claim_blocking(service, worker, 0)  # (a claim reads the specs it hands over)
     states = [j.state for j in service.store.get_jobs([j.id for j in many])]
     assert states[:10] == ["succeeded"] * 7 + ["running"] * 3 and set(states[10:]) == {"queued"}
 
@@ -123,7 +127,7 @@ def test_a_job_taken_elsewhere_gives_its_room_to_the_next_job_at_once(tmp_path: 
     service, _ = _plane_with_clock(tmp_path)
     worker = register(service, "w", caps(cpu_cores=1))
     running, taken, waiting = service.submit_many([(dict(SMALL), None, None) for _ in range(3)])
-    (first,) = service.claim(worker)
+    (first,) = claim_blocking(service, worker, 0).assignments
     assert first.job_id == running.id
     # Another control plane cancels the next job in line: this one still holds it as queued.
     assert service.store.update_job(taken.id, expect_states=["queued"], state="cancelled")
@@ -138,14 +142,14 @@ def test_a_job_put_back_in_the_queue_is_placed_again_in_its_turn(tmp_path: Path)
     worker = register(service, "w", caps(cpu_cores=1))
     spec = dict(SMALL, retry={"max_attempts": 2, "retry_on": ["preempted"]})
     retried, later = service.submit_many([(spec, None, None), (dict(SMALL), None, None)])
-    (first,) = service.claim(worker)
+    (first,) = claim_blocking(service, worker, 0).assignments
     assert first.job_id == retried.id
     lost = AttemptReport(state="failed", reason="preempted", message="reclaimed")
     service.finish_attempts(worker, [(first.attempt_id, lost)])
     assert service.store.get_job(retried.id).state == "queued"
     service.heartbeat(worker)  # ready again after the reclaim
     service.dispatch()
-    (second,) = service.claim(worker)
+    (second,) = claim_blocking(service, worker, 0).assignments
     assert second.job_id == retried.id  # ahead of the later job: its place is its time
     assert service.store.get_job(later.id).state == "queued"
 
@@ -184,7 +188,7 @@ def test_with_a_dispatcher_a_finish_is_answered_before_the_pass_it_asked_for(
     service, _ = _plane_with_clock(tmp_path)
     worker = register(service, "w", caps(cpu_cores=2))
     jobs = service.submit_many([(dict(SMALL), None, None) for _ in range(4)])
-    running = service.claim(worker)
+    running = claim_blocking(service, worker, 0).assignments
     assert sorted(a.job_id for a in running) == sorted(j.id for j in jobs[:2])
     assigns_by_thread: list[int] = []
 
