@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from gpulayer.control import gangs
-from gpulayer.control.auth import Principal, PrincipalKind, issue_token
+from gpulayer.control.auth import Principal, issue_token
 from gpulayer.control.job_states import ACTIVE_ATTEMPT_STATES, JobStates
 from gpulayer.control.output_uploads import OutputLimits
 from gpulayer.control.paths import HomeLayout
@@ -45,7 +45,6 @@ from gpulayer.control.targets import (
     with_default_target,
 )
 from gpulayer.control.text_checks import repair_text, unsafe_text
-from gpulayer.control.tokens import hash_token
 from gpulayer.control.worker_news import WorkerNews
 from gpulayer.errors import (
     ForbiddenError,
@@ -124,8 +123,11 @@ class ControlService:
         self._gang_sizes: dict[str, int] = {}  # a job's spec never changes once stored
         from gpulayer.control.bundle_store import BundleStore
         from gpulayer.control.dispatch import LivePlacement
+        from gpulayer.control.token_service import TokenService
 
         self.bundles = BundleStore(layout.root)
+        self.tokens = TokenService(store)
+        """Tokens are an aggregate of their own: the API's token routes use it directly."""
 
         # The dispatch pass's workers, kept between passes: told below of every change.
         self.placement = LivePlacement(store)
@@ -727,28 +729,6 @@ class ControlService:
 
     def pending_signals(self, worker_id: str) -> HeartbeatReply:
         return HeartbeatReply(cancel_attempts=self.store.cancelled_attempt_ids(worker_id))
-
-    def create_token(
-        self,
-        kind: str,
-        name: str = "",
-        *,
-        expires_at: float | None = None,
-        max_workers: int | None = None,
-        once: OnceKey | None = None,
-    ) -> str:
-        """A new admin or join token ("worker" is the API's older name for a join token)."""
-        principal: PrincipalKind
-        if kind in ("worker", "join"):
-            principal = "join"
-        elif kind == "admin":
-            principal = "admin"
-        else:
-            raise UsageError(f"kind: admin or worker, not {kind!r}")
-        token, _ = issue_token(
-            self.store, principal, name, expires_at=expires_at, max_workers=max_workers, once=once
-        )
-        return token
 
     def _check_worker(self, caller: Principal | None, worker_id: str) -> None:
         if caller is None or caller.kind == "admin":
@@ -1360,9 +1340,9 @@ class ControlService:
         return target_after_cloud(spec, self.worker_views())
 
     def worker_credential(self, name: str) -> tuple[str, str]:
-        """A new join token for a machine's worker, and the hash the store keeps of it."""
-        token = self.create_token("worker", name)
-        return token, hash_token(token)
+        """A new join token for a machine's worker, and the hash the store keeps of it: what
+        the cloud lifecycle's port asks of this service, answered by the tokens service."""
+        return self.tokens.worker_credential(name)
 
     def credit_worker_silence(self, worker_id: str) -> None:
         """The worker could not reach us because we were down: its silence starts now."""

@@ -20,14 +20,12 @@ router = APIRouter(route_class=OffLoopJSONRoute)
 @router.get("/v1/tokens", dependencies=ADMIN)
 def list_tokens(context: Context, all_kinds: bool = False) -> list[dict[str, Any]]:
     kinds = None if all_kinds else ["admin", "join"]
-    return [token_view(record) for record in context.service.store.list_tokens(kinds=kinds)]
+    return [token_view(record) for record in context.service.tokens.listed(kinds)]
 
 
 @router.post("/v1/tokens/{token_id}/revoke", dependencies=ADMIN)
 def revoke_token(token_id: str, context: Context) -> dict[str, Any]:
-    store = context.service.store
-    store.get_token(token_id)
-    return {"id": token_id, "revoked": store.revoke_token(token_id)}
+    return {"id": token_id, "revoked": context.service.tokens.revoke(token_id)}
 
 
 @router.post("/v1/tokens", dependencies=ADMIN)
@@ -38,7 +36,7 @@ def create_token(
     made = answers.prior(once)
     if made is None:
         try:
-            token = context.service.create_token(
+            token = context.service.tokens.create(
                 body.kind,
                 body.name,
                 expires_at=body.expires_at,
