@@ -15,7 +15,10 @@ from gpulayer.control.paths import HomeLayout
 from gpulayer.errors import UsageError
 
 if TYPE_CHECKING:
+    from gpulayer.control.auth import TokenAuthority
     from gpulayer.control.output_uploads import OutputLimits
+    from gpulayer.control.service import ControlService
+    from gpulayer.control.store import Store
 
 log = logging.getLogger("gpulayer.server")
 
@@ -104,19 +107,7 @@ def run_server(
         or f"sqlite:///{layout.root / 'server.db'}"
     )
     store = Store(url, max_log_bytes=max_log_bytes)
-    generated = ensure_admin_token(store, layout)
-    if generated and announce:
-        print(
-            f"admin token (shown once, also in {admin_token_file(layout)}): {generated}", flush=True
-        )
-
-    from gpulayer.control.auth import TokenAuthority
-
-    authenticate = TokenAuthority(store)
-    chosen = os.environ.get("GPULAYER_TOKEN")
-    if chosen:
-        authenticate.trust(chosen)  # its one scrypt now, so no call and no wrong token waits
-
+    authenticate = _authority(store, layout, announce=announce)
     service = ControlService(store, layout, heartbeat_timeout=heartbeat_timeout)
     service.output_limits = limits
     service.default_target = "remote"  # no local worker here: jobs go to the team's workers
@@ -125,18 +116,7 @@ def run_server(
     app = create_app(service, authenticate, embedded=False)
     stop = threading.Event()
     stop_dispatcher = service.start_dispatcher()
-
-    def maintenance() -> None:
-        while not stop.wait(min(1.0, heartbeat_timeout / 4)):
-            try:
-                if service.serving:  # before that, no worker could have reached us
-                    service.sweep_lost_workers()
-                service.dispatch(quiet=True)
-                service.wake_unclaimed()
-            except Exception:
-                log.exception("maintenance pass failed")
-
-    threading.Thread(target=maintenance, name="gpulayer-maintenance", daemon=True).start()
+    _start_maintenance(service, stop, heartbeat_timeout)
     config = uvicorn.Config(
         app,
         host=host,
@@ -159,6 +139,40 @@ def run_server(
         lifecycle.stop()
         store.close()
         log.info("server stopped after %.0f s", time.monotonic() - started)
+
+
+def _authority(store: Store, layout: HomeLayout, *, announce: bool) -> TokenAuthority:
+    """The server's token check, with an admin token made (and shown once) on first start."""
+    from gpulayer.control.auth import TokenAuthority
+
+    generated = ensure_admin_token(store, layout)
+    if generated and announce:
+        print(
+            f"admin token (shown once, also in {admin_token_file(layout)}): {generated}", flush=True
+        )
+    authenticate = TokenAuthority(store)
+    chosen = os.environ.get("GPULAYER_TOKEN")
+    if chosen:
+        authenticate.trust(chosen)  # its one scrypt now, so no call and no wrong token waits
+    return authenticate
+
+
+def _start_maintenance(
+    service: ControlService, stop: threading.Event, heartbeat_timeout: float
+) -> None:
+    """Sweep lost workers, dispatch and wake unclaimed work until ``stop`` is set."""
+
+    def maintenance() -> None:
+        while not stop.wait(min(1.0, heartbeat_timeout / 4)):
+            try:
+                if service.serving:  # before that, no worker could have reached us
+                    service.sweep_lost_workers()
+                service.dispatch(quiet=True)
+                service.wake_unclaimed()
+            except Exception:
+                log.exception("maintenance pass failed")
+
+    threading.Thread(target=maintenance, name="gpulayer-maintenance", daemon=True).start()
 
 
 def _listen(host: str, port: int) -> socket.socket:

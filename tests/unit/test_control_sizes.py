@@ -21,7 +21,6 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("class", "service.py", "ControlService"): "the same: jobs, workers, gangs, cloud moves",
     ("function", "service.py", "submit"): "goes with the jobs service when it is carved out",
     ("function", "service.py", "submit_many"): "goes with the jobs service when it is carved out",
-    ("function", "server.py", "run_server"): "the team server's composition root, one sequence",
 }
 
 
