@@ -58,6 +58,12 @@ from gpulayer.cloud.lifecycle.links import (
     ssh_target,
 )
 from gpulayer.cloud.lifecycle.placement import candidates
+from gpulayer.cloud.lifecycle.results import (
+    after_config_error,
+    launch_failed,
+    machine_fate,
+    still_saving,
+)
 from gpulayer.cloud.lifecycle.states import GONE, HOLDS_WORKER, check_transition
 from gpulayer.cloud.lifecycle.sync import Local, end_key, gather, launch_key
 from gpulayer.cloud.protocol import (
@@ -93,8 +99,6 @@ HOLD_RECLAIMED_SECONDS = 600.0
 REQUEST_TAG = "gpulayer:request"
 GANG_SIZE_TAG = "gpulayer:gang-size"
 _RECLAIMED = "reclaimed by the provider"
-RECLAIM_UPLOAD_MARGIN_SECONDS = 30.0
-"""Past a reclaimed job's grace: time for its worker to upload what it wrote and report."""
 LEASE_SECONDS = 20.0
 """How long a step's lease outlives the last pass of the controller running it: a controller
 that died holds its steps back no longer than this."""
@@ -490,7 +494,7 @@ class Reconciler:
         held = planning.held_offers(self.store.instances_holding_offers(now), now)
         provisioning = placement.provisioning
 
-        def decide(unavailable: Mapping[planning.OfferKey, str]) -> planning.Decision:
+        def choose(unavailable: Mapping[planning.OfferKey, str]) -> planning.Decision:
             return planning.choose(
                 found.fitting,
                 tries,
@@ -503,7 +507,7 @@ class Reconciler:
                 wait_started=job.created_at,
             )
 
-        decision = decide({})
+        decision = choose({})
         if decision.offer is not None:
             with self._placing:
                 # Plans run side by side: an offer that is one machine (an ssh host) goes to
@@ -511,7 +515,7 @@ class Reconciler:
                 # chooses again rather than reaching for the same host.
                 taken = self._machines_taken(job_id, providers)
                 if planning.offer_key(decision.offer) in taken:
-                    decision = decide(taken)
+                    decision = choose(taken)
                 if decision.offer is not None:
                     self.store.end_capacity_waits([job_id])
                     self._record(job, spec, decision.offer)
@@ -580,7 +584,7 @@ class Reconciler:
         self._submit(launch_key(request_id), self._launch, request_id, job_id=job.id, launch=True)
 
     def _launch(self, request_id: str) -> None:
-        from gpulayer.cloud.errors import ProviderError, ScopedProviderError
+        from gpulayer.cloud.errors import ProviderError
         from gpulayer.cloud.offer import Offer
         from gpulayer.cloud.protocol import LaunchRequest
         from gpulayer.spec import JobSpec
@@ -641,31 +645,18 @@ class Reconciler:
                     f"asked for {count} instances, the provider answered {len(instances)}",
                     provider=offer.provider,
                 )
-        except ScopedProviderError as exc:
-            # A refusal: the provider says it created nothing, so nothing is to be torn down.
-            end = planning.refused(exc.kind, exc.scope, exc.message)
-            self._end_launch(gang, "never_launched", f"{exc.kind}: {exc}", end)
-            self._note(r.job_id, f"{offer.label}: {exc}; blocking that {exc.scope} and moving on")
-            return
-        except UsageError as exc:  # ProviderSettingsError, an image release missing, ...
-            # Refused before any call that creates: nothing to tear down.
-            end = planning.misconfigured(str(exc))
-            self._end_launch(gang, "never_launched", f"configuration error: {exc}", end)
-            earlier = [
-                i
-                for i in self.store.list_instances(job_id=r.job_id)
-                if i.provider == offer.provider and i.outcome == "config"
-            ]
-            if len(earlier) >= planning.CONFIG_TRIES_PER_PROVIDER:
-                self._note(r.job_id, f"{offer.label}: {exc}; not trying {offer.provider} again")
-            else:
-                self._note(r.job_id, f"{offer.label}: {exc}; trying the next offer")
-            return
         except Exception as exc:
-            # It may or may not have created something: terminate looks it up by request tag.
-            end = planning.failed(str(exc))
-            self._end_launch(gang, "terminating", f"launch failed: {exc}", end)
-            self._note(r.job_id, f"{offer.label}: {exc}; trying the next offer")
+            failed = launch_failed(exc)  # what it means is decided as data, not here
+            self._end_launch(gang, failed.to, failed.reason, failed.end)
+            then = failed.then
+            if failed.config:
+                tries = [
+                    i
+                    for i in self.store.list_instances(job_id=r.job_id)
+                    if i.provider == offer.provider and i.outcome == "config"
+                ]
+                then = after_config_error(offer.provider, len(tries))
+            self._note(r.job_id, f"{offer.label}: {exc}; {then}")
             return
         for node, instance in zip(gang, instances, strict=True):
             price = (
@@ -896,14 +887,13 @@ class Reconciler:
             log.info("instance %s: describe failed (%s); checking again later", request_id, exc)
             return False
         instance = found[0] if found else None
-        if instance is not None and instance.live:
+        fate = machine_fate(instance, r.outcome)
+        if fate == "there":
             return False
         reservation = self.store.reservation(request_id)
         worker_id = reservation.worker_id if reservation is not None else None
         where = f"{r.provider} {r.instance_id}"
-        # Seen reclaimed once, reclaimed still: a provider may show it as merely ended later
-        # (Slurm forgets a PREEMPTED job after MinJobAge).
-        if instance is None or instance.reclaimed or r.outcome == "reclaimed":
+        if fate == "reclaimed":
             if r.reclaimed_at is None:
                 self._remember_reclaim(r)
             if worker_id is not None and self._saving_its_work(r, worker_id):
@@ -912,7 +902,8 @@ class Reconciler:
                 self.store.update_instance(request_id, reclaimed_at=None)
             self._lose(r, worker_id, "preempted", f"{where} was reclaimed by the provider")
         else:
-            self._lose(r, worker_id, "worker_lost", f"{where} is {instance.state}")
+            state = instance.state if instance is not None else "gone"
+            self._lose(r, worker_id, "worker_lost", f"{where} is {state}")
         return True
 
     def _remember_reclaim(self, r: InstanceRecord) -> None:
@@ -932,26 +923,22 @@ class Reconciler:
         r.note, r.outcome, r.hold_until = _RECLAIMED, "reclaimed", until
 
     def _saving_its_work(self, r: InstanceRecord, worker_id: str) -> bool:
-        """A machine reclaimed under a running job shuts down: its worker gives the job its
-        grace_seconds and uploads what it wrote before it goes. While the worker still
-        answers, wait for its report that long (and a margin for the upload), keeping the
-        tunnel open; a worker gone silent ends the wait."""
-        if not self.store.active_attempts(worker_id):
-            return False
-        if self.store.get_worker(worker_id).state != "ready":
+        """Whether a reclaimed machine's job still saves its work (see results.still_saving):
+        the tunnel stays open meanwhile. The first time, when that wait began is stored."""
+        answers = bool(self.store.active_attempts(worker_id))
+        if not answers or self.store.get_worker(worker_id).state != "ready":
             return False
         now = time.time()
-        since = r.reclaimed_at
         grace = float(self.store.get_job(r.job_id).spec.get("grace_seconds", 30))
-        if since is None:
+        if r.reclaimed_at is None:
             self.store.update_instance(r.request_id, reclaimed_at=now)
-            r.reclaimed_at = since = now
+            r.reclaimed_at = now
             self._note(
                 r.job_id,
                 f"instance {r.request_id}: reclaimed by the provider; its job has up to "
                 f"{grace:g} s to save its work",
             )
-        return now - since < grace + RECLAIM_UPLOAD_MARGIN_SECONDS
+        return still_saving(r.reclaimed_at, now, grace, worker_answers=True)
 
     def _abandon_worker(self, request_id: str, *, stop: bool = True) -> None:
         """Stop the worker over its link (when it answers) and close the link."""
