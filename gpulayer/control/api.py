@@ -31,6 +31,7 @@ from gpulayer.control.routes import (
     workers,
 )
 from gpulayer.control.routes.deps import ADMIN, ApiContext, Authenticator, install_context
+from gpulayer.control.schedule_service import ScheduleService
 from gpulayer.control.service import ControlService
 from gpulayer.control.text_checks import repaired
 from gpulayer.errors import (
@@ -96,8 +97,10 @@ def create_app(
     *,
     embedded: bool = False,
     extra_routes: Callable[[FastAPI, list[Any]], None] | None = None,
+    schedules: ScheduleService | None = None,
 ) -> FastAPI:
-    """``extra_routes(app, admin_auth)`` adds the embedded daemon's own routes."""
+    """``extra_routes(app, admin_auth)`` adds the embedded daemon's own routes; without
+    ``schedules`` the schedule routes answer that this control plane runs none."""
     app = FastAPI(
         title="gpulayer control plane",
         version=__version__,
@@ -106,7 +109,7 @@ def create_app(
         default_response_class=SafeJSONResponse,
     )
     app.router.route_class = OffLoopJSONRoute  # before any route is added
-    install_context(app, ApiContext(service, authenticate, embedded))
+    install_context(app, ApiContext(service, authenticate, embedded, schedules))
     _install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)
@@ -115,7 +118,7 @@ def create_app(
 
     from gpulayer.control.ui import mount_ui
 
-    ui_session = mount_ui(app, service, authenticate)
+    ui_session = mount_ui(app, service, authenticate, schedules)
     app.add_middleware(
         RequestEdge,
         authenticate=authenticate,

@@ -163,6 +163,7 @@ def _run(
         local_tokens(token, store),
         embedded=True,
         extra_routes=lambda app, auth: add_local_routes(app, admin, auth),
+        schedules=firing.schedules,
     )
     # Long polls (logs -f, idle workers) would hold a graceful shutdown for their full wait.
     config = uvicorn.Config(
@@ -182,7 +183,7 @@ def _run(
                 busy = (
                     service.live_jobs()
                     or agent.running
-                    or service.schedules.active_count()
+                    or firing.schedules.active_count()
                     or lifecycle.has_live_instances()  # teardown still to finish
                 )
                 if idle_for > idle_seconds and not busy:

@@ -125,7 +125,6 @@ class ScheduleFiring:
 
 
 def attach_schedules(service: Any) -> ScheduleFiring:
-    """Give a control service its schedules and start their firing loop."""
-    schedules = ScheduleService(service)
-    service.schedules = schedules
-    return ScheduleFiring(schedules).start()
+    """Build a control service's schedules and start their firing loop; the API and the
+    dashboard are given ``.schedules`` of what this returns when they are built."""
+    return ScheduleFiring(ScheduleService(service)).start()

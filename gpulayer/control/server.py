@@ -113,7 +113,7 @@ def run_server(
     service.default_target = "remote"  # no local worker here: jobs go to the team's workers
     lifecycle = attach_lifecycle(service, control_port=port)
     firing = attach_schedules(service)
-    app = create_app(service, authenticate, embedded=False)
+    app = create_app(service, authenticate, embedded=False, schedules=firing.schedules)
     stop = threading.Event()
     stop_dispatcher = service.start_dispatcher()
     _start_maintenance(service, stop, heartbeat_timeout)

@@ -109,7 +109,6 @@ class ControlService:
         self.cloud_plan: Callable[[JobSpec], dict[str, Any]] | None = None
         """Why no offer could ever take a cloud gang, asked at submit; None: it may run."""
         self.provisioner: Any = None
-        self.schedules: Any = None  # a ScheduleService, once attach_schedules ran
         # Workers whose silence is the control plane's own (their tunnel is being reopened).
         self.sweep_exempt: Callable[[], set[str]] = set
         # The submitting shell's environment for local jobs: memory only, never the store.

@@ -162,7 +162,6 @@ def test_a_scheduled_run_and_a_fired_tick_are_placed_at_once(tmp_path: Path) -> 
 
     service, _ = _plane_with_clock(tmp_path)  # the clock stands still: no whole read is due
     schedules = ScheduleService(service)
-    service.schedules = schedules
     worker = register(service, "w", caps(cpu_cores=4))
     service.dispatch()  # the first pass reads the queue whole
     nightly = {"name": "nightly", "cron": "0 3 * * *", "job": SMALL, "concurrency": "allow"}

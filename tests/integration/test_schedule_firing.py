@@ -26,7 +26,6 @@ def plane(path: Path) -> ScheduleService:
     layout = HomeLayout(path.parent / f"home-{path.stem}").ensure()
     service = ControlService(Store(f"sqlite:///{path}"), layout)
     schedules = ScheduleService(service)
-    service.schedules = schedules
     return schedules
 
 

@@ -14,6 +14,7 @@ from gpulayer.control.arrays import ARRAY_ID
 from gpulayer.control.auth import Principal
 from gpulayer.control.idempotency import HEADER as IDEMPOTENCY_HEADER
 from gpulayer.control.idempotency import Answers, request_key
+from gpulayer.control.schedule_service import ScheduleService
 from gpulayer.control.service import ControlService
 from gpulayer.control.store.once_keys import OnceKey
 from gpulayer.control.text_checks import unsafe_text
@@ -35,6 +36,7 @@ class ApiContext:
     service: ControlService
     authenticate: Authenticator
     embedded: bool = False
+    schedules: ScheduleService | None = None
     answers: Answers = field(init=False)
 
     def __post_init__(self) -> None:

@@ -37,11 +37,9 @@ router = APIRouter(route_class=OffLoopJSONRoute)
 
 
 def _schedules(context: ApiContext) -> ScheduleService:
-    found = context.service.schedules
-    if found is None:
+    if context.schedules is None:
         raise UsageError("schedules: this control plane does not run schedules")
-    assert isinstance(found, ScheduleService)
-    return found
+    return context.schedules
 
 
 @router.post("/v1/schedules", dependencies=ADMIN)

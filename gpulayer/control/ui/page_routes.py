@@ -79,7 +79,7 @@ def instances_data(request: Request) -> dict[str, Any]:
 
 
 def schedules_data(request: Request) -> dict[str, Any]:
-    return pages.schedules_context(ui_of(request).service)
+    return pages.schedules_context(ui_of(request).schedules)
 
 
 def jobs_page(request: Request, session: Session) -> Response:

@@ -19,6 +19,7 @@ from gpulayer.control.job_filters import (
     parse_label_pairs,
     with_schedule,
 )
+from gpulayer.control.schedule_service import ScheduleService
 from gpulayer.control.service import ControlService
 from gpulayer.control.store import InstanceRecord
 from gpulayer.control.ui.charts import Interval, daily_bars_svg, daily_totals, timeline_svg
@@ -285,9 +286,8 @@ def plan_context(service: ControlService, text: str) -> dict[str, Any]:
     return {"plan": service.plan(data)}
 
 
-def schedules_context(service: ControlService) -> dict[str, Any]:
+def schedules_context(schedules: ScheduleService | None) -> dict[str, Any]:
     """Each schedule with its next ticks, its recent runs (state or skip reason) and budget."""
-    schedules = getattr(service, "schedules", None)
     if schedules is None:
         return {"rows": [], "supported": False}
     from gpulayer.control.schedule_views import schedule_detail

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
 
+from gpulayer.control.schedule_service import ScheduleService
 from gpulayer.control.service import ControlService
 from gpulayer.control.ui import log_stream, login_routes, page_routes
 from gpulayer.control.ui.sessions import SessionKeeper
@@ -30,12 +31,15 @@ ROUTERS = [login_routes.router, page_routes.router, log_stream.router]
 
 
 def mount_ui(
-    app: FastAPI, service: ControlService, authenticate: Authenticator
+    app: FastAPI,
+    service: ControlService,
+    authenticate: Authenticator,
+    schedules: ScheduleService | None = None,
 ) -> Callable[[str], bool]:
     """Returns whether a session cookie is live, for the HTTP edge to ask before it reads a
     form's body."""
     keeper = SessionKeeper(service.store)
-    install_ui_context(app, UiContext(service, authenticate, keeper))
+    install_ui_context(app, UiContext(service, authenticate, keeper, schedules))
     for router in ROUTERS:
         _add_route_by_route(app, router)
     return lambda cookie: keeper.find(cookie) is not None

@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from gpulayer.control.auth import Principal
+from gpulayer.control.schedule_service import ScheduleService
 from gpulayer.control.service import ControlService
 from gpulayer.control.ui.render import render
 from gpulayer.control.ui.sessions import (
@@ -49,6 +50,7 @@ class UiContext:
     service: ControlService
     authenticate: Authenticator
     keeper: SessionKeeper
+    schedules: ScheduleService | None = None
 
 
 def install_ui_context(app: FastAPI, context: UiContext) -> None:
