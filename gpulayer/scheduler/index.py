@@ -29,11 +29,8 @@ identity-scoped.
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
 from collections.abc import Collection, Hashable, Iterable, Iterator, Sequence, Set
 from typing import Any
-
-from pydantic import BaseModel
 
 from gpulayer.scheduler.errors import DuplicateWorker, UnknownWorker
 from gpulayer.scheduler.feasibility import (
@@ -44,21 +41,23 @@ from gpulayer.scheduler.feasibility import (
     key_reader,
     outcome,
 )
-from gpulayer.scheduler.gpus import device_meets, pick_gpus
+from gpulayer.scheduler.gpus import pick_gpus
+
+# The building blocks live in index_parts (this module keeps the registry and the queries);
+# the short private names keep the code below reading as it did.
+from gpulayer.scheduler.index_parts import PER_DEVICE_FIELDS as PER_DEVICE_FIELDS
+from gpulayer.scheduler.index_parts import PER_HOST_FIELDS as PER_HOST_FIELDS
+from gpulayer.scheduler.index_parts import Bucket as _Bucket
+from gpulayer.scheduler.index_parts import Entry as _Entry
+from gpulayer.scheduler.index_parts import Group as _Group
+from gpulayer.scheduler.index_parts import KeyEntry as _KeyEntry
+from gpulayer.scheduler.index_parts import Plan as _Plan
+from gpulayer.scheduler.index_parts import eligible_devices as _eligible_devices
+from gpulayer.scheduler.index_parts import signature as signature
 from gpulayer.scheduler.outcome import Explanation, Placement
 from gpulayer.scheduler.snapshot import WorkerSnapshot
-from gpulayer.scheduler.strategies import ORDERINGS, RankKey, ordering_for
-from gpulayer.spec.capabilities import GpuDevice, WorkerCapabilities
-from gpulayer.spec.models import DistributedWorkload, JobSpec, ResourceRequest
-
-PER_HOST_FIELDS: frozenset[str] = frozenset(
-    {"hostname", "address", "zone", "hourly_price", "currency"}
-)
-"""Capability fields that differ from host to host and no static or load check reads."""
-PER_DEVICE_FIELDS: frozenset[str] = frozenset({"uuid"})
-
-_SIGNATURE_FIELDS = tuple(f for f in WorkerCapabilities.model_fields if f not in PER_HOST_FIELDS)
-_DEVICE_FIELDS = tuple(f for f in GpuDevice.model_fields if f not in PER_DEVICE_FIELDS)
+from gpulayer.scheduler.strategies import RankKey, ordering_for
+from gpulayer.spec.models import DistributedWorkload, JobSpec
 
 # Below this many label/id candidates, judging each one beats walking the buckets.
 _FEW_CANDIDATES = 32
@@ -69,113 +68,6 @@ _KEY_CACHE_LIMIT = 4096
 # Specs whose fit keys an index remembers; past that it starts over (a key is cheap to read
 # again, only not for every queued job on every pass).
 _FIT_KEYS_KEPT = 8192
-
-
-def _freeze(value: Any) -> Hashable:
-    if isinstance(value, GpuDevice):
-        return tuple(_freeze(getattr(value, f)) for f in _DEVICE_FIELDS)
-    if isinstance(value, BaseModel):
-        return tuple(sorted((k, _freeze(v)) for k, v in value.model_dump().items()))
-    if isinstance(value, dict):
-        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)):
-        return tuple(_freeze(v) for v in value)
-    return value
-
-
-def signature(capabilities: WorkerCapabilities) -> Hashable:
-    """What workers must share to be judged as one: every field but the per-host ones."""
-    return tuple(_freeze(getattr(capabilities, f)) for f in _SIGNATURE_FIELDS)
-
-
-def _core_level(cores: float) -> int:
-    """0 below one core, then 1, 2, 3... for [1, 2), [2, 4), [4, 8)...: monotone in cores."""
-    return int(max(cores, 0.0)).bit_length()
-
-
-class _Group:
-    """One class: workers whose capabilities have the same signature."""
-
-    __slots__ = ("alive", "buckets", "members", "ready", "representative", "signature")
-
-    def __init__(self, sig: Hashable, representative: WorkerSnapshot) -> None:
-        self.signature = sig
-        self.representative = representative
-        """The first member, idle: what class-level verdicts are judged on."""
-        self.alive = True
-        self.members: dict[str, _Entry] = {}
-        self.ready = _Bucket()
-        """Every ready member, whatever its free capacity."""
-        self.buckets: dict[tuple[int, int], _Bucket] = {}
-
-
-class _Entry:
-    __slots__ = ("bucket", "group", "keys", "snap")
-
-    def __init__(self, snap: WorkerSnapshot, group: _Group) -> None:
-        self.snap = snap
-        self.group = group
-        self.keys = {name: ordering(snap) for name, ordering in ORDERINGS.items()}
-        self.bucket: tuple[int, int] | None = (
-            (len(snap.free_gpus), _core_level(snap.free_cpu_cores)) if snap.ready else None
-        )
-
-
-class _Bucket:
-    __slots__ = ("entries", "orders")
-
-    def __init__(self) -> None:
-        self.entries: dict[str, _Entry] = {}
-        self.orders: dict[str, list[RankKey]] = {}
-
-    def ordered(self, ordering: str) -> list[RankKey]:
-        keys = self.orders.get(ordering)
-        if keys is None:
-            keys = sorted(entry.keys[ordering] for entry in self.entries.values())
-            self.orders[ordering] = keys
-        return keys
-
-    def insert(self, entry: _Entry) -> None:
-        self.entries[entry.snap.id] = entry
-        for ordering, keys in self.orders.items():
-            insort(keys, entry.keys[ordering])
-
-    def discard(self, entry: _Entry) -> None:
-        del self.entries[entry.snap.id]
-        for ordering, keys in self.orders.items():
-            del keys[bisect_left(keys, entry.keys[ordering])]
-
-
-class _Plan:
-    """One class's cached answer for one requirement key: it could run the job, given that
-    these conditions hold on the worker now."""
-
-    __slots__ = ("_tests", "conditions", "cores", "eligible", "gpus", "level", "ready")
-
-    def __init__(self, conditions: tuple[Condition, ...], eligible: frozenset[int] | None):
-        self.conditions = conditions
-        self._tests = tuple(c.holds for c in conditions)
-        self.ready = any(c.ready for c in conditions)
-        self.gpus = max((c.gpus for c in conditions), default=0)
-        self.cores = max((c.cores for c in conditions), default=0.0)
-        self.level = _core_level(self.cores)
-        self.eligible = eligible
-        """Device indices meeting every per-device field (None: all of them, or no GPU job):
-        what :meth:`WorkerIndex.closest` counts a shortfall in."""
-
-    def holds(self, snap: WorkerSnapshot) -> bool:
-        return all(test(snap) for test in self._tests)
-
-
-class _KeyEntry:
-    """The plans of every class that could run jobs of one requirement key."""
-
-    __slots__ = ("plans", "seen")
-
-    def __init__(self) -> None:
-        self.plans: dict[_Group, _Plan] = {}
-        self.seen = 0
-        """How much of the index's log of added classes these plans have judged."""
 
 
 def node_count(job: JobSpec) -> int:
@@ -374,9 +266,10 @@ class WorkerIndex:
         plans = self._plans(job)
         if not plans:
             return False
-        candidates = self._candidates(job)
+        candidates = _candidates(job, self._entries, self._labels)
         return any(
-            self._identity_ok(job, entry.snap) for entry in self._entries_in(plans, candidates)
+            self._identity_ok(job, entry.snap)
+            for entry in _entries_in(self._entries, plans, candidates)
         )
 
     def closest(self, job: JobSpec, *, exclude: Collection[str] = frozenset()) -> str | None:
@@ -385,7 +278,9 @@ class WorkerIndex:
         plans = self._plans(job)
         r = job.resources
         best: tuple[Any, ...] | None = None
-        for entry in self._entries_in(plans, self._candidates(job)):
+        for entry in _entries_in(
+            self._entries, plans, _candidates(job, self._entries, self._labels)
+        ):
             snap = entry.snap
             if not snap.ready or snap.id in exclude or not self._identity_ok(job, snap):
                 continue
@@ -466,38 +361,6 @@ class WorkerIndex:
 
     # --- internals --------------------------------------------------------------------------
 
-    def _candidates(self, job: JobSpec) -> Set[str] | None:
-        """Worker ids that worker_ids and worker_labels could accept (a lookup that narrows
-        the search; those checks still judge each candidate); None when neither is set."""
-        pinned = job.placement.worker_ids
-        labels = job.placement.worker_labels
-        if not pinned and not labels:
-            return None
-        sets: list[Set[str]] = []
-        if pinned:
-            sets.append({w for w in pinned if w in self._entries})
-        for pair in labels.items():
-            holders = self._labels.get(pair)
-            if not holders:
-                return frozenset()
-            sets.append(holders)
-        sets.sort(key=len)
-        if len(sets) == 1:
-            return sets[0]
-        return set(sets[0]).intersection(*sets[1:])
-
-    def _entries_in(
-        self, plans: dict[_Group, _Plan], candidates: Set[str] | None
-    ) -> Iterator[_Entry]:
-        if candidates is None:
-            for group in plans:
-                yield from group.members.values()
-            return
-        for worker_id in candidates:
-            entry = self._entries[worker_id]
-            if entry.group in plans:
-                yield entry
-
     def _identity_ok(self, job: JobSpec, snap: WorkerSnapshot) -> bool:
         return all(outcome(c.function(job, snap), snap) is None for c in self._identity_checks)
 
@@ -509,11 +372,11 @@ class WorkerIndex:
         if not plans:
             return None
         ordering = ordering_for(job)
-        candidates = self._candidates(job)
+        candidates = _candidates(job, self._entries, self._labels)
         best: _Entry | None = None
         best_key: RankKey | None = None
         if candidates is not None and len(candidates) <= _FEW_CANDIDATES:
-            for entry in self._entries_in(plans, candidates):
+            for entry in _entries_in(self._entries, plans, candidates):
                 key = entry.keys[ordering]
                 if best_key is not None and key >= best_key:
                     continue
@@ -603,9 +466,41 @@ class WorkerIndex:
         return None, True
 
 
-def _eligible_devices(resources: ResourceRequest, idle: WorkerSnapshot) -> frozenset[int] | None:
-    if resources.gpus == 0:
+# Module functions rather than methods: they read only the dicts handed to them, and keep
+# WorkerIndex within the class size limit.
+
+
+def _candidates(
+    job: JobSpec, entries: Collection[str], by_label: dict[tuple[str, str], set[str]]
+) -> Set[str] | None:
+    """Worker ids that worker_ids and worker_labels could accept (a lookup that narrows
+    the search; those checks still judge each candidate); None when neither is set."""
+    pinned = job.placement.worker_ids
+    labels = job.placement.worker_labels
+    if not pinned and not labels:
         return None
-    devices = idle.capabilities.gpus
-    meeting = frozenset(gpu.index for gpu in devices if device_meets(resources, gpu))
-    return None if len(meeting) == len(devices) else meeting
+    sets: list[Set[str]] = []
+    if pinned:
+        sets.append({w for w in pinned if w in entries})
+    for pair in labels.items():
+        holders = by_label.get(pair)
+        if not holders:
+            return frozenset()
+        sets.append(holders)
+    sets.sort(key=len)
+    if len(sets) == 1:
+        return sets[0]
+    return set(sets[0]).intersection(*sets[1:])
+
+
+def _entries_in(
+    entries: dict[str, _Entry], plans: dict[_Group, _Plan], candidates: Set[str] | None
+) -> Iterator[_Entry]:
+    if candidates is None:
+        for group in plans:
+            yield from group.members.values()
+        return
+    for worker_id in candidates:
+        entry = entries[worker_id]
+        if entry.group in plans:
+            yield entry
