@@ -20,26 +20,20 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
-import pathspec
-
 from gpulayer.errors import UsageError
 
-IGNORE_FILE = ".gpulayerignore"
+# The ignore rules live in bundle_ignore; re-exported here, where callers have always found them.
+from gpulayer.protocol.bundle_ignore import DEFAULT_EXCLUDES as DEFAULT_EXCLUDES
+from gpulayer.protocol.bundle_ignore import GIT_IGNORE_FILE as GIT_IGNORE_FILE
+from gpulayer.protocol.bundle_ignore import IGNORE_FILE as IGNORE_FILE
+from gpulayer.protocol.bundle_ignore import IgnoreRules as IgnoreRules
+from gpulayer.protocol.bundle_ignore import is_ignored as is_ignored
+from gpulayer.protocol.bundle_ignore import parse_ignore as parse_ignore
+
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
 # 1980-01-01, the earliest time a zip can hold: every tool accepts it, and it is not 0,
 # which some tools read as "unknown".
 BUNDLE_MTIME = 315532800
-
-DEFAULT_EXCLUDES: tuple[str, ...] = (
-    "__pycache__/",
-    "*.pyc",
-    ".venv/",
-    "venv/",
-    "node_modules/",
-    ".mypy_cache/",
-    ".pytest_cache/",
-    ".ruff_cache/",
-)
 
 
 class BundleError(UsageError):
@@ -86,9 +80,8 @@ def _human(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-# --- ignore rules ---------------------------------------------------------------------------
+# --- never bundled; local inputs (the ignore rules are in bundle_ignore) --------------------
 
-GIT_IGNORE_FILE = ".gitignore"
 # Never bundled, whatever a rule says: a repository's internals (a .git file too, as in a
 # worktree) hold its whole history and often credentials in its config.
 NEVER_BUNDLED = frozenset({".git"})
@@ -173,57 +166,6 @@ def shipped_input(work_dir: Path, index: int) -> Path | None:
         return None
     children = list(path.iterdir())
     return children[0] if len(children) == 1 else None
-
-
-def parse_ignore(lines: Iterable[str]) -> pathspec.GitIgnoreSpec:
-    """Rules with gitignore's semantics: '#' comments, '!' re-includes, a trailing '/' only
-    matches directories, a '/' inside anchors at the rules' folder; the last match wins."""
-    return pathspec.GitIgnoreSpec.from_lines(list(lines))
-
-
-def is_ignored(rel_path: str, is_dir: bool, rules: pathspec.GitIgnoreSpec) -> bool:
-    return _verdict(rules, rel_path, is_dir) is True
-
-
-def _verdict(rules: pathspec.GitIgnoreSpec, rel_path: str, is_dir: bool) -> bool | None:
-    """True ignored, False re-included, None when no rule speaks of the path."""
-    return rules.check_file(rel_path + "/" if is_dir else rel_path).include
-
-
-class IgnoreRules:
-    """The default excludes, then every .gitignore down to a path (a deeper one overrides a
-    shallower, as in git), then the source root's .gpulayerignore, which has the last word."""
-
-    def __init__(self, root: Path) -> None:
-        self._defaults = parse_ignore(DEFAULT_EXCLUDES)
-        self._gitignores: dict[str, pathspec.GitIgnoreSpec] = {}
-        self._own = parse_ignore(_read_lines(root / IGNORE_FILE))
-        self.add_gitignore(root, "")
-
-    def add_gitignore(self, folder: Path, rel_dir: str) -> None:
-        """Take up ``folder``'s .gitignore, if it has one, for the paths under it."""
-        lines = _read_lines(folder / GIT_IGNORE_FILE)
-        if lines:
-            self._gitignores[rel_dir] = parse_ignore(lines)
-
-    def ignored(self, rel_path: str, is_dir: bool) -> bool:
-        found = _verdict(self._defaults, rel_path, is_dir)
-        parts = rel_path.split("/")
-        for depth in range(len(parts)):
-            base = "/".join(parts[:depth])
-            rules = self._gitignores.get(base)
-            if rules is not None:
-                verdict = _verdict(rules, "/".join(parts[depth:]), is_dir)
-                found = verdict if verdict is not None else found
-        own = _verdict(self._own, rel_path, is_dir)
-        return bool(own if own is not None else found)
-
-
-def _read_lines(path: Path) -> list[str]:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        return []
 
 
 # --- creating -------------------------------------------------------------------------------
