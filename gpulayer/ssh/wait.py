@@ -7,6 +7,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from gpulayer.ssh.errors import (
     InvalidSshArgument,
@@ -18,6 +19,9 @@ from gpulayer.ssh.errors import (
 from gpulayer.ssh.hostkeys import HostKeyStore
 from gpulayer.ssh.session import SshSession
 from gpulayer.ssh.target import SshTarget
+
+if TYPE_CHECKING:  # imported lazily at run time: `gpulayer --help` stays light
+    import tenacity
 
 log = logging.getLogger(__name__)
 
@@ -44,15 +48,7 @@ def wait_for_ssh(
     A changed host key is never retried. Raises SshUnreachable carrying the last error.
     ``on_progress`` hears every ``progress_seconds`` which attempt runs, for how long the
     wait has gone on and what the last attempt said, so a long wait is never silent."""
-    import tenacity
-
-    if not isinstance(deadline_seconds, (int, float)) or not math.isfinite(deadline_seconds):
-        raise InvalidSshArgument(f"deadline_seconds must be a number, got {deadline_seconds!r}")
-    if deadline_seconds <= 0:
-        raise InvalidSshArgument(f"deadline_seconds must be > 0, got {deadline_seconds}")
-    if attempt_timeout <= 0:
-        raise InvalidSshArgument(f"attempt_timeout must be > 0, got {attempt_timeout}")
-
+    _check_arguments(deadline_seconds, attempt_timeout)
     retryable: tuple[type[SshError], ...] = (
         (SshConnectionError, SshAuthError) if retry_auth else (SshConnectionError,)
     )
@@ -70,16 +66,6 @@ def wait_for_ssh(
         timeout = max(_MIN_ATTEMPT_SECONDS, min(attempt_timeout, remaining()))
         return SshSession(target, host_keys=host_keys).connect(timeout=timeout)
 
-    backoff = tenacity.wait_exponential(
-        multiplier=first_backoff, min=first_backoff, max=max_backoff
-    )
-
-    def wait(state: tenacity.RetryCallState) -> float:
-        return max(0.0, min(backoff(state), remaining()))
-
-    def stop(state: tenacity.RetryCallState) -> bool:
-        return remaining() <= 0
-
     def note(state: tenacity.RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome else None
         if error is not None:
@@ -93,27 +79,9 @@ def wait_for_ssh(
             f"{time.monotonic() - begun:.0f} s of {deadline_seconds:.0f} s{said}"
         )
 
-    retrying = tenacity.Retrying(
-        stop=stop,
-        wait=wait,
-        retry=tenacity.retry_if_exception_type(retryable),
-        before_sleep=note,
-        reraise=True,
-    )
+    retrying = _retrying(remaining, retryable, note, first_backoff, max_backoff)
     done = threading.Event()
-    ticker: threading.Thread | None = None
-    if on_progress is not None:
-        reporter = on_progress
-
-        def tick() -> None:
-            while not done.wait(progress_seconds):
-                try:
-                    reporter(report())
-                except Exception:
-                    log.exception("progress report failed")
-
-        ticker = threading.Thread(target=tick, name="gpulayer-ssh-wait", daemon=True)
-        ticker.start()
+    ticker = _start_ticker(on_progress, progress_seconds, report, done)
     try:
         session: SshSession = retrying(attempt)
     except retryable as exc:
@@ -125,3 +93,68 @@ def wait_for_ssh(
             # never after: the caller's next lines are not interleaved with a stale one.
             ticker.join()
     return session
+
+
+# The helpers below are wait_for_ssh's steps, kept apart so it reads as the wait itself.
+
+
+def _check_arguments(deadline_seconds: float, attempt_timeout: float) -> None:
+    if not isinstance(deadline_seconds, (int, float)) or not math.isfinite(deadline_seconds):
+        raise InvalidSshArgument(f"deadline_seconds must be a number, got {deadline_seconds!r}")
+    if deadline_seconds <= 0:
+        raise InvalidSshArgument(f"deadline_seconds must be > 0, got {deadline_seconds}")
+    if attempt_timeout <= 0:
+        raise InvalidSshArgument(f"attempt_timeout must be > 0, got {attempt_timeout}")
+
+
+def _retrying(
+    remaining: Callable[[], float],
+    retryable: tuple[type[SshError], ...],
+    note: Callable[[tenacity.RetryCallState], None],
+    first_backoff: float,
+    max_backoff: float,
+) -> tenacity.Retrying:
+    """Exponential backoff between tries, never sleeping past the deadline, stopping at it."""
+    import tenacity
+
+    backoff = tenacity.wait_exponential(
+        multiplier=first_backoff, min=first_backoff, max=max_backoff
+    )
+
+    def wait(state: tenacity.RetryCallState) -> float:
+        return max(0.0, min(backoff(state), remaining()))
+
+    def stop(state: tenacity.RetryCallState) -> bool:
+        return remaining() <= 0
+
+    return tenacity.Retrying(
+        stop=stop,
+        wait=wait,
+        retry=tenacity.retry_if_exception_type(retryable),
+        before_sleep=note,
+        reraise=True,
+    )
+
+
+def _start_ticker(
+    on_progress: Callable[[str], None] | None,
+    progress_seconds: float,
+    report: Callable[[], str],
+    done: threading.Event,
+) -> threading.Thread | None:
+    """A thread that hands ``report()`` to ``on_progress`` every ``progress_seconds`` until
+    ``done`` is set; None when nobody listens."""
+    if on_progress is None:
+        return None
+    reporter = on_progress
+
+    def tick() -> None:
+        while not done.wait(progress_seconds):
+            try:
+                reporter(report())
+            except Exception:
+                log.exception("progress report failed")
+
+    ticker = threading.Thread(target=tick, name="gpulayer-ssh-wait", daemon=True)
+    ticker.start()
+    return ticker
