@@ -53,6 +53,7 @@ from gpulayer.cloud.bootstrap.remote import RemoteWorker, run_collect
 from gpulayer.errors import UsageError
 
 if TYPE_CHECKING:
+    from gpulayer.cloud.bootstrap.commands import HostPython
     from gpulayer.cloud.wheelhouse import Wheelhouse
     from gpulayer.ssh.session import SshSession, Stream
     from gpulayer.ssh.tunnel import ReverseTunnel
@@ -132,17 +133,7 @@ def bootstrap_worker(
         phase(f"probing python ({plan.python}) on {target}")
         # From here on the host may hold something of ours, even if this very call times out.
         touched = True
-        probe = session.run(
-            probe_command(plan.python, plan.install_dir, wheelhouse_dir), timeout=remaining()
-        )
-        host = parse_probe(probe.stdout + probe.stderr, plan.python)
-        glibc = f", glibc {host.glibc}" if host.glibc else ""
-        phase(f"host python {host.version} ({host.implementation}, {host.platform}{glibc})")
-        why = wheelhouse.incompatibility(
-            host.version, host.platform, glibc=host.glibc, implementation=host.implementation
-        )
-        if why is not None:
-            raise HostIncompatible(why, lines.tail)
+        host = _probe_host(session, plan, wheelhouse, wheelhouse_dir, lines, remaining)
         _upload_wheels(session, wheelhouse, wheelhouse_dir, host.wheels, phase, remaining)
         _upload_files(session, plan, remaining)
         tunnel = open_reverse_tunnel(session, plan.control_plane_port)
@@ -154,12 +145,7 @@ def bootstrap_worker(
         code = session.exec(command, on_output=lines.feed, timeout=limit + 2 * KILL_AFTER_SECONDS)
         lines.flush()
         pid_text = phase_field(lines.seen, "worker-pid")
-        if code != 0 or pid_text is None or not pid_text.isdigit():
-            if code == 124:
-                raise BootstrapTimeout(
-                    f"bootstrap on {target} ran past {timeout:g}s", list(lines.tail)
-                )
-            raise BootstrapError(f"bootstrap on {target} failed (exit {code})", list(lines.tail))
+        pid_text = _started_pid(code, pid_text, target, timeout, lines)
         _prune_wheelhouses(session, wheelhouse_dir, phase)
         worker = RemoteWorker(
             session,
@@ -183,6 +169,47 @@ def bootstrap_worker(
         if isinstance(exc, SshError) and not isinstance(exc, UsageError):
             raise BootstrapError(f"bootstrap on {target}: {exc}", list(lines.tail)) from exc
         raise
+
+
+# bootstrap_worker's steps of their own, so the function reads as the sequence it runs.
+
+
+def _probe_host(
+    session: SshSession,
+    plan: BootstrapPlan,
+    wheelhouse: Wheelhouse,
+    wheelhouse_dir: str,
+    lines: _Lines,
+    remaining: Callable[[], float],
+) -> HostPython:
+    """The host's python, as its probe says; HostIncompatible when the wheelhouse does not
+    fit it (before anything is installed)."""
+    probe = session.run(
+        probe_command(plan.python, plan.install_dir, wheelhouse_dir), timeout=remaining()
+    )
+    host = parse_probe(probe.stdout + probe.stderr, plan.python)
+    glibc = f", glibc {host.glibc}" if host.glibc else ""
+    lines.emit(
+        f"{PHASE_PREFIX} host python {host.version} ({host.implementation}, {host.platform}{glibc})"
+    )
+    why = wheelhouse.incompatibility(
+        host.version, host.platform, glibc=host.glibc, implementation=host.implementation
+    )
+    if why is not None:
+        raise HostIncompatible(why, lines.tail)
+    return host
+
+
+def _started_pid(
+    code: int, pid_text: str | None, target: object, timeout: float, lines: _Lines
+) -> str:
+    """The worker's pid the install script printed; BootstrapTimeout or BootstrapError when
+    the script failed, ran out of time or printed none."""
+    if code != 0 or pid_text is None or not pid_text.isdigit():
+        if code == 124:
+            raise BootstrapTimeout(f"bootstrap on {target} ran past {timeout:g}s", list(lines.tail))
+        raise BootstrapError(f"bootstrap on {target} failed (exit {code})", list(lines.tail))
+    return pid_text
 
 
 def _upload_wheels(
