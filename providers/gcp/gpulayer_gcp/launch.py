@@ -316,31 +316,8 @@ def instance_body(
             "gpulayer:request": request.request_id,
         }
     )
-    metadata = {
-        "ssh-keys": f"{ssh_user}:{request.ssh_public_key.strip()}",
-        # Only the request's key logs in, not the project's keys.
-        "block-project-ssh-keys": "true",
-        label_key("gpulayer:ssh-user"): ssh_user,
-        label_key("gpulayer:instance-type"): offer.instance_type,
-    }
-    if offer.hourly_price is not None:
-        metadata[label_key("gpulayer:hourly-price")] = f"{offer.hourly_price:g}"
-    if settings.python is not None:
-        metadata[label_key("gpulayer:python")] = settings.python
-    if settings.install_root is not None:
-        metadata[label_key("gpulayer:install-root")] = settings.install_root
-    interface = compute_v1.NetworkInterface(network=_network_link(project, settings.network))
-    if settings.subnetwork:
-        subnetwork = settings.subnetwork
-        if "/" not in subnetwork:
-            subnetwork = f"regions/{offer.region}/subnetworks/{subnetwork}"
-        interface.subnetwork = subnetwork
-    if request.private_ip and node_rank == 0:
-        interface.network_i_p = request.private_ip
-    if not settings.use_private_ip:
-        interface.access_configs = [
-            compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")
-        ]
+    metadata = _instance_metadata(settings, offer, request, ssh_user)
+    interface = _network_interface(settings, offer, request, project, node_rank)
     disk_params = compute_v1.AttachedDiskInitializeParams(
         source_image=source_image,
         disk_type=f"zones/{zone}/diskTypes/{settings.disk_type}",
@@ -380,6 +357,51 @@ def instance_body(
             )
         ]
     return body
+
+
+# instance_body's parts, each a function so the body reads as the instance it describes.
+
+
+def _instance_metadata(
+    settings: GcpSettings, offer: Offer, request: LaunchRequest, ssh_user: str
+) -> dict[str, str]:
+    """The instance's metadata: the login key, and what gpulayer reads back from it later."""
+    metadata = {
+        "ssh-keys": f"{ssh_user}:{request.ssh_public_key.strip()}",
+        # Only the request's key logs in, not the project's keys.
+        "block-project-ssh-keys": "true",
+        label_key("gpulayer:ssh-user"): ssh_user,
+        label_key("gpulayer:instance-type"): offer.instance_type,
+    }
+    if offer.hourly_price is not None:
+        metadata[label_key("gpulayer:hourly-price")] = f"{offer.hourly_price:g}"
+    if settings.python is not None:
+        metadata[label_key("gpulayer:python")] = settings.python
+    if settings.install_root is not None:
+        metadata[label_key("gpulayer:install-root")] = settings.install_root
+    return metadata
+
+
+def _network_interface(
+    settings: GcpSettings, offer: Offer, request: LaunchRequest, project: str, node_rank: int
+) -> Any:
+    """The instance's one network interface: its network, subnetwork, fixed address (the
+    first node only) and, unless private addresses are asked for, an external address."""
+    from google.cloud import compute_v1
+
+    interface = compute_v1.NetworkInterface(network=_network_link(project, settings.network))
+    if settings.subnetwork:
+        subnetwork = settings.subnetwork
+        if "/" not in subnetwork:
+            subnetwork = f"regions/{offer.region}/subnetworks/{subnetwork}"
+        interface.subnetwork = subnetwork
+    if request.private_ip and node_rank == 0:
+        interface.network_i_p = request.private_ip
+    if not settings.use_private_ip:
+        interface.access_configs = [
+            compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")
+        ]
+    return interface
 
 
 def _wait(settings: GcpSettings, operation: Any, wait_once: Any, what: str) -> Any:
