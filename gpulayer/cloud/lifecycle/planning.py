@@ -10,6 +10,7 @@ either waits for capacity or gives up, and the decision says why in one line.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -182,49 +183,100 @@ def choose(
     capacity = [t for t in tries if t.outcome == "capacity"]
     backoff = backoff_seconds(len(capacity))
     blocked = BlockList()
+    waiting = _block_refusals(blocked, tries, now, capacity_freed_at, backoff)
+    _block_partial_gangs(blocked, tries)
+    _block_misconfigured_providers(blocked, tries)
+    offer = _first_open(fitting, tries, held, blocked)
+    if offer is not None:
+        return Decision(offer=offer)
+    waiting += [f"{key_label(k)}: {why}" for k, why in held.items() if _fits(k, fitting)]
+    waiting += list(busy)
+    if not waiting:
+        return _every_offer_failed(tries)
+    started = min([t.created_at for t in capacity] + [wait_started or now])
+    return _wait_or_give_up(
+        list(dict.fromkeys(waiting)),
+        queue=queue,
+        waited=now - started,
+        wait_limit=wait_limit,
+        backoff=backoff,
+    )
+
+
+def _place(past: PastTry) -> tuple[str, str, str | None]:
+    return past.key[0], past.key[1], past.key[2] or None
+
+
+def _block_refusals(
+    blocked: BlockList, tries: Sequence[PastTry], now: float, freed_at: float, backoff: float
+) -> list[str]:
+    """Block the places that refused; the capacity refusals still in force, as reasons to
+    wait. A capacity refusal older than the backoff, or than the last instance's end, no
+    longer blocks: capacity may be back there."""
     waiting: list[str] = []
     for past in tries:
         if past.outcome not in REFUSALS or past.scope is None:
             continue
         ended = past.ended_at or past.created_at
-        if past.outcome == "capacity" and (ended < capacity_freed_at or now - ended > backoff):
-            continue  # capacity may be back: try that place again
-        provider, region, zone = past.key[0], past.key[1], past.key[2] or None
-        blocked.block(past.scope, provider, region, zone, kind=past.outcome)
+        if past.outcome == "capacity" and (ended < freed_at or now - ended > backoff):
+            continue
+        blocked.block(past.scope, *_place(past), kind=past.outcome)
         if past.outcome == "capacity":
             waiting.append(f"{past.label}: {past.message}")
+    return waiting
+
+
+def _block_partial_gangs(blocked: BlockList, tries: Sequence[PastTry]) -> None:
     for past in tries:
         if past.outcome == "partial" and past.scope is not None:
-            provider, region, zone = past.key[0], past.key[1], past.key[2] or None
-            blocked.block(past.scope, provider, region, zone, kind="partial gang launch")
-    config_errors: dict[str, int] = {}
-    for past in tries:
-        if past.outcome == "config":
-            config_errors[past.key[0]] = config_errors.get(past.key[0], 0) + 1
-    for provider, count in config_errors.items():
+            blocked.block(past.scope, *_place(past), kind="partial gang launch")
+
+
+def _block_misconfigured_providers(blocked: BlockList, tries: Sequence[PastTry]) -> None:
+    errors = Counter(past.key[0] for past in tries if past.outcome == "config")
+    for provider, count in errors.items():
         if count >= CONFIG_TRIES_PER_PROVIDER:
             blocked.block("provider", provider, kind="configuration error")
+
+
+def _first_open(
+    fitting: Sequence[Offer],
+    tries: Sequence[PastTry],
+    held: Mapping[OfferKey, str],
+    blocked: BlockList,
+) -> Offer | None:
+    """The first fitting offer (the cheapest) that failed for the job in no try, is not held,
+    and is in no blocked place."""
     failed = {t.key for t in tries if t.outcome in ("failed", "config")}
     for offer in fitting:
         key = offer_key(offer)
-        if key in failed or key in held or blocked.reason_for(offer) is not None:
-            continue
-        return Decision(offer=offer)
-    waiting += [f"{key_label(k)}: {why}" for k, why in held.items() if _fits(k, fitting)]
-    waiting += list(busy)
-    if waiting:
-        waiting = list(dict.fromkeys(waiting))
-        shown = "; ".join(waiting[:3]) + ("; ..." if len(waiting) > 3 else "")
-        why = f"waiting for capacity: {len(waiting)} offer(s) busy or out of capacity ({shown})"
-        if not queue:
-            return Decision(give_up=why.replace("waiting for capacity", "no capacity", 1))
-        started = min([t.created_at for t in capacity] + [wait_started or now])
-        if wait_limit is not None and now - started > wait_limit:
-            return Decision(
-                give_up=f"no capacity within provisioning_timeout_seconds ({wait_limit:g} s): "
-                + shown
-            )
-        return Decision(wait=why, retry_in=backoff)
+        if key not in failed and key not in held and blocked.reason_for(offer) is None:
+            return offer
+    return None
+
+
+def _wait_or_give_up(
+    waiting: list[str],
+    *,
+    queue: bool,
+    waited: float,
+    wait_limit: float | None,
+    backoff: float,
+) -> Decision:
+    """Offers that would fit are busy or out of capacity: the job waits, unless it does not
+    queue or has waited its provisioning_timeout_seconds."""
+    shown = "; ".join(waiting[:3]) + ("; ..." if len(waiting) > 3 else "")
+    what = f"{len(waiting)} offer(s) busy or out of capacity ({shown})"
+    if not queue:
+        return Decision(give_up=f"no capacity: {what}")
+    if wait_limit is not None and waited > wait_limit:
+        return Decision(
+            give_up=f"no capacity within provisioning_timeout_seconds ({wait_limit:g} s): " + shown
+        )
+    return Decision(wait=f"waiting for capacity: {what}", retry_in=backoff)
+
+
+def _every_offer_failed(tries: Sequence[PastTry]) -> Decision:
     messages = [f"{t.label}: {t.message}" for t in tries if t.outcome != "other"]
     return Decision(give_up="every offer failed: " + ("; ".join(messages[-5:]) or "none tried"))
 
