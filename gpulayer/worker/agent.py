@@ -6,119 +6,52 @@ The same agent serves the embedded local worker (over an in-process link) and re
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import hashlib
 import logging
 import os
-import re
-import shutil
 import signal
-import stat
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TypeVar
 
-from gpulayer.backoff import WORKER_CLAIM, WORKER_OUTPUTS, WORKER_PREPARE, WORKER_REPORT
-from gpulayer.errors import ControlPlaneError, ForbiddenError, StaleAttemptError, UsageError
+from gpulayer.backoff import WORKER_CLAIM, WORKER_PREPARE
+from gpulayer.errors import ControlPlaneError, ForbiddenError, StaleAttemptError
 from gpulayer.protocol.client import Unauthorized
 from gpulayer.protocol.messages import (
     SETUP_LOG_PREFIX,
     Assignment,
     AttemptReport,
-    ClaimReply,
     FinishOutcome,
     HeartbeatReply,
     Registration,
 )
-from gpulayer.worker.containment import Containment, reap_orphans
+from gpulayer.worker.attempt_env import array_env as _array_env
+from gpulayer.worker.attempt_env import device_env as _device_env
+from gpulayer.worker.attempt_env import node_place as _node_place
+from gpulayer.worker.bundle_cache import source_bundle
+from gpulayer.worker.containment import AttemptGroup, Containment, reap_orphans
 from gpulayer.worker.disk import disk_trouble, remove_attempt_folder, sweep_attempt_folders
-from gpulayer.worker.distributed import NodePlace
 from gpulayer.worker.finish_batch import FinishBatcher
 from gpulayer.worker.identities import UidPool, take_back
 from gpulayer.worker.logship import LogShipper
-from gpulayer.worker.outputs import DEFAULT_MAX_FILE_BYTES, gather_outputs
+from gpulayer.worker.outputs import DEFAULT_MAX_FILE_BYTES
 from gpulayer.worker.process import RunAs
 
-if TYPE_CHECKING:
-    import tenacity
+# The link, and the way an attempt's outputs and report travel back, live in sending.py;
+# ControlLink is re-exported here, where callers have always found it.
+from gpulayer.worker.sending import ControlLink as ControlLink
+from gpulayer.worker.sending import noted, refuses_worker, send_report, store_outputs
 
 log = logging.getLogger("gpulayer.worker")
 
 # An attempt's last lines up to this size go with its outcome, in the same request.
 _LOGS_WITH_OUTCOME_BYTES = 256 << 10
-# Source bundles by their SHA-256, under the work root, shared by the worker's attempts.
-_BUNDLE_CACHE = ".bundles"
-_HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 # What a job killed by the signals a machine going away sends (a shutdown, a Slurm step
 # ending) exits with; the worker's own stop follows within moments.
 _OUTSIDE_STOP_EXITS = frozenset({-signal.SIGTERM, -signal.SIGKILL})
 OUTSIDE_STOP_WAIT_SECONDS = 5.0
 T = TypeVar("T")
-
-
-def _sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for chunk in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _own_folder(path: Path) -> bool:
-    try:
-        info = path.lstat()
-    except OSError:
-        return False
-    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
-
-
-def _copy_if_intact(cached: Path, copy: Path, digest: str) -> bool:
-    """Copy a cached bundle for one attempt if its bytes still have ``digest``: read without
-    following a link, only a plain file of the worker's, in a folder of the worker's. A
-    cached file that fails is removed (the next fetch replaces it)."""
-    if not _own_folder(cached.parent):
-        return False
-    try:
-        fd = os.open(cached, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return False
-    hasher = hashlib.sha256()
-    with os.fdopen(fd, "rb") as stream:
-        info = os.fstat(stream.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
-            intact = False
-        else:
-            out_fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(out_fd, "wb") as out:
-                for chunk in iter(functools.partial(stream.read, 1 << 20), b""):
-                    hasher.update(chunk)
-                    out.write(chunk)
-            intact = hasher.hexdigest() == digest
-    if not intact:
-        log.warning("cached bundle %s does not match its digest; fetching it again", digest)
-        copy.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):
-            cached.unlink()
-    return intact
-
-
-class ControlLink(Protocol):
-    def register(self, registration: Registration) -> str: ...
-    def heartbeat(
-        self, worker_id: str, running: list[int], degraded: str | None = None
-    ) -> HeartbeatReply: ...
-    def claim(self, worker_id: str, wait: float) -> ClaimReply: ...
-    def append_logs(self, attempt_id: int, lines: list[tuple[str, str]]) -> None: ...
-    def finish(self, attempt_id: int, report: AttemptReport) -> None: ...
-    def finish_many(
-        self, worker_id: str, reports: Sequence[tuple[int, AttemptReport]]
-    ) -> list[FinishOutcome]: ...
-    def fetch_bundle(self, job_id: str, destination: Path) -> None: ...
-    def store_outputs(self, attempt_id: int, files: list[tuple[str, Path]]) -> None: ...
-    def resolve_artifact(self, reference: str, scratch: Path) -> Path: ...
-    def job_environment(self, job_id: str) -> Mapping[str, str] | None: ...
 
 
 class WorkerAgent:
@@ -266,8 +199,8 @@ class WorkerAgent:
             try:
                 for attempt in WORKER_CLAIM.retrying(
                     stop_event=self._stop,
-                    retry_if=lambda exc: not _refuses_worker(exc),
-                    before_sleep=_noted("claiming work failed"),
+                    retry_if=lambda exc: not refuses_worker(exc),
+                    before_sleep=noted("claiming work failed"),
                 ):
                     with attempt:  # a control plane hiccup must not end the worker
                         if not self._stop.is_set():
@@ -410,9 +343,6 @@ class WorkerAgent:
             self._fence(attempt_id, exc)
 
     def _run_assignment(self, assignment: Assignment) -> None:
-        from gpulayer.spec import JobSpec
-        from gpulayer.worker.runner import JobRun, RunContext
-
         attempt_id = assignment.attempt_id
         attempt_dir = self.work_root / assignment.job_id / f"attempt-{assignment.attempt}"
         with self._runs_lock:
@@ -432,61 +362,7 @@ class WorkerAgent:
             if self.uid_pool is not None:
                 uid = self.uid_pool.take()
                 run_as = RunAs(f"gpulayer-{uid}", uid, uid, str(attempt_dir))
-            spec = JobSpec.model_validate(assignment.spec)
-            bundle = None
-            if assignment.has_bundle:
-                bundle = self._bundle(assignment, attempt_dir)
-            context = RunContext(
-                job_id=assignment.job_id,
-                attempt=assignment.attempt,
-                spec=spec,
-                job_dir=attempt_dir,
-                bundle=bundle,
-                source_dir=(
-                    Path(assignment.working_dir)
-                    if assignment.working_dir and self.machine_paths
-                    else None
-                ),
-                resolve_artifact=lambda ref: self._while_reachable(
-                    f"fetching input {ref}",
-                    lambda: self.link.resolve_artifact(ref, attempt_dir / "fetched"),
-                ),
-                extra_env={
-                    **_device_env(spec.resources.accelerator, assignment.gpu_indices),
-                    **_array_env(spec.labels),
-                },
-                worker_env=self.link.job_environment(assignment.job_id),
-                group=group,
-                run_as=run_as,
-                node=_node_place(assignment),
-                setup_cache=self.setup_cache,
-                machine_paths=self.machine_paths,
-                masked=self._credentials(),
-            )
-            run = JobRun(context, on_log=functools.partial(_ship, shipper))
-            with self._runs_lock:
-                self._runs[attempt_id] = run
-            if attempt_id in self._fenced or attempt_id in self._cancel_requested:
-                run.cancel()
-            outcome = run.run()
-            if attempt_id not in self._fenced:
-                self._store_outputs(assignment, outcome.output_dir, shipper)
-            tail = shipper.take(_LOGS_WITH_OUTCOME_BYTES)
-            if tail is None:
-                shipper.flush()
-                tail = shipper.take(_LOGS_WITH_OUTCOME_BYTES) or []
-            report = AttemptReport(
-                state=outcome.state,
-                reason=outcome.reason,
-                exit_code=outcome.exit_code,
-                result=outcome.result,
-                message=outcome.message,
-                logs=tail,
-            )
-            if self._cancelled(assignment) and outcome.state != "cancelled":
-                report = AttemptReport(
-                    state="cancelled", reason="cancelled", message="cancelled", logs=tail
-                )
+            report = self._run_job(assignment, attempt_dir, shipper, group, run_as)
         except Unauthorized as exc:
             self.credential_refused(exc)
             report = AttemptReport(state="failed", reason="worker_lost", message=str(exc))
@@ -516,6 +392,104 @@ class WorkerAgent:
                 take_back(attempt_dir)  # the uid's next attempt finds nothing of this one's
                 self.uid_pool.release(uid, all_ended=all_ended)
             self._attempt_over(attempt_dir)
+        report = self._ended_by_the_stop(assignment, report)
+        if attempt_id not in self._fenced:
+            send_report(
+                self._finishes,
+                attempt_id,
+                report,
+                abandon=self._abandon,
+                refused=self.credential_refused,
+            )
+        with self._runs_lock:
+            self._held.discard(attempt_id)
+
+    # _run_assignment's parts: the attempt's run itself, and how the worker's own stop
+    # rewrites its end. Methods of their own so _run_assignment reads as the attempt's
+    # frame (its folder, its logs, its uid, its report).
+
+    def _run_job(
+        self,
+        assignment: Assignment,
+        attempt_dir: Path,
+        shipper: LogShipper,
+        group: AttemptGroup | None,
+        run_as: RunAs | None,
+    ) -> AttemptReport:
+        """Run the attempt's job to its end, store its outputs; its report, with its last logs."""
+        from gpulayer.spec import JobSpec
+        from gpulayer.worker.runner import JobRun, RunContext
+
+        attempt_id = assignment.attempt_id
+        spec = JobSpec.model_validate(assignment.spec)
+        bundle = None
+        if assignment.has_bundle:
+            bundle = self._bundle(assignment, attempt_dir)
+        context = RunContext(
+            job_id=assignment.job_id,
+            attempt=assignment.attempt,
+            spec=spec,
+            job_dir=attempt_dir,
+            bundle=bundle,
+            source_dir=(
+                Path(assignment.working_dir)
+                if assignment.working_dir and self.machine_paths
+                else None
+            ),
+            resolve_artifact=lambda ref: self._while_reachable(
+                f"fetching input {ref}",
+                lambda: self.link.resolve_artifact(ref, attempt_dir / "fetched"),
+            ),
+            extra_env={
+                **_device_env(spec.resources.accelerator, assignment.gpu_indices),
+                **_array_env(spec.labels),
+            },
+            worker_env=self.link.job_environment(assignment.job_id),
+            group=group,
+            run_as=run_as,
+            node=_node_place(assignment),
+            setup_cache=self.setup_cache,
+            machine_paths=self.machine_paths,
+            masked=self._credentials(),
+        )
+        run = JobRun(context, on_log=functools.partial(_ship, shipper))
+        with self._runs_lock:
+            self._runs[attempt_id] = run
+        if attempt_id in self._fenced or attempt_id in self._cancel_requested:
+            run.cancel()
+        outcome = run.run()
+        if attempt_id not in self._fenced:
+            store_outputs(
+                self.link,
+                assignment,
+                outcome.output_dir,
+                shipper,
+                max_file_bytes=self.max_output_file_bytes,
+                abandon=self._abandon,
+                cancelled=lambda: self._cancelled(assignment),
+                refused=self.credential_refused,
+                fence=self._fence,
+            )
+        tail = shipper.take(_LOGS_WITH_OUTCOME_BYTES)
+        if tail is None:
+            shipper.flush()
+            tail = shipper.take(_LOGS_WITH_OUTCOME_BYTES) or []
+        report = AttemptReport(
+            state=outcome.state,
+            reason=outcome.reason,
+            exit_code=outcome.exit_code,
+            result=outcome.result,
+            message=outcome.message,
+            logs=tail,
+        )
+        if self._cancelled(assignment) and outcome.state != "cancelled":
+            report = AttemptReport(
+                state="cancelled", reason="cancelled", message="cancelled", logs=tail
+            )
+        return report
+
+    def _ended_by_the_stop(self, assignment: Assignment, report: AttemptReport) -> AttemptReport:
+        """The report, or the worker's stop in its place when that stop ended the job."""
         if self._killed_with_its_machine(report) and not self._cancelled(assignment):
             # The signal that is stopping this worker too (a machine shutting down, a Slurm
             # step ending, each signal every process) killed the job first: it did not fail,
@@ -540,10 +514,7 @@ class WorkerAgent:
                 result=report.result,
                 logs=report.logs,
             )
-        if attempt_id not in self._fenced:
-            self._report(attempt_id, report)
-        with self._runs_lock:
-            self._held.discard(attempt_id)
+        return report
 
     def _credentials(self) -> tuple[str, ...]:
         """What the worker authenticates with (its join token, its own credential)."""
@@ -575,40 +546,21 @@ class WorkerAgent:
         return self._stop.wait(OUTSIDE_STOP_WAIT_SECONDS)
 
     def _bundle(self, assignment: Assignment, attempt_dir: Path) -> Path:
-        """The job's source bundle: a copy of this worker's cached one, taken only once its
-        bytes match the digest (a job of a worker that cannot isolate it may have rewritten
-        the cache), else fetched (and, once its digest checks out, kept in the cache for the
-        next job with that source). The job unpacks its own copy, never the cached file."""
-        digest = assignment.bundle_digest
+        """The job's source bundle, through this worker's cache (see bundle_cache)."""
         fetched = attempt_dir / "source.tar.gz"
         fetch = functools.partial(
             self._while_reachable,
             "fetching the job's source",
             functools.partial(self.link.fetch_bundle, assignment.job_id, fetched),
         )
-        if digest is None or not _HEX_DIGEST.fullmatch(digest):
-            fetch()
-            return fetched
-        cache = self.work_root / _BUNDLE_CACHE
-        cached = cache / f"{digest}.tar.gz"
-        copy = attempt_dir / "source.cached.tar.gz"
-        if _copy_if_intact(cached, copy, digest):
-            return copy
-        with self._runs_lock:
-            lock = self._bundle_locks.setdefault(digest, threading.Lock())
-        with lock:
-            if _copy_if_intact(cached, copy, digest):
-                return copy
-            fetch()
-            if _sha256_of(fetched) != digest:
-                return fetched  # not what it claims to be: use it for this job, cache nothing
-            cache.mkdir(mode=0o700, parents=True, exist_ok=True)
-            if not _own_folder(cache):
-                return fetched  # not the worker's folder (a link a job put there): keep nothing
-            partial = cache / f".{digest}.{attempt_dir.name}.{threading.get_ident()}"
-            shutil.copyfile(fetched, partial)
-            os.replace(partial, cached)
-            return fetched
+        return source_bundle(
+            assignment.bundle_digest,
+            attempt_dir,
+            self.work_root,
+            fetch,
+            self._runs_lock,
+            self._bundle_locks,
+        )
 
     def _while_reachable(self, what: str, call: Callable[[], T]) -> T:
         """``call``, tried again while the control plane is out of reach (restarting, its
@@ -617,48 +569,11 @@ class WorkerAgent:
         for attempt in WORKER_PREPARE.retrying(
             retry_on=(ControlPlaneError,),
             stop_event=self._stop,
-            before_sleep=_noted(what),
+            before_sleep=noted(what),
         ):
             with attempt:
                 return call()
         raise AssertionError("unreachable")  # tenacity re-raises the last error
-
-    def _store_outputs(self, assignment: Assignment, output_dir: Path, shipper: LogShipper) -> None:
-        """Upload the attempt's regular files, retried for a while; cancel and fencing win."""
-        attempt_id = assignment.attempt_id
-        found = gather_outputs(output_dir, max_file_bytes=self.max_output_file_bytes)
-        for line in found.skipped:
-            shipper.add("system", f"outputs: skipped {line}\n")
-        if not found.files and assignment.attempt == 1:
-            return  # nothing to keep and no earlier attempt's outputs to replace: no request
-        try:
-            for attempt in WORKER_OUTPUTS.retrying(
-                stop_event=self._abandon,
-                before_sleep=_noted(f"storing outputs of attempt {attempt_id} failed"),
-            ):
-                with attempt:
-                    if self._abandon.is_set():
-                        return
-                    try:
-                        self.link.store_outputs(attempt_id, found.files)
-                        return
-                    except Unauthorized as exc:
-                        self.credential_refused(exc)
-                        return
-                    except (StaleAttemptError, ForbiddenError) as exc:
-                        self._fence(attempt_id, exc)
-                        return
-                    except UsageError as exc:  # refused for good (an archive it will not take)
-                        shipper.add("system", f"outputs: refused ({exc})\n")
-                        return
-                    except Exception as exc:
-                        if self._cancelled(assignment):
-                            shipper.add("system", f"outputs: not stored ({exc})\n")
-                            return
-                        raise
-        except Exception as exc:  # out of time, or the worker gave up on its attempts
-            if not self._abandon.is_set():
-                shipper.add("system", f"outputs: not stored ({exc})\n")
 
     def _cancelled(self, assignment: Assignment) -> bool:
         return assignment.attempt_id in self._cancel_requested
@@ -666,38 +581,6 @@ class WorkerAgent:
     def _send_finishes(self, reports: Sequence[tuple[int, AttemptReport]]) -> list[FinishOutcome]:
         assert self.worker_id is not None  # attempts are claimed after registration
         return self.link.finish_many(self.worker_id, reports)
-
-    def _report(self, attempt_id: int, report: AttemptReport) -> None:
-        """Retry until the report lands, waiting out a control plane that is away; a report the
-        control plane refuses as stale is dropped (the job has moved on)."""
-        try:
-            for attempt in WORKER_REPORT.retrying(
-                stop_event=self._abandon,
-                before_sleep=_noted(f"reporting attempt {attempt_id} failed"),
-            ):
-                with attempt:
-                    if self._abandon.is_set():
-                        return
-                    try:
-                        outcome = self._finishes.finish(attempt_id, report)
-                    except Unauthorized as exc:
-                        self.credential_refused(exc)
-                        return
-                    except (
-                        ForbiddenError
-                    ) as exc:  # the request itself: a stale report is an outcome
-                        log.warning("attempt %s: report refused (%s)", attempt_id, exc)
-                        return
-                    if outcome.outcome != "recorded":
-                        log.warning(
-                            "attempt %s: report %s (%s)",
-                            attempt_id,
-                            outcome.outcome,
-                            outcome.detail,
-                        )
-                    return
-        except Exception:
-            return  # the worker gave up on its attempts (drain ran out)
 
 
 def _ship(shipper: LogShipper, stream: str, text: str) -> None:
@@ -707,41 +590,3 @@ def _ship(shipper: LogShipper, stream: str, text: str) -> None:
     shipper.add(stream, text)
     if stream != "system" or text.startswith(SETUP_LOG_PREFIX):
         shipper.hurry()
-
-
-def _refuses_worker(exc: BaseException) -> bool:
-    """The control plane's word that this worker's credential is no good (not a hiccup)."""
-    return isinstance(exc, (Unauthorized, ForbiddenError))
-
-
-def _noted(what: str) -> Callable[[tenacity.RetryCallState], None]:
-    """A before-sleep hook that logs the failure a retry follows."""
-
-    def note(state: tenacity.RetryCallState) -> None:
-        error = state.outcome.exception() if state.outcome is not None else None
-        log.warning("%s (%s); retrying", what, error)
-
-    return note
-
-
-def _node_place(assignment: Assignment) -> NodePlace | None:
-    gang = assignment.gang
-    if gang is None:
-        return None
-    return NodePlace(gang.node_rank, gang.num_nodes, gang.master_addr, gang.node_addr)
-
-
-def _array_env(labels: Mapping[str, str]) -> dict[str, str]:
-    """A job array's task sees its index (submit --array labels each job with it)."""
-    index = labels.get("gpulayer.array.index")
-    return {"GPULAYER_ARRAY_INDEX": index} if index is not None and index.isdigit() else {}
-
-
-def _device_env(accelerator: str, gpu_indices: list[int]) -> dict[str, str]:
-    """Give a job exactly its GPUs, and none to a job that asked for none."""
-    visible = ",".join(str(i) for i in gpu_indices)
-    if accelerator == "rocm":
-        return {"ROCR_VISIBLE_DEVICES": visible, "HIP_VISIBLE_DEVICES": visible}
-    if accelerator == "mps":
-        return {}
-    return {"CUDA_VISIBLE_DEVICES": visible}
