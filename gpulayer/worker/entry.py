@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     import threading
 
+    from gpulayer.protocol.deadman import DeadmanAction
     from gpulayer.protocol.messages import Registration
     from gpulayer.worker.agent import ControlLink, WorkerAgent
     from gpulayer.worker.identities import UidPool
@@ -108,40 +110,12 @@ def run_worker(options: WorkerOptions) -> int:
     import signal
     import threading
 
-    from gpulayer.errors import UsageError
-    from gpulayer.protocol.client import ControlClient
-    from gpulayer.protocol.deadman import DeadmanAction
-    from gpulayer.worker.agent import WorkerAgent
     from gpulayer.worker.deadman import DeadmanSwitch
-    from gpulayer.worker.http_link import HttpLink
-    from gpulayer.worker.identity import FILE_NAME as IDENTITY_FILE_NAME
 
     runner = _run_as_user(options.run_as)
     uid_pool = _uid_pool(options.run_as_range, runner)
     isolation = "uid_per_attempt" if uid_pool else "shared_uid" if runner else "none"
-    if options.require_isolation and isolation == "none":
-        raise UsageError(
-            f"--require-isolation: {_unisolated_because()}; start it as root with "
-            "--run-as-range FIRST-LAST"
-        )
-    if options.require_isolation and runner is not None:
-        raise UsageError(
-            f"--require-isolation: {_shared_because(runner.name)}; use --run-as-range "
-            "FIRST-LAST for a uid of its own per attempt"
-        )
-    if options.max_output_file_bytes < 0:
-        raise UsageError("--max-output-file-bytes: must be >= 0")
-    if not 0 <= options.keep_attempts_hours <= 24 * 366:
-        raise UsageError("--keep-attempts: HOURS from 0 to 8784 (a year)")
-    if options.attempt_disk_quota:
-        from gpulayer.worker.attempt_quota import check_quota_possible
-
-        check_quota_possible()
-    if options.kind not in ("remote", "cloud"):
-        raise UsageError(f"--kind: remote or cloud, not {options.kind!r}")
-    if options.deadman_seconds is not None and options.deadman_seconds <= 0:
-        raise UsageError("--deadman-seconds: must be > 0")
-    action = DeadmanAction.parse(options.deadman_action)
+    action = _checked_options(options, runner, isolation)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     root = options.work_root
     from gpulayer.worker.hardening import make_non_dumpable
@@ -157,45 +131,9 @@ def run_worker(options: WorkerOptions) -> int:
         if deadman is not None:
             deadman.contact()
 
-    if options.work_dir is None and (runner is not None or uid_pool is not None):
-        try:
-            prepare_shared_work_root(root)
-        except OSError as exc:
-            raise UsageError(
-                f"--work-dir: cannot prepare the default {root} ({exc.strerror}); "
-                "choose a --work-dir the jobs' users can reach"
-            ) from None
-    if runner is not None:
-        _check_reachable(root, runner.uid, runner.gid, f"--run-as: {runner.name}")
-        print(f"warning: {_shared_because(runner.name)}", file=sys.stderr)
-    elif uid_pool is not None:
-        _check_reachable(root, -1, -1, "--run-as-range: its uids")
-        from gpulayer.worker.range_guard import check_interpreter, lock_range
-
-        # Held until this process ends: no other worker may take these uids meanwhile. Taken
-        # before anything runs as them (the check below, the sweep of an earlier life).
-        range_lock = lock_range(uid_pool.uids)  # noqa: F841
-        check_interpreter(uid_pool.uids)
-    else:
-        print(f"warning: {_unisolated_because()}", file=sys.stderr)
-    agent = WorkerAgent(
-        HttpLink(
-            ControlClient(options.server_url, options.token, timeout=30),
-            identity_file=options.home_root / IDENTITY_FILE_NAME,
-        ),
-        registration,
-        work_root=root,
-        heartbeat_seconds=options.heartbeat_seconds,
-        on_contact=contact,
-        on_revoked=stopped.set,
-        run_as=runner,
-        uid_pool=uid_pool,
-        max_output_file_bytes=options.max_output_file_bytes,
-        setup_cache=options.setup_cache,
-        stopped_with_its_machine=bool(options.instance_request_id),
-        keep_attempts_seconds=options.keep_attempts_hours * 3600,
-        attempt_quota_bytes=options.attempt_disk_quota,
-    )
+    # Held until this process ends (see _prepare_work_root): a local of this frame.
+    range_lock = _prepare_work_root(options, root, runner, uid_pool)  # noqa: F841
+    agent = _agent(options, registration, root, runner, uid_pool, contact, stopped)
     if options.deadman_seconds is not None:
         deadman = DeadmanSwitch(
             options.deadman_seconds,
@@ -227,8 +165,117 @@ def run_worker(options: WorkerOptions) -> int:
         agent.drain(timeout=10)
         return REFUSED_EXIT_CODE
     print("stopping: ending running jobs", file=sys.stderr)
+    _stop_agent(agent, options, deadman_fired=deadman is not None and deadman.fired)
+    return DEADMAN_FIRED_EXIT_CODE if deadman is not None and deadman.fired else 0
+
+
+# run_worker's steps, functions of their own so that it reads as the worker's life: checked
+# options, a prepared work dir, the agent, its join, its stop.
+
+
+def _checked_options(options: WorkerOptions, runner: RunAs | None, isolation: str) -> DeadmanAction:
+    """Raise UsageError naming the flag for options that cannot run; the dead-man action."""
+    from gpulayer.errors import UsageError
+    from gpulayer.protocol.deadman import DeadmanAction
+
+    if options.require_isolation and isolation == "none":
+        raise UsageError(
+            f"--require-isolation: {_unisolated_because()}; start it as root with "
+            "--run-as-range FIRST-LAST"
+        )
+    if options.require_isolation and runner is not None:
+        raise UsageError(
+            f"--require-isolation: {_shared_because(runner.name)}; use --run-as-range "
+            "FIRST-LAST for a uid of its own per attempt"
+        )
+    if options.max_output_file_bytes < 0:
+        raise UsageError("--max-output-file-bytes: must be >= 0")
+    if not 0 <= options.keep_attempts_hours <= 24 * 366:
+        raise UsageError("--keep-attempts: HOURS from 0 to 8784 (a year)")
+    if options.attempt_disk_quota:
+        from gpulayer.worker.attempt_quota import check_quota_possible
+
+        check_quota_possible()
+    if options.kind not in ("remote", "cloud"):
+        raise UsageError(f"--kind: remote or cloud, not {options.kind!r}")
+    if options.deadman_seconds is not None and options.deadman_seconds <= 0:
+        raise UsageError("--deadman-seconds: must be > 0")
+    action = DeadmanAction.parse(options.deadman_action)
+    return action
+
+
+def _prepare_work_root(
+    options: WorkerOptions, root: Path, runner: RunAs | None, uid_pool: UidPool | None
+) -> object:
+    """Make the work dir reachable by the jobs' users, warn how isolated the jobs are, and
+    for a uid range take its lock, returned: the caller holds it until its process ends, so
+    no other worker may take these uids meanwhile."""
+    from gpulayer.errors import UsageError
+
+    range_lock: object = None
+    if options.work_dir is None and (runner is not None or uid_pool is not None):
+        try:
+            prepare_shared_work_root(root)
+        except OSError as exc:
+            raise UsageError(
+                f"--work-dir: cannot prepare the default {root} ({exc.strerror}); "
+                "choose a --work-dir the jobs' users can reach"
+            ) from None
+    if runner is not None:
+        _check_reachable(root, runner.uid, runner.gid, f"--run-as: {runner.name}")
+        print(f"warning: {_shared_because(runner.name)}", file=sys.stderr)
+    elif uid_pool is not None:
+        _check_reachable(root, -1, -1, "--run-as-range: its uids")
+        from gpulayer.worker.range_guard import check_interpreter, lock_range
+
+        # Held until this process ends: no other worker may take these uids meanwhile. Taken
+        # before anything runs as them (the check below, the sweep of an earlier life).
+        range_lock = lock_range(uid_pool.uids)
+        check_interpreter(uid_pool.uids)
+    else:
+        print(f"warning: {_unisolated_because()}", file=sys.stderr)
+    return range_lock
+
+
+def _agent(
+    options: WorkerOptions,
+    registration: Registration,
+    root: Path,
+    runner: RunAs | None,
+    uid_pool: UidPool | None,
+    contact: Callable[[], None],
+    stopped: threading.Event,
+) -> WorkerAgent:
+    """The worker's agent, talking to the control plane over HTTP with the worker's identity."""
+    from gpulayer.protocol.client import ControlClient
+    from gpulayer.worker.agent import WorkerAgent
+    from gpulayer.worker.http_link import HttpLink
+    from gpulayer.worker.identity import FILE_NAME as IDENTITY_FILE_NAME
+
+    return WorkerAgent(
+        HttpLink(
+            ControlClient(options.server_url, options.token, timeout=30),
+            identity_file=options.home_root / IDENTITY_FILE_NAME,
+        ),
+        registration,
+        work_root=root,
+        heartbeat_seconds=options.heartbeat_seconds,
+        on_contact=contact,
+        on_revoked=stopped.set,
+        run_as=runner,
+        uid_pool=uid_pool,
+        max_output_file_bytes=options.max_output_file_bytes,
+        setup_cache=options.setup_cache,
+        stopped_with_its_machine=bool(options.instance_request_id),
+        keep_attempts_seconds=options.keep_attempts_hours * 3600,
+        attempt_quota_bytes=options.attempt_disk_quota,
+    )
+
+
+def _stop_agent(agent: WorkerAgent, options: WorkerOptions, *, deadman_fired: bool) -> None:
+    """End the running jobs, each with its grace, as the way the worker was stopped says."""
     grace = agent.longest_grace()
-    if options.instance_request_id and not (deadman is not None and deadman.fired):
+    if options.instance_request_id and not deadman_fired:
         # On a rented machine nothing of gpulayer's stops the worker while a job runs: a
         # SIGTERM then is the machine shutting down under it (a spot reclaim, a stop from the
         # cloud's console), and the job's attempt ends as preempted once it saved its work.
@@ -240,7 +287,6 @@ def run_worker(options: WorkerOptions) -> int:
     else:
         agent.stop(cancel_running=True)
     agent.drain(timeout=30 + grace)
-    return DEADMAN_FIRED_EXIT_CODE if deadman is not None and deadman.fired else 0
 
 
 def start_local_worker(link: ControlLink, *, data_dir: Path, work_root: Path) -> WorkerAgent:
