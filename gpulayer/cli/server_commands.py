@@ -9,6 +9,31 @@ from typing import Optional
 import typer
 
 from gpulayer.cli.output import print_json
+from gpulayer.cli.worker_flag_options import (
+    AddressFlag,
+    AttemptDiskQuotaFlag,
+    CurrencyFlag,
+    DeadmanActionFlag,
+    DeadmanSecondsFlag,
+    HeartbeatSecondsFlag,
+    HourlyPriceFlag,
+    InstanceRequestIdFlag,
+    KeepAttemptsFlag,
+    KindFlag,
+    LabelFlag,
+    MaxOutputFileBytesFlag,
+    NameFlag,
+    ProviderFlag,
+    RegionFlag,
+    RequireIsolationFlag,
+    RunAsFlag,
+    RunAsRangeFlag,
+    ServerUrlFlag,
+    SetupCacheFlag,
+    TokenFileFlag,
+    WorkDirFlag,
+    ZoneFlag,
+)
 
 TOKEN_LIFETIME_MAX_SECONDS = 10 * 365.25 * 86400
 """The server's bound on a token's expiry (TokenRequest), said here in the flag's words."""
@@ -96,95 +121,29 @@ def server(
 
 @worker_app.command("start")
 def worker_start(
-    server_url: Optional[str] = typer.Option(
-        None, "--server", help="Control plane URL ($GPULAYER_SERVER)."
-    ),
-    token_file: Optional[Path] = typer.Option(
-        None,
-        "--token-file",
-        help="File holding the join token (else $GPULAYER_TOKEN); no token goes in argv.",
-    ),
-    run_as: Optional[str] = typer.Option(
-        None, "--run-as", help="Run jobs as this unprivileged user (the worker runs as root)."
-    ),
-    run_as_range: Optional[str] = typer.Option(
-        None,
-        "--run-as-range",
-        help="FIRST-LAST: run each attempt as a uid of its own from this range (the worker "
-        "runs as root; no account may hold these uids).",
-    ),
-    require_isolation: bool = typer.Option(
-        False,
-        "--require-isolation",
-        help="Refuse to start unless each attempt runs as a uid of its own (--run-as-range): "
-        "not where jobs would run as this worker's own user (and could read its credential), "
-        "nor as one --run-as user they all share.",
-    ),
-    max_output_file_bytes: int = typer.Option(
-        10 * 1024**3,
-        "--max-output-file-bytes",
-        help="Output files larger than this are not uploaded (a line in the job's log says so).",
-    ),
-    name: Optional[str] = typer.Option(None, "--name", help="Worker name (default: host name)."),
-    address: Optional[str] = typer.Option(
-        None,
-        "--address",
-        help="Address the other nodes of a multi-node job reach this worker on "
-        "(default: this machine's address on the route to the control plane).",
-    ),
-    label: list[str] = typer.Option([], "--label", help="K=V label jobs can pin to (repeatable)."),
-    work_dir: Optional[Path] = typer.Option(
-        None,
-        "--work-dir",
-        help="Where attempts run (default: HOME/worker-jobs; with --run-as or --run-as-range, "
-        "/var/lib/gpulayer/worker-jobs-ID, prepared so the jobs' users can reach it).",
-    ),
-    setup_cache: Optional[Path] = typer.Option(
-        None,
-        "--setup-cache",
-        help="Where jobs' setup environments are kept for later jobs "
-        "(default: WORK_DIR/.setup-envs).",
-    ),
-    keep_attempts: float = typer.Option(
-        0.0,
-        "--keep-attempts",
-        help="Keep each finished attempt's folder this many HOURS (default 0: removed once its "
-        "outputs are stored).",
-        metavar="HOURS",
-    ),
-    attempt_disk_quota: Optional[str] = typer.Option(
-        None,
-        "--attempt-disk-quota",
-        help="Make each attempt's folder a filesystem of this SIZE of its own (such as 20GiB; "
-        "root, a loop-mounted ext4 image): a job cannot fill the worker's disk.",
-        metavar="SIZE",
-    ),
-    heartbeat_seconds: float = typer.Option(5.0, "--heartbeat-seconds", help="Heartbeat interval."),
-    kind: str = typer.Option(
-        "remote", "--kind", help="remote, or cloud for a machine rented for a job."
-    ),
-    provider: Optional[str] = typer.Option(
-        None, "--provider", help="Provider this machine came from."
-    ),
-    region: Optional[str] = typer.Option(None, "--region", help="Region of this machine."),
-    zone: Optional[str] = typer.Option(None, "--zone", help="Zone of this machine."),
-    hourly_price: Optional[float] = typer.Option(
-        None, "--hourly-price", help="What this machine costs per hour."
-    ),
-    currency: str = typer.Option("USD", "--currency", help="Currency of --hourly-price."),
-    deadman_seconds: Optional[float] = typer.Option(
-        None,
-        "--deadman-seconds",
-        help="End jobs and act after this long without the control plane.",
-    ),
-    deadman_action: str = typer.Option(
-        "stop", "--deadman-action", help="poweroff (cloud instances), stop, or record:PATH (tests)."
-    ),
-    instance_request_id: Optional[str] = typer.Option(
-        None,
-        "--instance-request-id",
-        help="The launch request of the instance this worker runs on (set by cloud bootstrap).",
-    ),
+    server_url: ServerUrlFlag = None,
+    token_file: TokenFileFlag = None,
+    run_as: RunAsFlag = None,
+    run_as_range: RunAsRangeFlag = None,
+    require_isolation: RequireIsolationFlag = False,
+    max_output_file_bytes: MaxOutputFileBytesFlag = 10 * 1024**3,
+    name: NameFlag = None,
+    address: AddressFlag = None,
+    label: LabelFlag = [],  # noqa: B006 (typer copies the default; it is never mutated)
+    work_dir: WorkDirFlag = None,
+    setup_cache: SetupCacheFlag = None,
+    keep_attempts: KeepAttemptsFlag = 0.0,
+    attempt_disk_quota: AttemptDiskQuotaFlag = None,
+    heartbeat_seconds: HeartbeatSecondsFlag = 5.0,
+    kind: KindFlag = "remote",
+    provider: ProviderFlag = None,
+    region: RegionFlag = None,
+    zone: ZoneFlag = None,
+    hourly_price: HourlyPriceFlag = None,
+    currency: CurrencyFlag = "USD",
+    deadman_seconds: DeadmanSecondsFlag = None,
+    deadman_action: DeadmanActionFlag = "stop",
+    instance_request_id: InstanceRequestIdFlag = None,
 ) -> None:
     """Register this machine with a control plane and run the jobs it assigns, until stopped."""
     from gpulayer.cli.spec_flags import parse_pairs
