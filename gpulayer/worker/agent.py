@@ -345,6 +345,9 @@ class WorkerAgent:
     def _run_assignment(self, assignment: Assignment) -> None:
         attempt_id = assignment.attempt_id
         attempt_dir = self.work_root / assignment.job_id / f"attempt-{assignment.attempt}"
+        # A claim that waited while the disk filled can still bring a job: the check makes
+        # room from kept folders first, so the job does not fail for want of what they hold.
+        self._lacks_room()
         with self._runs_lock:
             self._live_dirs.add(attempt_dir)
         attempt_dir.mkdir(parents=True, exist_ok=True)
