@@ -17,6 +17,7 @@ import pytest
 
 from gpulayer.protocol.bundle import create_bundle
 from tests.support.cluster import command_job, submit
+from tests.support.procs import wait_until
 from tests.support.servers import ADMIN_TOKEN, wait_for_job, wait_for_workers
 
 pytestmark = [
@@ -155,6 +156,8 @@ def test_a_job_that_reads_the_workers_credential_itself_sees_it_masked_in_its_lo
     client = cluster.client
     (worker,) = cluster.workers
     identity = worker.home / "worker-identity.json"
+    # The server lists a worker once it registered; the worker writes its file just after.
+    wait_until(identity.exists, 30, "the worker's identity file")
     credential = json.loads(identity.read_text())["token"]
     job = submit(client, command_job(["cat", str(identity), str(worker.home / "join.token")]))
     done = wait_for_job(client, job, {"succeeded", "failed"})
