@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 
 from gpulayer.errors import BundleNotKeptError, UsageError
+from gpulayer.protocol.file_digest import sha256_of_file
 
 DIGEST_PREFIX = "sha256:"
 _HEX = re.compile(r"[0-9a-f]{64}")
@@ -34,12 +35,7 @@ def parse_digest(bundle_id: str, field: str = "bundle_id") -> str | None:
     return digest
 
 
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for chunk in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+file_digest = sha256_of_file
 
 
 class BundleStore:

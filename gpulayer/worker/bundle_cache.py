@@ -20,6 +20,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from gpulayer.protocol.file_digest import sha256_of_file
+
 log = logging.getLogger("gpulayer.worker")
 
 # Source bundles by their SHA-256, under the work root, shared by the worker's attempts.
@@ -27,12 +29,7 @@ BUNDLE_CACHE = ".bundles"
 _HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for chunk in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+sha256_of = sha256_of_file
 
 
 def own_folder(path: Path) -> bool:
