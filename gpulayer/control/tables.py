@@ -199,6 +199,13 @@ instances = Table(
     # while its job still saved its work.
     Column("checked_at", Float),
     Column("reclaimed_at", Float),
+    # Added in schema 13: what the instance's last lifecycle step found (a StepResult as
+    # JSON: its outcome, the exception's kind and message, the move it made, a not_before),
+    # and since when a restarted controller is to reopen its worker's tunnel.
+    Column("last_step", String(16)),
+    Column("last_step_result", Text),
+    Column("step_at", Float),
+    Column("relink_since", Float),
 )
 Index("ix_instances_state", instances.c.state)
 Index("ix_instances_hold", instances.c.hold_until)

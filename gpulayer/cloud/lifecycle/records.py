@@ -4,9 +4,12 @@ ledger after the machine is gone. The store persists it; the lifecycle owns its 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpulayer.cloud.lifecycle.states import GONE
+
+if TYPE_CHECKING:
+    from gpulayer.cloud.lifecycle.step_result import StepResult
 
 INSTANCE_GONE_STATES = GONE
 """The states in which nothing is left in the cloud."""
@@ -63,6 +66,20 @@ class InstanceRecord:
     """When the provider was last asked whether its running machine is still there."""
     reclaimed_at: float | None = None
     """When its reclaim was first seen while its job still saved its work."""
+    last_step: str | None = None
+    """The last step that ran for it (launch, prepare, reconnect, check, drain, terminate)."""
+    last_step_result: str | None = None
+    """What that step found, as stored (JSON; see :attr:`step_result`)."""
+    step_at: float | None = None
+    relink_since: float | None = None
+    """Set by a restarted controller: its worker's tunnel is to be reopened, so the worker's
+    silence until then is the controller's, not the worker's."""
+
+    @property
+    def step_result(self) -> StepResult | None:
+        from gpulayer.cloud.lifecycle.step_result import StepResult
+
+        return StepResult.from_json(self.last_step_result)
 
     @property
     def gone(self) -> bool:

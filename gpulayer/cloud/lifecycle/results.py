@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Literal
 
 from gpulayer.cloud.errors import ScopedProviderError
 from gpulayer.cloud.lifecycle import planning
+from gpulayer.cloud.lifecycle.step_result import StepError
 from gpulayer.errors import UsageError
 
 if TYPE_CHECKING:
@@ -38,26 +39,75 @@ class LaunchFailed:
     """Refused for its configuration: counted per provider (see :func:`after_config_error`)."""
 
 
-def launch_failed(exc: Exception) -> LaunchFailed:
+def error_of(exc: BaseException) -> StepError:
+    """An exception as data: what the readings below (and the stored step result) need."""
     if isinstance(exc, ScopedProviderError):
+        return StepError(type(exc).__name__, str(exc), exc.kind, exc.scope, exc.message)
+    if isinstance(exc, UsageError):  # ProviderSettingsError, an image release missing, ...
+        return StepError(type(exc).__name__, str(exc), "config")
+    return StepError(type(exc).__name__, str(exc))
+
+
+def launch_failed(exc: Exception) -> LaunchFailed:
+    return failed_launch(error_of(exc))
+
+
+def failed_launch(error: StepError) -> LaunchFailed:
+    """What a launch that raised ``error`` means: the move, the try's end, what follows."""
+    if error.scope is not None:
         # A refusal: the provider says it created nothing, so nothing is to be torn down.
         return LaunchFailed(
             "never_launched",
-            f"{exc.kind}: {exc}",
-            planning.refused(exc.kind, exc.scope, exc.message),
-            f"blocking that {exc.scope} and moving on",
+            f"{error.kind}: {error.text}",
+            planning.refused(error.kind, error.scope, error.message or error.text),  # type: ignore[arg-type]
+            f"blocking that {error.scope} and moving on",
         )
-    if isinstance(exc, UsageError):  # ProviderSettingsError, an image release missing, ...
+    if error.kind == "config":
         # Refused before any call that creates: nothing to tear down.
         return LaunchFailed(
             "never_launched",
-            f"configuration error: {exc}",
-            planning.misconfigured(str(exc)),
+            f"configuration error: {error.text}",
+            planning.misconfigured(error.text),
             "trying the next offer",
             config=True,
         )
     return LaunchFailed(
-        "terminating", f"launch failed: {exc}", planning.failed(str(exc)), "trying the next offer"
+        "terminating",
+        f"launch failed: {error.text}",
+        planning.failed(error.text),
+        "trying the next offer",
+    )
+
+
+@dataclass(frozen=True)
+class PrepareFailed:
+    """A machine that could not be made a worker (SSH never answered, the bootstrap failed)."""
+
+    reason: str
+    """As recorded with its move to draining."""
+    end: planning.TryEnd
+    note: str
+    """For the job's log."""
+
+
+def prepare_failed(
+    error: StepError, *, in_gang: bool, node_rank: int, label: str, place: str | None
+) -> PrepareFailed:
+    """One node of a gang failing is a partial launch: every node goes, and the gang's zone
+    is not tried again for the job; a lone machine's offer counts as failed."""
+    reason = f"could not be made a worker: {error.text}"
+    if in_gang:
+        return PrepareFailed(
+            reason,
+            planning.partial("zone", f"node {node_rank} {error.text}"),
+            f"{label}: node {node_rank} could not be made a worker "
+            f"({error.type}: {error.text}); tearing the whole gang down and "
+            f"blocking zone {place} for this job",
+        )
+    return PrepareFailed(
+        reason,
+        planning.failed(error.text),
+        f"{label}: {error.type}: {error.text}; trying the next offer",
     )
 
 
@@ -95,3 +145,55 @@ def still_saving(
         return False
     since = now if reclaimed_at is None else reclaimed_at
     return now - since < grace_seconds + RECLAIM_UPLOAD_MARGIN_SECONDS
+
+
+@dataclass(frozen=True)
+class CheckReading:
+    """What a look at the provider means for a machine a worker runs on (see
+    :func:`after_check`). Empty (nothing set) when it is still there or its job still saves
+    its work."""
+
+    remember_reclaim: bool = False
+    """Its try's outcome becomes reclaimed and its offer is held."""
+    reclaim_seen_at: float | None = None
+    """The wait for a reclaimed job's last report begins now (stored, for a restart)."""
+    forget_reclaim_seen: bool = False
+    lose: tuple[str, str] | None = None
+    """(reason, why) its worker's attempts end with, after which the instance drains."""
+
+    @property
+    def ended(self) -> bool:
+        return self.lose is not None
+
+
+def after_check(
+    fate: MachineFate,
+    *,
+    now: float,
+    where: str,
+    shown_state: str,
+    reclaimed_at: float | None,
+    has_worker: bool,
+    worker_answers: bool,
+    grace_seconds: float,
+) -> CheckReading:
+    """A reclaimed machine whose worker still answers keeps its tunnel while its job saves
+    its work (:func:`still_saving`), from when the reclaim was first seen; then, or at once,
+    its attempt ends preempted. A machine lost some other way ends its attempt lost."""
+    if fate == "there":
+        return CheckReading()
+    if fate == "lost":
+        return CheckReading(lose=("worker_lost", f"{where} is {shown_state}"))
+    remember = reclaimed_at is None
+    if has_worker and worker_answers:
+        seen = now if reclaimed_at is None else reclaimed_at
+        if still_saving(seen, now, grace_seconds, worker_answers=True):
+            return CheckReading(
+                remember_reclaim=remember,
+                reclaim_seen_at=now if reclaimed_at is None else None,
+            )
+    return CheckReading(
+        remember_reclaim=remember,
+        forget_reclaim_seen=reclaimed_at is not None,
+        lose=("preempted", f"{where} was reclaimed by the provider"),
+    )

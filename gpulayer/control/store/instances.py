@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import (
     and_,
+    func,
     insert,
     or_,
     select,
@@ -192,6 +193,15 @@ class InstanceLedger(StoreBase):
         query = select(t.instances).where(t.instances.c.hold_until > now)
         with self.engine.connect() as conn:
             return [instance_from_row(r) for r in conn.execute(query)]
+
+    def capacity_freed_at(self) -> float:
+        """When a machine a provider had last ended (0: never): capacity refusals from before
+        then are looked at again."""
+        query = select(func.max(t.instances.c.ended_at)).where(
+            and_(t.instances.c.state == "terminated", t.instances.c.instance_id.is_not(None))
+        )
+        with self.engine.connect() as conn:
+            return float(conn.execute(query).scalar() or 0.0)
 
     def clear_step_retries(self) -> None:
         """Every failed step is tried again at the next pass (``gpulayer cloud reap``)."""

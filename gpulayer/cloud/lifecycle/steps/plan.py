@@ -1,0 +1,164 @@
+"""The plan step: a cloud job waiting for a machine gets its next offer (see
+:func:`gpulayer.cloud.lifecycle.planning.choose`), written down with its reservation before
+anything is created, and its launch started; or it waits for capacity until a time kept in the
+store; or it moves to its next fallback target, or fails as unschedulable."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from gpulayer.cloud.lifecycle import gangs, planning
+from gpulayer.cloud.lifecycle.placement import candidates
+from gpulayer.cloud.lifecycle.steps.terminate import REQUEST_TAG
+from gpulayer.cloud.protocol import OffersAreMachines
+
+if TYPE_CHECKING:
+    from gpulayer.cloud.lifecycle.ports import JobView
+    from gpulayer.cloud.lifecycle.steps.context import StepContext
+    from gpulayer.cloud.offer import Offer
+    from gpulayer.cloud.protocol import Provider
+    from gpulayer.spec import JobSpec
+
+GANG_SIZE_TAG = "gpulayer:gang-size"
+
+StartLaunch = Callable[[str, str], None]
+"""Begins the launch step of a recorded instance (request id, job id)."""
+
+_PLACING = threading.Lock()
+"""Plans run side by side: an offer that is one machine (an ssh host) goes to the first job
+that records it, and a job planned at the same instant chooses again rather than reaching for
+the same host."""
+
+
+def plan_job(ctx: StepContext, job_id: str, start_launch: StartLaunch) -> None:
+    from gpulayer.spec import JobSpec
+
+    job = ctx.store.get_job(job_id)
+    if job.target != "cloud" or job.state not in ("queued", "provisioning"):
+        return
+    if ctx.store.list_instances(job_id=job_id, live_only=True):
+        return
+    spec = JobSpec.model_validate(job.spec)
+    placement = spec.placement
+    providers = ctx.load_providers(tuple(placement.providers))
+    found = candidates(
+        spec,
+        providers,
+        ctx.store.list_instances(live_only=True),
+        job_id,
+        lambda text: ctx.note(job_id, text),
+        wait_seconds=ctx.settings.get("cloud_wait_seconds"),
+    )
+    if found.never is not None:
+        return next_target_or_fail(ctx, job, spec, found.never)
+    now = time.time()
+    tries = planning.tries_of(ctx.store.list_instances(job_id=job_id))
+    held = planning.held_offers(ctx.store.instances_holding_offers(now), now)
+    freed_at = ctx.store.capacity_freed_at()
+    provisioning = placement.provisioning
+
+    def choose(unavailable: Mapping[planning.OfferKey, str]) -> planning.Decision:
+        return planning.choose(
+            found.fitting,
+            tries,
+            now=now,
+            capacity_freed_at=freed_at,
+            held_offers={**held, **unavailable},
+            busy=found.busy,
+            queue=placement.on_unschedulable == "queue",
+            wait_limit=provisioning.provisioning_timeout_seconds if provisioning else None,
+            wait_started=job.created_at,
+        )
+
+    decision = choose({})
+    if decision.offer is not None:
+        with _PLACING:
+            taken = _machines_taken(ctx, job_id, providers)
+            if planning.offer_key(decision.offer) in taken:
+                decision = choose(taken)
+            if decision.offer is not None:
+                ctx.store.end_capacity_waits([job_id])
+                _record(ctx, job, spec, decision.offer, start_launch)
+                return
+    if decision.wait is not None:
+        retry_in = decision.retry_in or planning.backoff_seconds(1)
+        ctx.store.wait_for_capacity_until(job_id, now + retry_in)
+        ctx.service.wait_for_capacity(job_id, decision.wait)
+    else:
+        next_target_or_fail(ctx, job, spec, decision.give_up or "no offer left")
+
+
+def _machines_taken(
+    ctx: StepContext, job_id: str, providers: Mapping[str, Provider]
+) -> dict[planning.OfferKey, str]:
+    """Offers that are one machine and that another job's live instance holds now."""
+    taken: dict[planning.OfferKey, str] = {}
+    for record in ctx.store.list_instances(live_only=True):
+        if record.job_id == job_id or not record.offer:
+            continue
+        provider = providers.get(record.provider)
+        if isinstance(provider, OffersAreMachines):
+            taken[planning.offer_key(record.offer)] = f"in use by job {record.job_id}"
+    return taken
+
+
+def _record(
+    ctx: StepContext, job: JobView, spec: JobSpec, offer: Offer, start_launch: StartLaunch
+) -> None:
+    """Write the instance down (with its reservation) before anything is created."""
+    from gpulayer.ids import new_id
+    from gpulayer.ssh.keys import generate_keypair
+
+    nodes = gangs.nodes_of(spec)
+    request_ids = [new_id("r", 12) for _ in range(nodes)]
+    request_id = request_ids[0]
+    # One key for the gang: its nodes come from one launch call, which takes one key.
+    keys = generate_keypair(ctx.keys_dir, request_id)
+    tags = {"gpulayer:owner": ctx.owner, "gpulayer:job": job.id, REQUEST_TAG: request_id}
+    if nodes > 1:
+        tags[GANG_SIZE_TAG] = str(nodes)
+    ctx.store.record_instances(
+        [
+            {
+                "request_id": node_request,
+                "job_id": job.id,
+                "owner": ctx.owner,
+                "provider": offer.provider,
+                "region": offer.region,
+                "zone": offer.zone,
+                "instance_type": offer.instance_type,
+                "state": "requested",
+                "key_path": str(keys.private_path),
+                "hourly_price": offer.hourly_price,
+                "currency": offer.currency,
+                "spot": offer.spot,
+                "tags": tags,
+                "offer": offer.model_dump(mode="json"),
+                "launch_id": request_id if nodes > 1 else None,
+                "node_rank": rank,
+            }
+            for rank, node_request in enumerate(request_ids)
+        ],
+        reason=f"offer {offer.label} for job {job.id}"
+        + (f" (gang of {nodes})" if nodes > 1 else ""),
+    )
+    what = offer.label if nodes == 1 else f"{nodes} x {offer.label}"
+    if not ctx.service.begin_provisioning(job.id, f"provisioning {what}"):
+        return  # cancelled meanwhile: the next pass ends the record as never launched
+    start_launch(request_id, job.id)
+
+
+def next_target_or_fail(ctx: StepContext, job: JobView, spec: JobSpec, why: str) -> None:
+    target, refused = ctx.service.next_target(spec)
+    if target is not None:
+        moving = f"cloud: {why}; trying target {target}"
+        ctx.note(job.id, moving)
+        ctx.service.move_to_target(job.id, target, moving)
+        return
+    if refused:
+        why = f"{why}; fallback: {'; '.join(refused)}"
+    ctx.note(job.id, f"unschedulable: {why}")
+    ctx.service.fail_unplaced(job.id, "unschedulable", why)

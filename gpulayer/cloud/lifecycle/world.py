@@ -1,0 +1,155 @@
+"""One pass's whole decision, pure: :func:`decide_pass` reads a :class:`World` (every live
+instance's facts, with what its last step left in the store, the jobs waiting for a machine and
+their waits for capacity) and returns one :class:`PassDecision`: each instance's actions in
+order (its moves and the steps to start), the jobs to plan, the waits that ended, and the
+follow-ups, each with the time before which nothing about it changes. As Nomad's reconciler
+returns one result, the pass gathers the world, calls this once, carries the result out, and
+sleeps no longer than the earliest follow-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gpulayer.cloud.lifecycle.decide import (
+    CHECK_EVERY_SECONDS,
+    Action,
+    InstanceFacts,
+    Move,
+    Step,
+    Submit,
+    decide,
+    jobs_to_plan,
+)
+from gpulayer.cloud.lifecycle.states import (
+    GONE,
+    HOLDS_WORKER,
+    PROVISIONING_STATES,
+    STATE_TIMEOUTS,
+    STUCK_STATES,
+)
+
+
+@dataclass(frozen=True)
+class Live:
+    """One live instance as the pass sees it."""
+
+    request_id: str
+    job_id: str
+    facts: InstanceFacts
+
+
+@dataclass(frozen=True)
+class World:
+    instances: Sequence[Live]
+    waiting: Sequence[tuple[str, str]] = ()
+    """Jobs waiting for a machine (queued or provisioning): (job id, target)."""
+    capacity_waits: Mapping[str, float] = field(default_factory=dict)
+    """Job id -> the time before which its next offer is not chosen (the store's waits)."""
+    limits: Mapping[str, float] = field(default_factory=dict)
+    """state_timeouts from the settings, over the state table's."""
+    deadman_seconds: float = 600.0
+    reap_due: bool = False
+
+
+@dataclass(frozen=True)
+class FollowUp:
+    """Something the decision will do once the clock passes ``not_before``."""
+
+    key: str
+    """The instance's request id, or the waiting job's id."""
+    not_before: float
+    why: str
+
+
+@dataclass(frozen=True)
+class PassDecision:
+    instances: tuple[tuple[str, tuple[Action, ...]], ...]
+    """Each instance with actions, its actions in order (a move another controller won ends
+    the rest)."""
+    plan: tuple[str, ...] = ()
+    """Jobs whose next offer is chosen now."""
+    ended_waits: frozenset[str] = frozenset()
+    """Waits for capacity of jobs that no longer wait (cancelled, planned elsewhere)."""
+    follow_ups: tuple[FollowUp, ...] = ()
+    reap: bool = False
+
+    @property
+    def moves(self) -> list[tuple[str, Move]]:
+        return [(rid, a) for rid, actions in self.instances for a in actions if isinstance(a, Move)]
+
+    @property
+    def steps(self) -> list[tuple[str, Step]]:
+        return [
+            (rid, a.step)
+            for rid, actions in self.instances
+            for a in actions
+            if isinstance(a, Submit)
+        ]
+
+    def sleep_for(self, now: float, usual: float, shortest: float = 0.05) -> float:
+        """How long the loop may sleep: its usual wake-up, or less when a follow-up is due
+        sooner (never a busy loop)."""
+        if not self.follow_ups:
+            return usual
+        earliest = min(f.not_before for f in self.follow_ups)
+        return max(shortest, min(usual, earliest - now))
+
+
+def decide_pass(world: World, now: float) -> PassDecision:
+    limits, deadman = world.limits, world.deadman_seconds
+    acting: list[tuple[str, tuple[Action, ...]]] = []
+    follow_ups: list[FollowUp] = []
+    for live in world.instances:
+        actions = decide(live.facts, now, limits=limits, deadman_seconds=deadman)
+        if actions:
+            acting.append((live.request_id, tuple(actions)))
+        else:
+            due = next_change(live.facts, now, limits, deadman)
+            if due is not None:
+                follow_ups.append(FollowUp(live.request_id, due[0], due[1]))
+    busy = {live.job_id for live in world.instances}
+    waits = world.capacity_waits
+    plan = jobs_to_plan(world.waiting, busy, waits, now)
+    for job_id, target in world.waiting:
+        not_before = waits.get(job_id)
+        if target == "cloud" and job_id not in busy and not_before is not None and not_before > now:
+            follow_ups.append(FollowUp(job_id, not_before, "its wait for capacity ends"))
+    waiting_ids = {job_id for job_id, _ in world.waiting}
+    return PassDecision(
+        tuple(acting),
+        tuple(plan),
+        frozenset(waits.keys() - waiting_ids),
+        tuple(follow_ups),
+        world.reap_due,
+    )
+
+
+def next_change(
+    facts: InstanceFacts, now: float, limits: Mapping[str, float], deadman_seconds: float
+) -> tuple[float, str] | None:
+    """The earliest time after ``now`` at which the clock alone may change what an instance
+    that waits now is decided to do: its step's backoff ends, its state's limit (or its job's
+    provisioning budget) runs out, its running job is due a check, its lost worker's
+    dead-man time runs out. None when only news (a step's end, a job's) moves it."""
+    state = facts.state
+    if state in GONE:
+        return None
+    times: list[tuple[float, str]] = []
+    if facts.next_step_at is not None and facts.next_step_at > now:
+        times.append((facts.next_step_at, "its step's backoff ends"))
+    if state in STUCK_STATES:
+        limit = limits.get(state, STATE_TIMEOUTS[state])
+        if limit is not None:
+            if state in PROVISIONING_STATES:
+                limit = max(limit, facts.provisioning_budget)
+            times.append((facts.since + limit, f"{state} reaches its limit"))
+    if state == "ready" and STATE_TIMEOUTS["ready"] is not None:
+        times.append((facts.since + STATE_TIMEOUTS["ready"], "ready reaches its limit"))
+    if state in HOLDS_WORKER and facts.active_attempt is not None:
+        times.append((facts.checked_at + CHECK_EVERY_SECONDS, "its running job is checked"))
+    if state in HOLDS_WORKER and facts.unreachable_since is not None:
+        times.append((facts.unreachable_since + deadman_seconds, "its worker is lost"))
+    future = [t for t in times if t[0] > now]
+    return min(future) if future else None
