@@ -350,16 +350,20 @@ def measure_plane(
         store = Store(f"sqlite:///{tmp}/state.db")
         _store_fleet(store, workers)
         layout = HomeLayout(Path(tmp) / "home").ensure()
-        service = ControlService(store, layout, heartbeat_timeout=1e9)
-        service.placement = LivePlacement(store, full_every=full_every)
+        service = ControlService(
+            store,
+            layout,
+            heartbeat_timeout=1e9,
+            placement=LivePlacement(store, full_every=full_every),
+        )
         _queue(store, rng, 1, serial)
-        service.dispatch()  # the first pass after a start reads everything, on either path
+        service.dispatcher.dispatch()  # the first pass after a start reads everything, on either path
 
         jobs = _queue(store, rng, burst, serial)
         # The decisions alone: a pass whose answers are not committed (the workers it chose
         # are read again by the next pass, as after any pass).
         decide_s = _cpu(lambda: plan_assignments(store, service.placement))
-        burst_s = _cpu(service.dispatch)
+        burst_s = _cpu(service.dispatcher.dispatch)
         placed = sum(store.get_job(j).state == "running" for j in jobs)
 
         ends: list[float] = []
@@ -367,9 +371,9 @@ def measure_plane(
             _queue(store, rng, 1, serial)
             attempt = rng.choice([a for a in store.active_attempts() if a.worker_id])
             assert attempt.worker_id is not None
-            claim_blocking(service, attempt.worker_id, 0)
+            claim_blocking(service.claims, attempt.worker_id, 0)
             report = AttemptReport(state="succeeded", exit_code=0)
-            ends.append(_cpu(lambda a=attempt, r=report: service.finish_attempt(a.id, r)))
+            ends.append(_cpu(lambda a=attempt, r=report: service.reports.finish_attempt(a.id, r)))
 
         registers: list[float] = []
         for i in range(changes):
@@ -382,7 +386,7 @@ def measure_plane(
                 labels={**w.labels, "pool": f"moved-{i}"},
                 capabilities=w.capabilities.model_dump(mode="json"),
             )
-            registers.append(_cpu(lambda r=registration: service.register_worker(r)))
+            registers.append(_cpu(lambda r=registration: service.workers.register_worker(r)))
         rejected = service.placement.rejected
         store.close()
     return {

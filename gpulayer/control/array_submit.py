@@ -43,9 +43,11 @@ def submit_array(
             raise UsageError(f"bundle_id: an array takes {DIGEST_PREFIX} bundle ids")
     members = array_members(spec, sorted(indices), limit, new_array_id())
     if not embedded:
-        return service.submit_many([(data, working_dir, digest) for data in members], once=once)
+        return service.submissions.submit_many(
+            [(data, working_dir, digest) for data in members], once=once
+        )
     jobs = [
-        service.submit(
+        service.submissions.submit(
             data,
             working_dir=working_dir,
             source_dir=Path(source_dir) if source_dir else None,

@@ -1,4 +1,4 @@
-"""Wiring a control plane to its cloud side: providers from providers.yaml, the reconciler."""
+"""A control plane's cloud side: providers from providers.yaml, the lifecycle reconciler."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from gpulayer.cloud.lifecycle.reconciler import Reconciler
 
 if TYPE_CHECKING:
-    from gpulayer.control.service import ControlService
+    from gpulayer.cloud.lifecycle.ports import InstanceStore, JobPort
     from gpulayer.spec import JobSpec
 
 
@@ -47,48 +47,61 @@ def _parallel_launches(root: Path) -> int:
         return int(OrchestratorSettings().parallel_launches)
 
 
-def attach_lifecycle(service: ControlService, control_port: int) -> Reconciler:
-    from gpulayer.cloud.provider_registry import ProviderRegistry
+class ProviderCloud:
+    """The control plane's cloud side: providers from providers.yaml (one registry: a provider
+    is built once per settings change) and, once started, the lifecycle reconciler that rents
+    and ends machines for cloud jobs. A :class:`CloudGate` for the control plane."""
 
-    root = service.layout.root
-    # One registry for the control plane: a provider is built once per settings change.
-    registry = ProviderRegistry(root)
-    reconciler = Reconciler(
-        service,
-        control_port=control_port,
-        owner=owner_id(root),
-        load_providers=registry.enabled,
-        settings=registry.orchestrator,
-        parallel_launches=_parallel_launches(root),
-    )
-    service.cloud_available = lambda: bool(registry.checked().providers)
+    def __init__(self, root: Path, store: InstanceStore) -> None:
+        from gpulayer.cloud.provider_registry import ProviderRegistry
 
-    def cloud_refusal(spec: JobSpec) -> str | None:
+        self.root = root
+        self.store = store
+        self.registry = ProviderRegistry(root)
+        self.lifecycle: Reconciler | None = None
+
+    def available(self) -> bool:
+        return bool(self.registry.checked().providers)
+
+    def refusal(self, spec: JobSpec) -> str | None:
         from gpulayer.cloud.lifecycle.gangs import nodes_of
         from gpulayer.cloud.lifecycle.placement import cap_refusal, gang_refusal
 
-        chosen = registry.enabled(tuple(spec.placement.providers))
+        chosen = self.registry.enabled(tuple(spec.placement.providers))
         if nodes_of(spec) > 1:
             return gang_refusal(
                 spec,
                 chosen,
-                service.store.list_instances(live_only=True),
-                wait_seconds=registry.orchestrator()["cloud_wait_seconds"],
+                self.store.list_instances(live_only=True),
+                wait_seconds=self.registry.orchestrator()["cloud_wait_seconds"],
             )
         return cap_refusal(spec, chosen)
 
-    service.cloud_refusal = cloud_refusal
-
-    def cloud_plan(spec: JobSpec) -> dict[str, Any]:
+    def plan(self, spec: JobSpec) -> dict[str, Any]:
         from gpulayer.cloud.lifecycle.gangs import nodes_of
         from gpulayer.cloud.search import plan_cloud
 
-        chosen = registry.enabled(tuple(spec.placement.providers))
-        wait = registry.orchestrator()["cloud_wait_seconds"]
+        chosen = self.registry.enabled(tuple(spec.placement.providers))
+        wait = self.registry.orchestrator()["cloud_wait_seconds"]
         return plan_cloud(spec, chosen, nodes=nodes_of(spec), wait_seconds=wait)
 
-    service.cloud_plan = cloud_plan
-    service.provisioner = reconciler
-    service.sweep_exempt = reconciler.reconnecting_workers
-    reconciler.start()
-    return reconciler
+    def silence_excused(self) -> set[str]:
+        return self.lifecycle.reconnecting_workers() if self.lifecycle is not None else set()
+
+    def reap(self, *, dry_run: bool) -> list[dict[str, Any]] | None:
+        if self.lifecycle is None:
+            return None
+        return list(self.lifecycle.reap(dry_run=dry_run))
+
+    def start_lifecycle(self, port: JobPort, control_port: int) -> Reconciler:
+        """The reconciler, driving the control plane's cloud jobs through ``port``."""
+        self.lifecycle = Reconciler(
+            port,
+            control_port=control_port,
+            owner=owner_id(self.root),
+            load_providers=self.registry.enabled,
+            settings=self.registry.orchestrator,
+            parallel_launches=_parallel_launches(self.root),
+        )
+        self.lifecycle.start()
+        return self.lifecycle

@@ -25,6 +25,7 @@ from gpulayer.control.tokens import ensure_token
 
 if TYPE_CHECKING:
     from gpulayer.control.service import ControlService
+    from gpulayer.control.store import Store
 
 log = logging.getLogger("gpulayer.daemon")
 
@@ -132,16 +133,17 @@ def _run(
     import uvicorn
 
     from gpulayer.control.api import create_app
-    from gpulayer.control.cloud_attach import attach_lifecycle
+    from gpulayer.control.cloud_attach import ProviderCloud
     from gpulayer.control.local_admin import LocalAdmin, add_local_routes
     from gpulayer.control.schedule_firing import attach_schedules
     from gpulayer.control.service import ControlService
     from gpulayer.control.store import Store
 
     store = Store(f"sqlite:///{layout.database}", max_log_bytes=_max_log_bytes())
-    service = ControlService(store, layout)
+    cloud = ProviderCloud(layout.root, store)
+    service = ControlService(store, layout, cloud=cloud)
     agent = start_worker(service, layout)
-    lifecycle = attach_lifecycle(service, control_port=listener.getsockname()[1])
+    lifecycle = cloud.start_lifecycle(service.cloud_moves, listener.getsockname()[1])
     firing = attach_schedules(service)
     exit_requested = threading.Event()
     admin = LocalAdmin(
@@ -150,13 +152,7 @@ def _run(
         idle_seconds=idle_seconds,
         request_exit=exit_requested.set,
         write_info=lambda data: _write_server_file(layout, data),
-        in_flight=lambda: (
-            [
-                f"instance {i.request_id} of job {i.job_id}"
-                for i in store.list_instances(live_only=True)
-            ]
-            + ([f"{agent.running} local attempt(s)"] if agent.running else [])
-        ),
+        in_flight=lambda: _in_flight(store, agent.running),
     )
     app = create_app(
         service,
@@ -177,11 +173,11 @@ def _run(
                 server.should_exit = True
                 break
             try:
-                service.sweep_lost_workers()  # cloud workers reach this one through SSH tunnels
-                service.dispatch()
+                service.workers.sweep_lost_workers()  # cloud workers reach us through SSH tunnels
+                service.dispatcher.dispatch()
                 idle_for = time.monotonic() - service.last_call
                 busy = (
-                    service.live_jobs()
+                    service.jobs.live_jobs()
                     or agent.running
                     or firing.schedules.active_count()
                     or lifecycle.has_live_instances()  # teardown still to finish
@@ -201,6 +197,14 @@ def _run(
         agent.stop(cancel_running=True)
         store.close()
     return 0
+
+
+def _in_flight(store: Store, local_attempts: int) -> list[str]:
+    """What a stop waits for: live cloud instances (their teardown) and local attempts."""
+    found = [
+        f"instance {i.request_id} of job {i.job_id}" for i in store.list_instances(live_only=True)
+    ]
+    return found + ([f"{local_attempts} local attempt(s)"] if local_attempts else [])
 
 
 def _max_log_bytes() -> int | None:

@@ -81,12 +81,12 @@ class LocalAdmin:
     def _cancel_then_exit(self, live: list[str]) -> None:
         for job_id in live:
             try:
-                self.service.cancel(job_id)
+                self.service.jobs.cancel(job_id)
             except Exception:
                 log.exception("cancelling %s for a forced stop failed", job_id)
         deadline = time.monotonic() + FORCE_CANCEL_WAIT_SECONDS
-        while (self.service.live_jobs() or self._in_flight()) and time.monotonic() < deadline:
-            self.service.wait_for_change(self.service.version, 0.5)
+        while (self.service.jobs.live_jobs() or self._in_flight()) and time.monotonic() < deadline:
+            self.service.changes.wait_for_change(self.service.changes.version, 0.5)
         log.info("stopping on request after cancelling %d job(s)", len(live))
         self._request_exit()
 

@@ -85,7 +85,7 @@ class ScheduleFiring:
             following = cached_next_tick(schedule.expressions, schedule.timezone, watermark)
             if following is not None and following <= now:
                 if workers is None:
-                    workers = self.schedules.service.worker_views()
+                    workers = self.schedules.service.workers.worker_views()
                 loaded.record.watermark = watermark
                 try:
                     following, created = self.schedules.fire_due(
@@ -101,7 +101,7 @@ class ScheduleFiring:
             if following is not None and (upcoming is None or following < upcoming):
                 upcoming = following
         if made:
-            self.schedules.service.dispatch()
+            self.schedules.service.dispatcher.dispatch()
         return upcoming
 
     def _load(self, schedule_id: str, updated_at: float) -> Loaded | None:

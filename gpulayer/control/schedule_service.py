@@ -311,8 +311,8 @@ class ScheduleService:
         spec = schedule.job.model_copy(update={"labels": labels})  # validated with the schedule
         service = self.service
         if workers is None:
-            workers = service.worker_views()
-        target = choose_target(spec, workers, cloud_available=service.cloud_available())
+            workers = service.workers.worker_views()
+        target = choose_target(spec, workers, cloud_available=service.cloud.available())
         job_id = new_id("j")
         source = self.store.schedule_source(record.id) if record.has_bundle else None
         bundles = self.service.bundles
@@ -341,7 +341,7 @@ class ScheduleService:
                 within=within,
             )
             if not recorded and digest is not None:
-                self.service.release_unused_bundle(digest)
+                self.service.jobs.release_unused_bundle(digest)
         if not recorded:
             return None
         kind = "triggered" if manual else f"tick {tick_text}"
@@ -352,17 +352,19 @@ class ScheduleService:
         self, loaded: Loaded, decision: Start, started: _Started, *, dispatch: bool
     ) -> None:
         service = self.service
-        service.log_system(started.job_id, 0, started.notes)
+        service.changes.log_system(started.job_id, 0, started.notes)
         for live in decision.replace:
-            service.log_system(
+            service.changes.log_system(
                 live, 0, [f"schedule {loaded.record.name}: replaced by {started.job_id}"]
             )
-            service.cancel(live)
+            service.jobs.cancel(live)
         if started.target:
             # Stored with its run record, not through submit: the service is told here.
-            service.jobs_stored([QueuedHead(started.job_id, started.target, started.created_at)])
+            service.dispatcher.jobs_stored(
+                [QueuedHead(started.job_id, started.target, started.created_at)]
+            )
         if started.target and dispatch:
-            service.dispatch()
+            service.dispatcher.dispatch()
 
     # --- budget -----------------------------------------------------------------------------
 

@@ -92,7 +92,7 @@ def run_server(
     import uvicorn
 
     from gpulayer.control.api import create_app
-    from gpulayer.control.cloud_attach import attach_lifecycle
+    from gpulayer.control.cloud_attach import ProviderCloud
     from gpulayer.control.schedule_firing import attach_schedules
     from gpulayer.control.service import ControlService
     from gpulayer.control.store import Store
@@ -108,14 +108,20 @@ def run_server(
     )
     store = Store(url, max_log_bytes=max_log_bytes)
     authenticate = _authority(store, layout, announce=announce)
-    service = ControlService(store, layout, heartbeat_timeout=heartbeat_timeout)
-    service.output_limits = limits
-    service.default_target = "remote"  # no local worker here: jobs go to the team's workers
-    lifecycle = attach_lifecycle(service, control_port=port)
+    cloud = ProviderCloud(layout.root, store)
+    service = ControlService(
+        store,
+        layout,
+        heartbeat_timeout=heartbeat_timeout,
+        cloud=cloud,
+        default_target="remote",  # no local worker here: jobs go to the team's workers
+        output_limits=limits,
+    )
+    lifecycle = cloud.start_lifecycle(service.cloud_moves, port)
     firing = attach_schedules(service)
     app = create_app(service, authenticate, embedded=False, schedules=firing.schedules)
     stop = threading.Event()
-    stop_dispatcher = service.start_dispatcher()
+    stop_dispatcher = service.dispatcher.start()
     _start_maintenance(service, stop, heartbeat_timeout)
     config = uvicorn.Config(
         app,
@@ -166,9 +172,9 @@ def _start_maintenance(
         while not stop.wait(min(1.0, heartbeat_timeout / 4)):
             try:
                 if service.serving:  # before that, no worker could have reached us
-                    service.sweep_lost_workers()
-                service.dispatch(quiet=True)
-                service.wake_unclaimed()
+                    service.workers.sweep_lost_workers()
+                service.dispatcher.dispatch(quiet=True)
+                service.changes.wake_unclaimed()
             except Exception:
                 log.exception("maintenance pass failed")
 

@@ -46,20 +46,20 @@ def test_a_job_wakes_only_the_worker_it_was_given_to(tmp_path: Path) -> None:
     got: dict[str, list[Assignment]] = {}
 
     def poll(worker_id: str) -> None:
-        got[worker_id] = claim_blocking(service, worker_id, 30.0).assignments
+        got[worker_id] = claim_blocking(service.claims, worker_id, 30.0).assignments
 
     threads = {w: threading.Thread(target=poll, args=(w,), daemon=True) for w in (chosen, other)}
     for thread in threads.values():
         thread.start()
     time.sleep(0.2)  # let both long-polls start waiting (each re-checks on wake anyway)
-    job = service.submit(command("true", worker_ids=[chosen]))
+    job = service.submissions.submit(command("true", worker_ids=[chosen]))
     threads[chosen].join(10)
     assert not threads[chosen].is_alive()
     assert [a.job_id for a in got[chosen]] == [job.id]
     assert threads[other].is_alive()  # the other worker's long-poll was not woken
-    service.cancel(job.id)  # a cancel wakes only the worker running the job
+    service.jobs.cancel(job.id)  # a cancel wakes only the worker running the job
     assert threads[other].is_alive()
-    service.submit(command("true", worker_ids=[other]))
+    service.submissions.submit(command("true", worker_ids=[other]))
     threads[other].join(10)
     assert not threads[other].is_alive() and len(got[other]) == 1
 
@@ -67,33 +67,33 @@ def test_a_job_wakes_only_the_worker_it_was_given_to(tmp_path: Path) -> None:
 def test_a_cancel_ends_the_claim_long_poll_once_per_worker_life(tmp_path: Path) -> None:
     service = plane(tmp_path)
     worker = register(service, "w", caps(cpu_cores=4))
-    job = service.submit(command("sleep", "300"))
-    (assignment,) = claim_blocking(service, worker, 5.0, with_cancels=True).assignments
+    job = service.submissions.submit(command("sleep", "300"))
+    (assignment,) = claim_blocking(service.claims, worker, 5.0, with_cancels=True).assignments
     got: list[ClaimReply] = []
     poll = threading.Thread(
-        target=lambda: got.append(claim_blocking(service, worker, 30.0, with_cancels=True)),
+        target=lambda: got.append(claim_blocking(service.claims, worker, 30.0, with_cancels=True)),
         daemon=True,
     )
     poll.start()
-    service.cancel(job.id)
+    service.jobs.cancel(job.id)
     poll.join(10)
     assert not poll.is_alive(), "the cancel did not end the long-poll"
     assert got[0].cancel_attempts == [assignment.attempt_id] and got[0].assignments == []
     # Told once: the next poll waits it out, and a poll without signals never carries it.
-    assert claim_blocking(service, worker, 0.3, with_cancels=True).cancel_attempts == []
-    assert claim_blocking(service, worker, 0.0).assignments == []
+    assert claim_blocking(service.claims, worker, 0.3, with_cancels=True).cancel_attempts == []
+    assert claim_blocking(service.claims, worker, 0.0).assignments == []
     # The heartbeat still repeats it, should the claim reply have been lost on the way.
-    reply = service.heartbeat(worker, running=[assignment.attempt_id])
+    reply = service.workers.heartbeat(worker, running=[assignment.attempt_id])
     assert reply.cancel_attempts == [assignment.attempt_id]
 
 
 def test_one_long_poll_carries_every_assignment_up_to_capacity(tmp_path: Path) -> None:
     service = plane(tmp_path)
     worker = register(service, "w", caps(cpu_cores=2))
-    service.submit_many([(command("true"), None, None) for _ in range(6)])
-    found = claim_blocking(service, worker, 5.0).assignments
+    service.submissions.submit_many([(command("true"), None, None) for _ in range(6)])
+    found = claim_blocking(service.claims, worker, 5.0).assignments
     assert len(found) == 4  # 2 cores, half a core each
-    assert claim_blocking(service, worker, 0.0).assignments == []
+    assert claim_blocking(service.claims, worker, 0.0).assignments == []
 
 
 def test_a_claim_starts_all_it_carries_in_one_write_and_each_only_once(tmp_path: Path) -> None:
@@ -101,7 +101,7 @@ def test_a_claim_starts_all_it_carries_in_one_write_and_each_only_once(tmp_path:
 
     service = plane(tmp_path)
     worker = register(service, "w", caps(cpu_cores=2))
-    service.submit_many([(command("true"), None, None) for _ in range(4)])
+    service.submissions.submit_many([(command("true"), None, None) for _ in range(4)])
     writes: list[str] = []
     event.listen(
         service.store.engine,
@@ -110,18 +110,20 @@ def test_a_claim_starts_all_it_carries_in_one_write_and_each_only_once(tmp_path:
             writes.append(statement) if statement.startswith("UPDATE attempts") else None
         ),
     )
-    found = claim_blocking(service, worker, 0).assignments
+    found = claim_blocking(service.claims, worker, 0).assignments
     assert len(found) == 4 and len(writes) == 1
     assert {a.state for a in service.store.active_attempts(worker)} == {"running"}
     assert (
-        claim_blocking(service, worker, 0).assignments == []
+        claim_blocking(service.claims, worker, 0).assignments == []
     )  # started attempts are not handed out again
 
 
 def test_submit_many_is_one_transaction_in_order(tmp_path: Path) -> None:
     service = plane(tmp_path)
     register(service, "w", caps(cpu_cores=64))
-    jobs = service.submit_many([(command("echo", str(i)), None, None) for i in range(50)])
+    jobs = service.submissions.submit_many(
+        [(command("echo", str(i)), None, None) for i in range(50)]
+    )
     assert [j.spec["workload"]["command"] for j in jobs] == [["echo", str(i)] for i in range(50)]
     assert len({j.id for j in jobs}) == 50
     assert sum(1 for _ in service.store.list_jobs(limit=1000)) == 50
@@ -133,12 +135,12 @@ def test_one_bad_spec_refuses_the_whole_list_naming_it(tmp_path: Path) -> None:
     bad = command("true")
     bad["resources"] = {"gpus": -1}
     with pytest.raises(SpecError) as refused:
-        service.submit_many([(command("true"), None, None), (bad, None, None)])
+        service.submissions.submit_many([(command("true"), None, None), (bad, None, None)])
     assert all(line.startswith("jobs[1].") for line in refused.value.lines)
     assert "resources.gpus" in str(refused.value)
     assert service.store.list_jobs() == []
     with pytest.raises(UsageError, match="bundle_id"):
-        service.submit_many([(command("true"), None, "0" * 64)])
+        service.submissions.submit_many([(command("true"), None, "0" * 64)])
     assert service.store.list_jobs() == []
 
 
@@ -150,11 +152,15 @@ def test_a_repeated_spec_is_refused_at_every_index_and_stored_for_every_job(
     bad = command("true")
     bad["resources"] = {"gpus": -1}
     with pytest.raises(SpecError) as refused:
-        service.submit_many([(bad, None, None), (command("true"), None, None), (bad, None, None)])
+        service.submissions.submit_many(
+            [(bad, None, None), (command("true"), None, None), (bad, None, None)]
+        )
     assert {line.split(".", 1)[0] for line in refused.value.lines} == {"jobs[0]", "jobs[2]"}
     same = command("echo", "x")
     reordered = dict(reversed(list(same.items())))
-    jobs = service.submit_many([(same, None, None), (reordered, None, None), (same, None, None)])
+    jobs = service.submissions.submit_many(
+        [(same, None, None), (reordered, None, None), (same, None, None)]
+    )
     assert len({j.id for j in jobs}) == 3
     assert all(j.spec == jobs[0].spec for j in jobs)
     assert [j.spec["workload"]["command"] for j in jobs] == [["echo", "x"]] * 3
@@ -175,7 +181,7 @@ def test_a_bundle_is_kept_once_and_dropped_with_its_last_job(tmp_path: Path) -> 
     (source / "train.py").write_text("print(1)\n")
     digest = _bundle_digest(service, source)
     assert _bundle_digest(service, source) == digest  # the same folder, the same digest
-    jobs = service.submit_many([(command("true"), None, digest) for _ in range(3)])
+    jobs = service.submissions.submit_many([(command("true"), None, digest) for _ in range(3)])
     kept = service.bundles.path(digest)
     assert list(kept.parent.iterdir()) == [kept]
     # Each job's row names the kept file; no job has a folder of its own for it.
@@ -183,9 +189,9 @@ def test_a_bundle_is_kept_once_and_dropped_with_its_last_job(tmp_path: Path) -> 
     assert not service.layout.jobs_dir.exists() or list(service.layout.jobs_dir.iterdir()) == []
     for job in jobs:
         service.store.update_job(job.id, state="succeeded", finished_at=time.time())
-    service.delete_jobs([jobs[0].id, jobs[1].id])
+    service.jobs.delete_jobs([jobs[0].id, jobs[1].id])
     assert kept.exists()
-    service.delete_jobs([jobs[2].id])
+    service.jobs.delete_jobs([jobs[2].id])
     assert not kept.exists()
 
 
@@ -218,18 +224,18 @@ def test_a_job_stored_before_schema_10_runs_and_releases_the_bundle_in_its_folde
     folder.mkdir(parents=True)
     os.link(kept, service.layout.bundle_file(old.id))
     (folder / DIGEST_FILE).write_text(digest)
-    (new,) = service.submit_many([(command("true"), None, digest)])
-    assert service.bundle_path(old.id) == service.layout.bundle_file(old.id)
-    assert service.bundle_path(new.id) == kept
-    assert service._source_for(service.store.get_job(old.id), on_this_machine=False) == {
+    (new,) = service.submissions.submit_many([(command("true"), None, digest)])
+    assert service.jobs.bundle_path(old.id) == service.layout.bundle_file(old.id)
+    assert service.jobs.bundle_path(new.id) == kept
+    assert service.claims.source_for(service.store.get_job(old.id), on_this_machine=False) == {
         "working_dir": None,
         "has_bundle": True,
         "bundle_digest": digest,
     }
-    service.delete_jobs([old.id])
+    service.jobs.delete_jobs([old.id])
     assert kept.is_file() and not folder.exists()  # the new job's row still names it
     service.store.update_job(new.id, state="succeeded", finished_at=time.time())
-    service.delete_jobs([new.id])
+    service.jobs.delete_jobs([new.id])
     assert not kept.exists()
 
 
@@ -237,7 +243,9 @@ def test_a_refused_list_names_the_missing_bundle_and_keeps_nothing(tmp_path: Pat
     service = plane(tmp_path)
     missing = "e" * 64
     with pytest.raises(UsageError, match=f"^bundle_id: sha256:{missing} was not uploaded$"):
-        service.submit_many([(command("true"), None, None), (command("true"), None, missing)])
+        service.submissions.submit_many(
+            [(command("true"), None, None), (command("true"), None, missing)]
+        )
     assert service.store.list_jobs() == []
 
 
@@ -353,20 +361,20 @@ def test_an_array_limit_holds_how_many_of_it_run_at_once(tmp_path: Path) -> None
     service = plane(tmp_path)
     worker = register(service, "w", caps(cpu_cores=64))
     array = array_members(command("true"), range(6), 2, "a-0123456789")
-    service.submit_many([(job, None, None) for job in [*array, command("true")]])
-    running = claim_blocking(service, worker, 1.0).assignments
+    service.submissions.submit_many([(job, None, None) for job in [*array, command("true")]])
+    running = claim_blocking(service.claims, worker, 1.0).assignments
 
     def index(a: Assignment) -> str:
         return str(a.spec["labels"].get("gpulayer.array.index", "-"))
 
     assert sorted(index(a) for a in running) == ["-", "0", "1"]  # two of it, and one outside
     first = next(a for a in running if index(a) == "0")
-    service.finish_attempt(first.attempt_id, AttemptReport(state="succeeded", exit_code=0))
-    (third,) = claim_blocking(service, worker, 1.0).assignments
+    service.reports.finish_attempt(first.attempt_id, AttemptReport(state="succeeded", exit_code=0))
+    (third,) = claim_blocking(service.claims, worker, 1.0).assignments
     assert index(third) == "2"
-    members = service.array_jobs("a-0123456789")
+    members = service.jobs.array_jobs("a-0123456789")
     assert [j.labels["gpulayer.array.index"] for j in members] == [str(i) for i in range(6)]
-    cancelled = service.cancel_array("a-0123456789")
+    cancelled = service.jobs.cancel_array("a-0123456789")
     assert {j.state for j in cancelled} <= {"cancelled", "succeeded", "running"}
     assert sum(j.state == "cancelled" for j in cancelled) == 3
 

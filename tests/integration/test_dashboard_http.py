@@ -17,7 +17,10 @@ from gpulayer.control.service import ControlService
 from gpulayer.control.store import Store
 
 ADMIN = "dashboard-admin-token-0123456789"
-SLEEPER = {"workload": {"kind": "command", "command": ["sleep", "60"]}, "placement": {"target": "remote", "worker_labels": {"pool": "none"}}}
+SLEEPER = {
+    "workload": {"kind": "command", "command": ["sleep", "60"]},
+    "placement": {"target": "remote", "worker_labels": {"pool": "none"}},
+}
 
 
 @pytest.fixture()
@@ -52,7 +55,7 @@ def queued_job(service: ControlService) -> str:
     service.store.upsert_worker(
         worker_id="w-remote", name="remote", kind="remote", labels={}, capabilities={"cpu_cores": 1}
     )
-    return service.submit(SLEEPER).id
+    return service.submissions.submit(SLEEPER).id
 
 
 def test_cancel_without_or_with_a_wrong_csrf_token_is_refused(plane: Any) -> None:
@@ -63,7 +66,9 @@ def test_cancel_without_or_with_a_wrong_csrf_token_is_refused(plane: Any) -> Non
     assert 'id="cancel-form"' in page.text
     refused = client.post(f"/ui/jobs/{job_id}/cancel", data={}, follow_redirects=False)
     assert refused.status_code == 403
-    wrong = client.post(f"/ui/jobs/{job_id}/cancel", data={"csrf": "x" * 43}, follow_redirects=False)
+    wrong = client.post(
+        f"/ui/jobs/{job_id}/cancel", data={"csrf": "x" * 43}, follow_redirects=False
+    )
     assert wrong.status_code == 403
     assert service.store.get_job(job_id).state != "cancelled"
     done = client.post(
@@ -77,8 +82,14 @@ def test_every_form_on_every_page_that_posts_carries_the_csrf_token(plane: Any) 
     client, service = plane
     log_in(client)
     job_id = queued_job(service)
-    for path in ("/ui/jobs", f"/ui/jobs/{job_id}", "/ui/workers", "/ui/instances",
-                 "/ui/schedules", "/ui/offers"):
+    for path in (
+        "/ui/jobs",
+        f"/ui/jobs/{job_id}",
+        "/ui/workers",
+        "/ui/instances",
+        "/ui/schedules",
+        "/ui/offers",
+    ):
         html = client.get(path).text
         forms = re.findall(r"<form[^>]*method=\"post\".*?</form>", html, flags=re.S)
         assert forms, path
@@ -220,9 +231,18 @@ def test_instances_page_shows_the_ledger_and_the_spend_chart(plane: Any) -> None
     job_id = queued_job(service)
     now = time.time()
     service.store.record_instance(
-        request_id="req-ui-1", job_id=job_id, owner="me", provider="aws", region="us-east-1",
-        instance_type="g5.xlarge", instance_id="i-0abc", state="running", hourly_price=1.5,
-        created_at=now - 7300, launched_at=now - 7200, ready_at=now - 7000,
+        request_id="req-ui-1",
+        job_id=job_id,
+        owner="me",
+        provider="aws",
+        region="us-east-1",
+        instance_type="g5.xlarge",
+        instance_id="i-0abc",
+        state="running",
+        hourly_price=1.5,
+        created_at=now - 7300,
+        launched_at=now - 7200,
+        ready_at=now - 7000,
     )
     page = client.get("/ui/instances").text
     assert "i-0abc" in page and "g5.xlarge" in page and "1.5000 USD" in page
@@ -263,7 +283,7 @@ def test_artifacts_download_from_the_job_page_and_nothing_outside_them(plane: An
     client, service = plane
     log_in(client)
     job_id = queued_job(service)
-    service.cancel(job_id)
+    service.jobs.cancel(job_id)
     outputs = service.layout.outputs_dir(job_id)
     (outputs / "out").mkdir(parents=True)
     (outputs / "out" / "a b.txt").write_text("weights\n")

@@ -31,7 +31,7 @@ def _join(client: Any, name: str) -> tuple[str, str]:
 
 def _running(client: Any, service: ControlService, worker: str, token: str, n: int) -> list[Any]:
     for _ in range(n):
-        service.submit(
+        service.submissions.submit(
             {
                 "workload": {"kind": "command", "command": ["true"]},
                 "placement": {"target": "remote", "worker_ids": [worker]},
@@ -130,17 +130,22 @@ def test_a_local_jobs_environment_is_forgotten_once_its_finish_ends_it(
         worker_id="w-local", name="local", kind="local", labels={}, capabilities={"cpu_cores": 2}
     )
     spec = {"workload": {"kind": "command", "command": ["true"]}, "placement": {"target": "local"}}
-    job = service.submit(spec, client_env={"PATH": "/usr/bin", "HF_TOKEN": "kept-in-memory"})
+    job = service.submissions.submit(
+        spec, client_env={"PATH": "/usr/bin", "HF_TOKEN": "kept-in-memory"}
+    )
     assert job.target == "local"
-    (assignment,) = claim_blocking(service, "w-local", 0).assignments
-    assert service.job_environment(job.id) == {"PATH": "/usr/bin", "HF_TOKEN": "kept-in-memory"}
+    (assignment,) = claim_blocking(service.claims, "w-local", 0).assignments
+    assert service.environments.job_environment(job.id) == {
+        "PATH": "/usr/bin",
+        "HF_TOKEN": "kept-in-memory",
+    }
     report = AttemptReport(
         state=ending, reason=None if ending == "succeeded" else "exit_code", exit_code=0
     )
-    (outcome,) = service.finish_attempts("w-local", [(assignment.attempt_id, report)])
+    (outcome,) = service.reports.finish_attempts("w-local", [(assignment.attempt_id, report)])
     assert outcome.outcome == "recorded"
     assert service.store.get_job(job.id).state == ending
-    assert service.job_environment(job.id) is None
+    assert service.environments.job_environment(job.id) is None
 
 
 def test_a_batch_of_ends_is_one_write_and_each_attempt_moves_once(

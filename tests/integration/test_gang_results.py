@@ -30,7 +30,7 @@ def register(service: ControlService, name: str) -> str:
     registration = Registration(
         name=name, kind="remote", capabilities=caps(cpu_cores=4).model_dump(mode="json")
     )
-    worker, _ = service.register_worker(registration)
+    worker, _ = service.workers.register_worker(registration)
     return worker.id
 
 
@@ -38,9 +38,9 @@ def test_a_gang_whose_nodes_report_together_keeps_node_zeros_result(tmp_path: Pa
     service = plane(tmp_path)
     workers = [register(service, "g0"), register(service, "g1")]
     for round_number in range(40):
-        job = service.submit(GANG_SPEC).id
+        job = service.submissions.submit(GANG_SPEC).id
         for worker in workers:
-            claim_blocking(service, worker, 0)
+            claim_blocking(service.claims, worker, 0)
         nodes = service.store.attempts_for(job)
         assert sorted(a.node_rank for a in nodes) == [0, 1]
         assert all(a.state == "running" for a in nodes), nodes
@@ -55,7 +55,7 @@ def test_a_gang_whose_nodes_report_together_keeps_node_zeros_result(tmp_path: Pa
         ) -> None:
             try:
                 start.wait(10)
-                service.finish_attempt(
+                service.reports.finish_attempt(
                     attempt_id,
                     AttemptReport(state="succeeded", exit_code=0, result=result),
                     dispatch=False,

@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import event
 
 from gpulayer.cloud.lifecycle import reconciler as lifecycle
+from gpulayer.control.cloud_gate import NoCloud
 from gpulayer.control.paths import HomeLayout
 from gpulayer.control.service import ControlService
 from gpulayer.control.store import Store
@@ -41,11 +42,17 @@ def _until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> N
         time.sleep(0.01)
 
 
+class _ProvidersSetUp(NoCloud):
+    """As a control plane with a providers.yaml says: a cloud is at hand (none is reached)."""
+
+    def available(self) -> bool:
+        return True
+
+
 @pytest.fixture()
 def loop(tmp_path: Path) -> Iterator[tuple[ControlService, lifecycle.Reconciler, Counter[str]]]:
     store = Store(f"sqlite:///{tmp_path / 'state.db'}")
-    service = ControlService(store, HomeLayout(tmp_path / "home").ensure())
-    service.cloud_available = lambda: True  # as a control plane with a providers.yaml says
+    service = ControlService(store, HomeLayout(tmp_path / "home").ensure(), cloud=_ProvidersSetUp())
     statements: Counter[str] = Counter()
 
     def count(*_: Any) -> None:
@@ -53,7 +60,7 @@ def loop(tmp_path: Path) -> Iterator[tuple[ControlService, lifecycle.Reconciler,
 
     event.listen(store.engine, "before_cursor_execute", count)
     reconciler = lifecycle.Reconciler(
-        service,
+        service.cloud_moves,
         control_port=0,
         owner="o-test",
         load_providers=lambda only: {},
@@ -78,10 +85,11 @@ def test_changes_to_jobs_wake_the_loop_without_a_query_until_a_cloud_job_is_stor
     monkeypatch.setattr(lifecycle, "IDLE_RECHECK_SECONDS", 3600.0, raising=False)
     before = statements[LOOP_THREAD]
     for _ in range(20):
-        service.submit(dict(REMOTE_JOB))  # queued (no worker); a change to jobs, no cloud work
+        # Queued (no worker): a change to jobs, no cloud work.
+        service.submissions.submit(dict(REMOTE_JOB))
         _until(lambda: not reconciler._wake.is_set(), "the loop to take its wake")
     quiet = statements[LOOP_THREAD] - before
-    cloud_job = service.submit(dict(CLOUD_JOB))
+    cloud_job = service.submissions.submit(dict(CLOUD_JOB))
     # No provider is enabled: the loop, told of the job, plans it and finds nothing to run on.
     _until(lambda: service.store.get_job(cloud_job.id).state == "failed", "the cloud job planned")
     assert quiet == 0, f"the loop asked the store {quiet} times with no cloud work"

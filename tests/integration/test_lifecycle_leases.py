@@ -31,7 +31,11 @@ def _until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> N
 def _controller(store: Store, home: Path) -> lifecycle.Reconciler:
     service = ControlService(store, HomeLayout(home).ensure())
     return lifecycle.Reconciler(
-        service, control_port=0, owner="o-test", load_providers=lambda only: {}, settings=dict
+        service.cloud_moves,
+        control_port=0,
+        owner="o-test",
+        load_providers=lambda only: {},
+        settings=dict,
     )
 
 

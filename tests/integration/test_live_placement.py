@@ -42,7 +42,7 @@ def register(
         labels=labels or {},
         capabilities=capabilities.model_dump(mode="json"),
     )
-    worker, _ = service.register_worker(registration)
+    worker, _ = service.workers.register_worker(registration)
     return worker.id
 
 
@@ -52,16 +52,16 @@ def submit(service: ControlService, **resources: Any) -> str:
         "resources": resources,
         "placement": {"target": "remote"},
     }
-    return service.submit(spec).id
+    return service.submissions.submit(spec).id
 
 
 def finish(service: ControlService, worker_id: str) -> int:
     """The worker claims what it was given and finishes one attempt; how many it finished."""
-    claim_blocking(service, worker_id, 0)
+    claim_blocking(service.claims, worker_id, 0)
     running = [a for a in service.store.active_attempts(worker_id) if a.state == "running"]
     if not running:
         return 0
-    service.finish_attempt(running[0].id, AttemptReport(state="succeeded", exit_code=0))
+    service.reports.finish_attempt(running[0].id, AttemptReport(state="succeeded", exit_code=0))
     return 1
 
 
@@ -99,12 +99,12 @@ def test_the_live_index_equals_a_full_read_after_every_change(tmp_path: Path, se
             labels = {"pool": rng.choice(["a", "b"])}
             register(service, "again", rng.choice(templates), worker_id=target, labels=labels)
         elif move < 0.87:  # its machine is gone
-            service.end_worker_attempts(target, "worker_lost", "its machine went away")
+            service.workers.end_worker_attempts(target, "worker_lost", "its machine went away")
         elif move < 0.93:  # a lost or gone worker heartbeats again
             running = [a.id for a in store.active_attempts(target)]
-            service.heartbeat(target, running)
+            service.workers.heartbeat(target, running)
         else:
-            service.sweep_lost_workers()
+            service.workers.sweep_lost_workers()
         assert_same_as_a_full_read(service.placement, store)
     assert placed > 10
     assert service.placement.rebuilds == 1  # everything after the first pass was incremental
@@ -137,7 +137,7 @@ def test_an_attempt_it_was_not_told_of_does_not_double_book_a_gpu(tmp_path: Path
     gpus = sorted(g for a in store.active_attempts(worker) for g in a.gpu_indices)
     assert gpus == [0]  # GPU 0 is given once
     # The worker was read again: the next pass knows it is full and does not try.
-    service.dispatch()
+    service.dispatcher.dispatch()
     assert service.placement.rejected == before + 1
     assert store.get_job(job).state == "queued"
 
@@ -152,8 +152,8 @@ def test_a_worker_lost_behind_its_back_takes_no_job(tmp_path: Path) -> None:
     assert store.get_job(job).state == "queued"
     assert service.placement.rejected == 1
     assert not store.active_attempts(worker)
-    service.heartbeat(worker)  # it is back
-    service.dispatch()  # the next pass, as the control plane's loop makes every second
+    service.workers.heartbeat(worker)  # it is back
+    service.dispatcher.dispatch()  # the next pass, as the control plane's loop makes every second
     assert store.get_job(job).state == "running"
 
 
@@ -167,7 +167,7 @@ def test_a_pass_reads_a_worker_once_when_it_read_it_before_planning(tmp_path: Pa
     worker = register(service, "w", caps(cpu_cores=2))
     for _ in range(4):
         submit(service, cpu_cores=1)
-    running = claim_blocking(service, worker, 0).assignments
+    running = claim_blocking(service.claims, worker, 0).assignments
     assert len(running) == 2
     reads: list[str] = []
 
@@ -177,10 +177,10 @@ def test_a_pass_reads_a_worker_once_when_it_read_it_before_planning(tmp_path: Pa
 
     event.listen(service.store.engine, "before_cursor_execute", note)
     done = AttemptReport(state="succeeded", exit_code=0)
-    service.finish_attempts(worker, [(a.attempt_id, done) for a in running])
+    service.reports.finish_attempts(worker, [(a.attempt_id, done) for a in running])
     assert len(reads) == 1
     assert (
-        len(claim_blocking(service, worker, 0).assignments) == 2
+        len(claim_blocking(service.claims, worker, 0).assignments) == 2
     )  # both freed cores went to the next jobs
     assert service.placement.rejected == 0
 
@@ -194,9 +194,9 @@ def test_the_jobs_a_pass_placed_are_counted_without_reading_their_specs(tmp_path
     worker = register(service, "w", caps(cpu_cores=4))
     for _ in range(8):
         submit(service, cpu_cores=1)
-    first = claim_blocking(service, worker, 0).assignments
+    first = claim_blocking(service.claims, worker, 0).assignments
     done = AttemptReport(state="succeeded", exit_code=0)
-    service.finish_attempts(worker, [(a.attempt_id, done) for a in first[:2]])
+    service.reports.finish_attempts(worker, [(a.attempt_id, done) for a in first[:2]])
     spec_reads: list[str] = []
 
     def note(_c: object, _k: object, statement: str, *_: object) -> None:
@@ -204,7 +204,7 @@ def test_the_jobs_a_pass_placed_are_counted_without_reading_their_specs(tmp_path
             spec_reads.append(statement)
 
     event.listen(service.store.engine, "before_cursor_execute", note)
-    service.finish_attempts(worker, [(a.attempt_id, done) for a in first[2:]])
+    service.reports.finish_attempts(worker, [(a.attempt_id, done) for a in first[2:]])
     assert spec_reads == []
     # And what it counted is right: the last four running, the worker full.
     running = service.store.active_attempts(worker)
@@ -246,12 +246,12 @@ def test_a_gang_whose_node_no_longer_fits_is_dropped_whole(tmp_path: Path) -> No
         "resources": {"cpu_cores": 2},
         "placement": {"target": "remote"},
     }
-    job = service.submit(spec).id
+    job = service.submissions.submit(spec).id
     assert store.get_job(job).state == "queued"
     assert service.placement.rejected == 1
     assert store.attempts_for(job) == []  # no node was given out alone
-    service.heartbeat(second)
-    service.dispatch()
+    service.workers.heartbeat(second)
+    service.dispatcher.dispatch()
     nodes = store.attempts_for(job)
     assert sorted(a.worker_id for a in nodes if a.worker_id) == sorted([first, second])
     assert [a.node_rank for a in nodes] == [0, 1]

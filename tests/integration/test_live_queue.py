@@ -60,19 +60,19 @@ def _plane_with_clock(tmp_path: Path) -> tuple[ControlService, Clock]:
 def test_passes_over_a_long_queue_read_none_of_it_between_whole_reads(tmp_path: Path) -> None:
     service, clock = _plane_with_clock(tmp_path)
     worker = register(service, "w", caps(cpu_cores=4))
-    jobs = service.submit_many([(dict(SMALL), None, None) for _ in range(300)])
+    jobs = service.submissions.submit_many([(dict(SMALL), None, None) for _ in range(300)])
     reads = _queue_reads(service)
     for _ in range(20):
-        finished = claim_blocking(service, worker, 0).assignments
+        finished = claim_blocking(service.claims, worker, 0).assignments
         assert finished, "each pass placed the next jobs in line"
         report = AttemptReport(state="succeeded", exit_code=0)
-        service.finish_attempts(worker, [(a.attempt_id, report) for a in finished])
+        service.reports.finish_attempts(worker, [(a.attempt_id, report) for a in finished])
     assert reads == []  # twenty passes, none of them read the queue
     placed = [j.id for j in service.store.get_jobs([j.id for j in jobs]) if j.state != "queued"]
     assert placed == [j.id for j in jobs[: len(placed)]]  # in their order, none skipped
     assert len(placed) == 4 * 21
     clock.now += service.placement.queue_full_every
-    service.dispatch()
+    service.dispatcher.dispatch()
     assert len(reads) == 1  # due again: read whole once
 
 
@@ -87,13 +87,13 @@ def test_jobs_this_plane_stored_are_placed_without_reading_their_rows(tmp_path: 
     back at once, then read and validated again by the pass)."""
     service, _ = _plane_with_clock(tmp_path)
     worker = register(service, "w", caps(cpu_cores=3))
-    service.dispatch()  # the first pass reads the queue whole
+    service.dispatcher.dispatch()  # the first pass reads the queue whole
     reads = _job_row_reads(service)
-    singles = [service.submit(dict(SMALL)).id for _ in range(2)]
+    singles = [service.submissions.submit(dict(SMALL)).id for _ in range(2)]
     assert len(reads) == 2  # each reply's fresh state
-    many = service.submit_many([(dict(SMALL), None, None) for _ in range(40)])
+    many = service.submissions.submit_many([(dict(SMALL), None, None) for _ in range(40)])
     assert len(reads) == 3  # the reply's fresh states, in one read
-    assert [a.job_id for a in claim_blocking(service, worker, 0).assignments] == [
+    assert [a.job_id for a in claim_blocking(service.claims, worker, 0).assignments] == [
         *singles,
         many[0].id,
     ]
@@ -101,9 +101,9 @@ def test_jobs_this_plane_stored_are_placed_without_reading_their_rows(tmp_path: 
         running = service.store.active_attempts(worker)
         report = AttemptReport(state="succeeded", exit_code=0)
         before = len(reads)
-        service.finish_attempts(worker, [(a.id, report) for a in running])
+        service.reports.finish_attempts(worker, [(a.id, report) for a in running])
         assert len(reads) == before  # nor did the pass that placed the list's next jobs
-        claim_blocking(service, worker, 0)  # (a claim reads the specs it hands over)
+        claim_blocking(service.claims, worker, 0)  # (a claim reads the specs it hands over)
     states = [j.state for j in service.store.get_jobs([j.id for j in many])]
     assert states[:10] == ["succeeded"] * 7 + ["running"] * 3 and set(states[10:]) == {"queued"}
 
@@ -113,12 +113,12 @@ def test_a_job_another_control_plane_queued_is_placed_at_the_next_whole_read(
 ) -> None:
     service, clock = _plane_with_clock(tmp_path)
     worker = register(service, "w", caps(cpu_cores=4))
-    service.dispatch()  # the first pass reads the queue whole
+    service.dispatcher.dispatch()  # the first pass reads the queue whole
     queue_elsewhere(service.store, "j-elsewhere", SMALL)
-    service.dispatch()
+    service.dispatcher.dispatch()
     assert service.store.get_job("j-elsewhere").state == "queued"  # not read yet
     clock.now += service.placement.queue_full_every
-    service.dispatch()
+    service.dispatcher.dispatch()
     assert service.store.get_job("j-elsewhere").state == "running"
     assert [a.job_id for a in service.store.active_attempts(worker)] == ["j-elsewhere"]
 
@@ -126,13 +126,15 @@ def test_a_job_another_control_plane_queued_is_placed_at_the_next_whole_read(
 def test_a_job_taken_elsewhere_gives_its_room_to_the_next_job_at_once(tmp_path: Path) -> None:
     service, _ = _plane_with_clock(tmp_path)
     worker = register(service, "w", caps(cpu_cores=1))
-    running, taken, waiting = service.submit_many([(dict(SMALL), None, None) for _ in range(3)])
-    (first,) = claim_blocking(service, worker, 0).assignments
+    running, taken, waiting = service.submissions.submit_many(
+        [(dict(SMALL), None, None) for _ in range(3)]
+    )
+    (first,) = claim_blocking(service.claims, worker, 0).assignments
     assert first.job_id == running.id
     # Another control plane cancels the next job in line: this one still holds it as queued.
     assert service.store.update_job(taken.id, expect_states=["queued"], state="cancelled")
     report = AttemptReport(state="succeeded", exit_code=0)
-    service.finish_attempts(worker, [(first.attempt_id, report)])
+    service.reports.finish_attempts(worker, [(first.attempt_id, report)])
     assert service.store.get_job(taken.id).state == "cancelled"  # the store refused it
     assert service.store.get_job(waiting.id).state == "running"  # in the same call
 
@@ -141,15 +143,17 @@ def test_a_job_put_back_in_the_queue_is_placed_again_in_its_turn(tmp_path: Path)
     service, _ = _plane_with_clock(tmp_path)
     worker = register(service, "w", caps(cpu_cores=1))
     spec = dict(SMALL, retry={"max_attempts": 2, "retry_on": ["preempted"]})
-    retried, later = service.submit_many([(spec, None, None), (dict(SMALL), None, None)])
-    (first,) = claim_blocking(service, worker, 0).assignments
+    retried, later = service.submissions.submit_many(
+        [(spec, None, None), (dict(SMALL), None, None)]
+    )
+    (first,) = claim_blocking(service.claims, worker, 0).assignments
     assert first.job_id == retried.id
     lost = AttemptReport(state="failed", reason="preempted", message="reclaimed")
-    service.finish_attempts(worker, [(first.attempt_id, lost)])
+    service.reports.finish_attempts(worker, [(first.attempt_id, lost)])
     assert service.store.get_job(retried.id).state == "queued"
-    service.heartbeat(worker)  # ready again after the reclaim
-    service.dispatch()
-    (second,) = claim_blocking(service, worker, 0).assignments
+    service.workers.heartbeat(worker)  # ready again after the reclaim
+    service.dispatcher.dispatch()
+    (second,) = claim_blocking(service.claims, worker, 0).assignments
     assert second.job_id == retried.id  # ahead of the later job: its place is its time
     assert service.store.get_job(later.id).state == "queued"
 
@@ -163,7 +167,7 @@ def test_a_scheduled_run_and_a_fired_tick_are_placed_at_once(tmp_path: Path) -> 
     service, _ = _plane_with_clock(tmp_path)  # the clock stands still: no whole read is due
     schedules = ScheduleService(service)
     worker = register(service, "w", caps(cpu_cores=4))
-    service.dispatch()  # the first pass reads the queue whole
+    service.dispatcher.dispatch()  # the first pass reads the queue whole
     nightly = {"name": "nightly", "cron": "0 3 * * *", "job": SMALL, "concurrency": "allow"}
     record, _ = schedules.apply(nightly)
     triggered = schedules.trigger("nightly")
@@ -186,8 +190,8 @@ def test_with_a_dispatcher_a_finish_is_answered_before_the_pass_it_asked_for(
 
     service, _ = _plane_with_clock(tmp_path)
     worker = register(service, "w", caps(cpu_cores=2))
-    jobs = service.submit_many([(dict(SMALL), None, None) for _ in range(4)])
-    running = claim_blocking(service, worker, 0).assignments
+    jobs = service.submissions.submit_many([(dict(SMALL), None, None) for _ in range(4)])
+    running = claim_blocking(service.claims, worker, 0).assignments
     assert sorted(a.job_id for a in running) == sorted(j.id for j in jobs[:2])
     assigns_by_thread: list[int] = []
 
@@ -196,10 +200,12 @@ def test_with_a_dispatcher_a_finish_is_answered_before_the_pass_it_asked_for(
             assigns_by_thread.append(threading.get_ident())
 
     event.listen(service.store.engine, "before_cursor_execute", note)
-    stop = service.start_dispatcher()
+    stop = service.dispatcher.start()
     try:
         report = AttemptReport(state="succeeded", exit_code=0)
-        outcomes = service.finish_attempts(worker, [(a.attempt_id, report) for a in running])
+        outcomes = service.reports.finish_attempts(
+            worker, [(a.attempt_id, report) for a in running]
+        )
         assert [o.outcome for o in outcomes] == ["recorded", "recorded"]
         deadline = time.monotonic() + 30
         while len(service.store.active_attempts(worker)) < 2 and time.monotonic() < deadline:

@@ -176,12 +176,12 @@ def test_a_kept_bundle_outlives_the_apply_and_every_run_names_it(tmp_path: Path)
     assert kept.is_file()  # others may still link it: the schedule copies, never takes
     first = schedules.trigger("k")
     assert service.store.get_job(first).bundle_digest == digest
-    assert service.bundle_path(first) == kept
-    service.delete_jobs([first])  # no worker: unschedulable, so already finished
+    assert service.jobs.bundle_path(first) == kept
+    service.jobs.delete_jobs([first])  # no worker: unschedulable, so already finished
     assert not kept.exists()  # its last job went, and the kept file with it
     second = schedules.trigger("k")  # the schedule's own copy is kept again
     assert kept.is_file() and service.store.get_job(second).bundle_digest == digest
-    assert service.bundle_path(second) == kept
+    assert service.jobs.bundle_path(second) == kept
 
 
 def test_a_one_shot_upload_is_used_up_and_a_missing_digest_refused(tmp_path: Path) -> None:

@@ -25,12 +25,12 @@ from gpulayer.protocol.messages import (
 router = APIRouter(route_class=OffLoopJSONRoute)
 
 
-# Not CHECKED: a job's output is repaired rather than refused (service.append_logs).
+# Not CHECKED: a job's output is repaired rather than refused (service.reports.append_logs).
 @router.post("/v1/attempts/{attempt_id}/logs")
 def attempt_logs(
     attempt_id: RowId, batch: LogBatch, context: Context, who: Caller
 ) -> dict[str, Any]:
-    context.service.append_logs(attempt_id, batch.lines, who)
+    context.service.reports.append_logs(attempt_id, batch.lines, who)
     return {"ok": True}
 
 
@@ -42,7 +42,7 @@ def finish(
     problems = unsafe_text(report.model_dump(mode="json", exclude={"logs"}))
     if problems:
         raise SpecError(problems)
-    context.service.finish_attempt(attempt_id, report, who)
+    context.service.reports.finish_attempt(attempt_id, report, who)
     return {"ok": True}
 
 
@@ -62,7 +62,7 @@ def finish_many(
             )
         else:
             storable.append((item.attempt_id, item.report))
-    recorded = iter(context.service.finish_attempts(worker_id, storable, who))
+    recorded = iter(context.service.reports.finish_attempts(worker_id, storable, who))
     results = [refused.get(i) or next(recorded) for i in range(len(batch.reports))]
     return FinishReply(results=results).model_dump()
 
@@ -70,9 +70,9 @@ def finish_many(
 @router.get("/v1/jobs/{job_id}/bundle", dependencies=[CHECKED])
 def bundle(job_id: str, context: Context, who: Caller) -> FileResponse:
     service = context.service
-    resolved = service.resolve_job_id(job_id)
-    service.check_job_access(resolved, who)
-    return FileResponse(service.bundle_path(resolved))
+    resolved = service.jobs.resolve_job_id(job_id)
+    service.access.check_job_access(resolved, who)
+    return FileResponse(service.jobs.bundle_path(resolved))
 
 
 @router.put("/v1/attempts/{attempt_id}/outputs", openapi_extra=ARCHIVE_BODY)
@@ -80,12 +80,12 @@ async def upload_outputs(
     attempt_id: RowId, request: Request, context: Context, who: Caller
 ) -> dict[str, Any]:
     service = context.service
-    await asyncio.to_thread(service.own_attempt, attempt_id, who)
+    await asyncio.to_thread(service.access.own_attempt, attempt_id, who)
     limits = service.output_limits
     # Unpacked while it streams in: a refusal is answered before the rest is read.
     await read_body_on_a_thread(
         request.stream(),
-        lambda upload: service.receive_outputs(attempt_id, upload, who),
+        lambda upload: service.outputs.receive_outputs(attempt_id, upload, who),
         on_received=lambda received: receive_within(received, limits),
     )
     return {"ok": True}

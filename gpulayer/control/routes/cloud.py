@@ -20,14 +20,14 @@ _OFFERS_MAX = 10_000
 @router.get("/v1/cost", dependencies=ADMIN)
 def cost(context: Context, job: str | None = None) -> dict[str, Any]:
     service = context.service
-    job_id = service.resolve_job_id(job) if job else None
+    job_id = service.jobs.resolve_job_id(job) if job else None
     return cost_view(service.store.list_instances(job_id=job_id))
 
 
 @router.get("/v1/instances", dependencies=ADMIN)
 def instances(context: Context, all: bool = False, job: str | None = None) -> list[dict[str, Any]]:
     service = context.service
-    job_id = service.resolve_job_id(job) if job else None
+    job_id = service.jobs.resolve_job_id(job) if job else None
     return instances_detail(service, job_id=job_id, live_only=not all and job_id is None)
 
 
@@ -64,12 +64,11 @@ def plan(body: dict[str, Any], context: Context) -> dict[str, Any]:
     if working_dir is not None and not isinstance(working_dir, str):
         raise UsageError("working_dir: a path (a string)")
     # As for a submit: only the local control plane reads this machine's folders.
-    return context.service.plan(spec, working_dir=working_dir if context.embedded else None)
+    return context.service.submissions.plan(
+        spec, working_dir=working_dir if context.embedded else None
+    )
 
 
 @router.post("/v1/reap", dependencies=ADMIN)
 def reap(context: Context, dry_run: bool = False) -> list[dict[str, Any]]:
-    provisioner = context.service.provisioner
-    if provisioner is None:
-        return []
-    return list(provisioner.reap(dry_run=dry_run))
+    return context.service.cloud.reap(dry_run=dry_run) or []

@@ -22,8 +22,8 @@ def instances_detail(
 
 def job_detail(service: ControlService, job_id: str) -> dict[str, Any]:
     job = service.store.get_job(job_id)
-    attempts = service.attempts(job_id)
-    workers = {w.id: w for w in service.list_workers()}
+    attempts = service.jobs.attempts(job_id)
+    workers = {w.id: w for w in service.workers.list_workers()}
     view = job_view(job, attempts, workers)
     spans = service.store.setup_spans(job_id, SETUP_LOG_PREFIX)
     for attempt in view["attempts"]:
@@ -35,5 +35,5 @@ def job_detail(service: ControlService, job_id: str) -> dict[str, Any]:
         view["cost"] = cost_view(instances)
         view["instances"] = instances_detail(service, job_id=job_id, live_only=False)
     if job.state == "queued":
-        view["waiting_for"] = service.waiting_reasons(job)
+        view["waiting_for"] = service.jobs.waiting_reasons(job)
     return view

@@ -27,4 +27,4 @@ def health(context: Context) -> dict[str, Any]:
 @router.get("/v1/server", dependencies=[Depends(admin_only)])
 def server_state(context: Context) -> dict[str, Any]:
     """For operators: how many workers' claim long-polls wait for work right now."""
-    return {"version": __version__, "claim_polls_waiting": context.service.news.listening()}
+    return {"version": __version__, "claim_polls_waiting": context.service.changes.news.listening()}

@@ -57,40 +57,42 @@ def list_jobs(
 
     states = check_states(state.split(","), "state") if state else None
     labels = with_schedule(parse_label_pairs(label or [], "label"), schedule, "schedule")
-    jobs = context.service.list_jobs(states=states, labels=labels, limit=limit)
+    jobs = context.service.jobs.list_jobs(states=states, labels=labels, limit=limit)
     return [job_view(j) for j in jobs]
 
 
 @router.post("/v1/jobs/delete", dependencies=ADMIN)
 def delete_jobs(body: DeleteBody, context: Context) -> list[dict[str, Any]]:
-    return [job_view(j) for j in context.service.delete_jobs(body.jobs, dry_run=body.dry_run)]
+    return [job_view(j) for j in context.service.jobs.delete_jobs(body.jobs, dry_run=body.dry_run)]
 
 
 @router.post("/v1/jobs/prune", dependencies=ADMIN)
 def prune_jobs(body: PruneBody, context: Context) -> list[dict[str, Any]]:
-    pruned = context.service.prune(older_than_seconds=body.older_than_seconds, dry_run=body.dry_run)
+    pruned = context.service.jobs.prune(
+        older_than_seconds=body.older_than_seconds, dry_run=body.dry_run
+    )
     return [job_view(j) for j in pruned]
 
 
 @router.get("/v1/arrays/{array_id}", dependencies=ADMIN)
 def array(array_id: ArrayId, context: Context) -> list[dict[str, Any]]:
     """A job array's jobs (submit --array), by index."""
-    return [job_view(job) for job in context.service.array_jobs(array_id)]
+    return [job_view(job) for job in context.service.jobs.array_jobs(array_id)]
 
 
 @router.post("/v1/arrays/{array_id}/cancel", dependencies=ADMIN)
 def cancel_array(array_id: ArrayId, context: Context) -> list[dict[str, Any]]:
-    return [job_view(job) for job in context.service.cancel_array(array_id)]
+    return [job_view(job) for job in context.service.jobs.cancel_array(array_id)]
 
 
 @router.get("/v1/jobs/{job_ref}", dependencies=ADMIN)
 def get_job(job_ref: str, context: Context) -> dict[str, Any]:
-    return job_detail(context.service, context.service.resolve_job_id(job_ref))
+    return job_detail(context.service, context.service.jobs.resolve_job_id(job_ref))
 
 
 @router.post("/v1/jobs/{job_ref}/cancel", dependencies=ADMIN)
 def cancel(job_ref: str, context: Context) -> dict[str, Any]:
-    job = context.service.cancel(job_ref)
+    job = context.service.jobs.cancel(job_ref)
     return job_detail(context.service, job.id)
 
 
@@ -102,7 +104,7 @@ def logs(
     wait: WaitSeconds = 0,
     node: NodeRank = None,
 ) -> dict[str, Any]:
-    lines, job = context.service.read_logs(
+    lines, job = context.service.jobs.read_logs(
         job_ref, after=after, wait=min(wait, MAX_WAIT_SECONDS), node=node
     )
     return {
@@ -114,12 +116,12 @@ def logs(
 @router.get("/v1/jobs/{job_ref}/artifacts", dependencies=[CHECKED])
 def artifacts(job_ref: str, context: Context, who: Caller) -> list[dict[str, Any]]:
     service = context.service
-    service.check_artifact_access(service.resolve_job_id(job_ref), who)
-    return service.artifacts(job_ref)
+    service.access.check_artifact_access(service.jobs.resolve_job_id(job_ref), who)
+    return service.jobs.artifacts(job_ref)
 
 
 @router.get("/v1/jobs/{job_ref}/artifacts/{path:path}", dependencies=[CHECKED])
 def artifact(job_ref: str, path: str, context: Context, who: Caller) -> FileResponse:
     service = context.service
-    service.check_artifact_access(service.resolve_job_id(job_ref), who)
-    return FileResponse(service.artifact_path(job_ref, path))
+    service.access.check_artifact_access(service.jobs.resolve_job_id(job_ref), who)
+    return FileResponse(service.jobs.artifact_path(job_ref, path))

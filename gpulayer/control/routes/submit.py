@@ -43,7 +43,7 @@ class SubmitBody(_Body):
     client_env: dict[str, str] | None = None
 
 
-# Checked inside (service.submit for the spec): a refused job must not leave its bundle.
+# Checked inside (service.submissions.submit for the spec): a refused job must not leave its bundle.
 # A list is several jobs in one transaction, answered with their views in order. A
 # request sent again with its Idempotency-Key is answered with the jobs it made first.
 @router.post("/v1/jobs", dependencies=[Depends(admin_only)], status_code=201)
@@ -92,7 +92,7 @@ def _submit(context: ApiContext, body: SubmitBody, once: OnceKey | None) -> Any:
             bundle.unlink(missing_ok=True)
         raise SpecError(problems)
     warnings: list[str] = []
-    job = service.submit(
+    job = service.submissions.submit(
         body.spec,
         working_dir=body.working_dir,
         bundle=bundle,
@@ -143,7 +143,7 @@ def _submit_many(
         items.append((body.spec, body.working_dir, _one_of_many(context, body, index)))
     if problems:
         raise SpecError(problems)
-    return [job_view(job) for job in context.service.submit_many(items, once=once)]
+    return [job_view(job) for job in context.service.submissions.submit_many(items, once=once)]
 
 
 def _one_of_many(context: ApiContext, body: SubmitBody, index: int) -> str | None:

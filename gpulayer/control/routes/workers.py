@@ -29,14 +29,14 @@ def workers(context: Context, all: bool = False) -> list[dict[str, Any]]:
     running = Counter(a.worker_id for a in service.store.active_attempts())
     return [
         worker_view(w, running=running[w.id])
-        for w in service.list_workers()
+        for w in service.workers.list_workers()
         if all or w.state != "gone"
     ]
 
 
 @router.post("/v1/workers", dependencies=[CHECKED])
 def register(registration: Registration, context: Context, who: Caller) -> dict[str, Any]:
-    worker, credential = context.service.register_worker(registration, who)
+    worker, credential = context.service.workers.register_worker(registration, who)
     return {"worker_id": worker.id, "epoch": worker.epoch, "token": credential}
 
 
@@ -46,7 +46,7 @@ def heartbeat(
 ) -> dict[str, Any]:
     running = body.running if body is not None else []
     degraded = body.degraded if body is not None else None
-    return context.service.heartbeat(
+    return context.service.workers.heartbeat(
         worker_id, running=running, caller=who, degraded=degraded
     ).model_dump()
 
@@ -60,7 +60,7 @@ async def claim(
     signals: bool = False,
 ) -> list[dict[str, Any]] | dict[str, Any]:
     reply = await claim_long_poll(
-        context.service, worker_id, min(wait, MAX_WAIT_SECONDS), who, with_cancels=signals
+        context.service.claims, worker_id, min(wait, MAX_WAIT_SECONDS), who, with_cancels=signals
     )
     # Without signals=1 the reply is the bare list of assignments older workers read.
     if not signals:

@@ -31,7 +31,7 @@ async def ui_log_stream(job_ref: str, request: Request, after: int = 0) -> Respo
         return json_answer({"error": "not logged in"}, 401)
     ui = ui_of(request)
     try:
-        job_id = await asyncio.to_thread(ui.service.resolve_job_id, job_ref)
+        job_id = await asyncio.to_thread(ui.service.jobs.resolve_job_id, job_ref)
     except GpulayerError as exc:
         return json_answer({"error": str(exc)}, error_status(exc))
     resume = request.headers.get("last-event-id", "")
@@ -63,10 +63,10 @@ async def _log_events(
             if await asyncio.to_thread(keeper.find, cookie) is None:
                 yield "event: logout\ndata: {}\n\n"
                 return
-        if service.version != seen or now - last_read >= _LOG_RECHECK_SECONDS:
-            seen = service.version
+        if service.changes.version != seen or now - last_read >= _LOG_RECHECK_SECONDS:
+            seen = service.changes.version
             last_read = now
-            lines, job = await asyncio.to_thread(service.read_logs, job_id, after=after)
+            lines, job = await asyncio.to_thread(service.jobs.read_logs, job_id, after=after)
             for line in lines:
                 after = line.id
                 yield f"id: {line.id}\ndata: {json.dumps(log_view(line))}\n\n"

@@ -169,7 +169,7 @@ async def ui_cancel(job_ref: str, request: Request) -> Response:
     service = ui_of(request).service
     service.touch()
     try:
-        job = await asyncio.to_thread(service.cancel, job_ref)
+        job = await asyncio.to_thread(service.jobs.cancel, job_ref)
     except GpulayerError as exc:
         return error_page(request, session, exc)
     return redirect(f"/ui/jobs/{job.id}")
@@ -204,7 +204,7 @@ def ui_artifact(job_ref: str, path: str, request: Request) -> Response:
     if session is None:
         return redirect("/ui/login")
     try:
-        file = ui_of(request).service.artifact_path(job_ref, path)
+        file = ui_of(request).service.jobs.artifact_path(job_ref, path)
     except GpulayerError as exc:
         return error_page(request, session, exc)
     return secured(FileResponse(file, filename=file.name))

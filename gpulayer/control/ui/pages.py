@@ -104,7 +104,7 @@ def jobs_context(service: ControlService, filters: dict[str, Any]) -> dict[str, 
 def job_context(service: ControlService, job_ref: str) -> dict[str, Any]:
     now = time.time()
     store = service.store
-    job_id = service.resolve_job_id(job_ref)
+    job_id = service.jobs.resolve_job_id(job_ref)
     job = store.get_job(job_id)
     attempts = store.attempts_for(job_id)
     workers = {w.id: w for w in store.list_workers()}
@@ -127,14 +127,14 @@ def job_context(service: ControlService, job_ref: str) -> dict[str, Any]:
         ],
         "cost": _costs(instances, now).get(job_id, {}),
         "artifacts": store.list_artifacts(job_id) if job.terminal else [],
-        "waiting_for": service.waiting_reasons(job) if job.state == "queued" else [],
+        "waiting_for": service.jobs.waiting_reasons(job) if job.state == "queued" else [],
     }
 
 
 def workers_context(service: ControlService) -> dict[str, Any]:
     now = time.time()
     rows = []
-    for view in service.worker_views():
+    for view in service.workers.worker_views():
         snapshot = view.snapshot
         caps = snapshot.capabilities
         gpus: dict[str, int] = defaultdict(int)
@@ -283,7 +283,7 @@ def plan_context(service: ControlService, text: str) -> dict[str, Any]:
     except UsageError as exc:
         # The loader names the CLI's flag; here the field is the form's.
         raise UsageError("spec: " + str(exc).removeprefix("--file: ")) from None
-    return {"plan": service.plan(data)}
+    return {"plan": service.submissions.plan(data)}
 
 
 def schedules_context(schedules: ScheduleService | None) -> dict[str, Any]:

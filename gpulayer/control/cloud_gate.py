@@ -1,0 +1,53 @@
+"""What the control plane asks of its cloud side at submit and plan, and of the machines'
+lifecycle while it runs: typed, and given to the control plane when it is built. A control
+plane without providers has :class:`NoCloud`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from gpulayer.spec import JobSpec
+
+
+class CloudGate(Protocol):
+    def available(self) -> bool:
+        """Whether any provider is set up (reading providers.yaml: a ConfigError, exit 2,
+        refuses the job before anything is kept)."""
+        ...
+
+    def refusal(self, spec: JobSpec) -> str | None:
+        """Why no offer could ever take the job, known at submit; None: it may run."""
+        ...
+
+    def plan(self, spec: JobSpec) -> dict[str, Any]:
+        """The offers a plan of the job shows (see gpulayer.cloud.search)."""
+        ...
+
+    def silence_excused(self) -> set[str]:
+        """Workers whose silence is the control plane's own (their tunnel is being reopened)."""
+        ...
+
+    def reap(self, *, dry_run: bool) -> list[dict[str, Any]] | None:
+        """Machines tagged as this controller's that no record explains, ended (None: no
+        lifecycle runs here)."""
+        ...
+
+
+class NoCloud:
+    """No provider and no lifecycle: cloud targets are skipped as unavailable."""
+
+    def available(self) -> bool:
+        return False
+
+    def refusal(self, spec: JobSpec) -> str | None:
+        return None
+
+    def plan(self, spec: JobSpec) -> dict[str, Any]:
+        raise RuntimeError("no cloud is set up here")  # plan() asks only when available()
+
+    def silence_excused(self) -> set[str]:
+        return set()
+
+    def reap(self, *, dry_run: bool) -> list[dict[str, Any]] | None:
+        return None
