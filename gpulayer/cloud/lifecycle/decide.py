@@ -9,7 +9,7 @@ state change recorded with its reason. Property tests drive it without any I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Literal
 
@@ -132,6 +132,13 @@ class HandOver:
     """Its job goes to its reserved worker(s)."""
 
 
+_SUBMIT: dict[str, Submit] = {
+    step: Submit(step) for step in ("launch", "prepare", "reconnect", "check", "drain", "terminate")
+}
+_ONLY: dict[str, tuple[Action, ...]] = {step: (submit,) for step, submit in _SUBMIT.items()}
+"""One value per step, and per step alone: a pass over many instances allocates none for the
+commonest decisions (they are frozen), which keeps a pass's garbage collector quiet."""
+
 Action = (
     Move
     | Submit
@@ -151,27 +158,27 @@ def decide(
     *,
     limits: Mapping[str, float] | None = None,
     deadman_seconds: float,
-) -> list[Action]:
+) -> Sequence[Action]:
     """The actions for the instance now, in order; empty when it waits."""
     if facts.state in GONE:
-        return []
+        return ()
     stuck = _stuck(facts, now, limits or {})
     if stuck is not None:
         return [stuck]
     if (facts.next_step_at or 0) > now:
-        return []  # its failed step waits for its backoff
+        return ()  # its failed step waits for its backoff
     if facts.state in ("draining", "terminating"):
         # Teardown waits for its own step only: not for a bootstrap, nor for a gang's launch
         # call (what that call creates after the terminate is found by its tags and reaped).
-        return [] if facts.teardown_in_flight else _next(facts, now, deadman_seconds)
+        return () if facts.teardown_in_flight else _next(facts, now, deadman_seconds)
     if facts.step_in_flight:
         # A job that ended while its machine is still being made a worker: the machine goes
         # now; the bootstrap, when it returns, finds the instance moved on and stops.
         if facts.state in ("booting", "bootstrapping") and facts.job_ended:
             return [Move("draining", f"its job ended while {facts.state}")]
-        return []
+        return ()
     if facts.in_gang and facts.launch_in_flight:
-        return []  # its gang's launch moves every node itself
+        return ()  # its gang's launch moves every node itself
     if facts.gang_broken is not None and not facts.job_ended:
         return _end_with_gang(facts, facts.gang_broken)
     return _next(facts, now, deadman_seconds)
@@ -214,33 +221,33 @@ def _end_with_gang(facts: InstanceFacts, why: str) -> list[Action]:
     return []  # already ending: a broken gang never names an ending node
 
 
-def _next(facts: InstanceFacts, now: float, deadman_seconds: float) -> list[Action]:
+def _next(facts: InstanceFacts, now: float, deadman_seconds: float) -> Sequence[Action]:
     state, ended = facts.state, facts.job_ended
     # Node 0's record launches the whole gang; the other nodes wait for it.
     launches = facts.node_rank == 0
     if state == "requested":
         if ended:
             return [Move("never_launched", "its job ended before the launch")]
-        return [Submit("launch")] if launches else []
+        return _ONLY["launch"] if launches else ()
     if state == "launching":
         if ended:
             return [Move("terminating", "its job ended during the launch")]
-        return [Submit("launch")] if launches else []  # a launch is idempotent by request id
+        return _ONLY["launch"] if launches else ()  # a launch is idempotent by request id
     if state in ("booting", "bootstrapping"):
         if ended:
             return [Move("draining", f"its job ended while {state}")]
         if state == "bootstrapping":
             # Only a step of this process bootstraps, and none does: a restart cut it off.
             restart = "the controller restarted mid-bootstrap; starting over"
-            return [Move("booting", restart), Submit("prepare")]
-        return [Submit("prepare")]
+            return [Move("booting", restart), _SUBMIT["prepare"]]
+        return _ONLY["prepare"]
     if state in HOLDS_WORKER:
         return _worker_step(facts, now, deadman_seconds)
     if state == "draining":
-        return [Submit("drain")]
+        return _ONLY["drain"]
     if state == "terminating":
-        return [Submit("terminate")]
-    return []
+        return _ONLY["terminate"]
+    return ()
 
 
 def _worker_step(facts: InstanceFacts, now: float, deadman_seconds: float) -> list[Action]:
@@ -258,7 +265,7 @@ def _worker_step(facts: InstanceFacts, now: float, deadman_seconds: float) -> li
         if now - first > deadman_seconds:
             why = "its instance could not be reached again"
             return [*actions, LoseWorker("worker_lost", why)]
-        return [*actions, Submit("reconnect")]
+        return [*actions, _SUBMIT["reconnect"]]
     if facts.unreachable_since is not None:
         actions.append(MarkReachable())
     if facts.state == "ready":
@@ -270,7 +277,7 @@ def _worker_step(facts: InstanceFacts, now: float, deadman_seconds: float) -> li
             actions.append(RememberReclaim())
         return [*actions, Release("its job's attempt ended")]
     if now - facts.checked_at > CHECK_EVERY_SECONDS:
-        actions.append(Submit("check"))
+        actions.append(_SUBMIT["check"])
     return actions
 
 

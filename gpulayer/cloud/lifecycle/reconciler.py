@@ -242,21 +242,23 @@ class Reconciler:
         return True
 
     def _gather(self, now: float) -> tuple[dict[str, InstanceRecord], World]:
-        """The world a pass decides over, read from the store in a few batched queries."""
-        records = self.store.list_instances(live_only=True)
-        limits = self.settings.get("state_timeouts") or {}
-        every_facts = gather(self.store, records, now, limits, self._local(now))
+        """The world a pass decides over, read from the store in a few batched queries: the
+        jobs waiting for a machine first, so an instance recorded for one meanwhile is seen."""
         waiting = [
             *self.store.queued_jobs(),
             *self.store.list_jobs(states=["provisioning"], limit=10_000),
         ]
+        waits = self.store.capacity_waits()
+        records = self.store.list_instances(live_only=True)
+        limits = self.settings.get("state_timeouts") or {}
+        every_facts = gather(self.store, records, now, limits, self._local(now))
         world = World(
             [
                 Live(r.request_id, r.job_id, facts)
                 for r, facts in zip(records, every_facts, strict=True)
             ],
             [(job.id, job.target) for job in waiting],
-            self.store.capacity_waits(),
+            waits,
             limits,
             self.steps.deadman_seconds(),
             self._reap_due(now),
@@ -271,7 +273,7 @@ class Reconciler:
         now: float,
     ) -> None:
         facts = {live.request_id: live.facts for live in world.instances}
-        for request_id, actions in decision.instances:
+        for request_id, actions in decision.instances.items():
             try:
                 worker_id = facts[request_id].worker_id
                 self.steps.carry_out(records[request_id], worker_id, actions, now, self._start)

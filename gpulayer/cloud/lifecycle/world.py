@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from gpulayer.cloud.lifecycle.decide import (
     CHECK_EVERY_SECONDS,
@@ -20,7 +21,6 @@ from gpulayer.cloud.lifecycle.decide import (
     Step,
     Submit,
     decide,
-    jobs_to_plan,
 )
 from gpulayer.cloud.lifecycle.states import (
     GONE,
@@ -31,9 +31,8 @@ from gpulayer.cloud.lifecycle.states import (
 )
 
 
-@dataclass(frozen=True)
-class Live:
-    """One live instance as the pass sees it."""
+class Live(NamedTuple):
+    """One live instance as the pass sees it (a tuple: a pass builds one per instance)."""
 
     request_id: str
     job_id: str
@@ -65,7 +64,7 @@ class FollowUp:
 
 @dataclass(frozen=True)
 class PassDecision:
-    instances: tuple[tuple[str, tuple[Action, ...]], ...]
+    instances: Mapping[str, Sequence[Action]]
     """Each instance with actions, its actions in order (a move another controller won ends
     the rest)."""
     plan: tuple[str, ...] = ()
@@ -77,13 +76,18 @@ class PassDecision:
 
     @property
     def moves(self) -> list[tuple[str, Move]]:
-        return [(rid, a) for rid, actions in self.instances for a in actions if isinstance(a, Move)]
+        return [
+            (rid, a)
+            for rid, actions in self.instances.items()
+            for a in actions
+            if isinstance(a, Move)
+        ]
 
     @property
     def steps(self) -> list[tuple[str, Step]]:
         return [
             (rid, a.step)
-            for rid, actions in self.instances
+            for rid, actions in self.instances.items()
             for a in actions
             if isinstance(a, Submit)
         ]
@@ -99,31 +103,31 @@ class PassDecision:
 
 def decide_pass(world: World, now: float) -> PassDecision:
     limits, deadman = world.limits, world.deadman_seconds
-    acting: list[tuple[str, tuple[Action, ...]]] = []
+    acting: dict[str, Sequence[Action]] = {}
     follow_ups: list[FollowUp] = []
-    for live in world.instances:
-        actions = decide(live.facts, now, limits=limits, deadman_seconds=deadman)
+    for request_id, _, facts in world.instances:
+        actions = decide(facts, now, limits=limits, deadman_seconds=deadman)
         if actions:
-            acting.append((live.request_id, tuple(actions)))
+            acting[request_id] = actions
         else:
-            due = next_change(live.facts, now, limits, deadman)
+            due = next_change(facts, now, limits, deadman)
             if due is not None:
-                follow_ups.append(FollowUp(live.request_id, due[0], due[1]))
+                follow_ups.append(FollowUp(request_id, due[0], due[1]))
     busy = {live.job_id for live in world.instances}
     waits = world.capacity_waits
-    plan = jobs_to_plan(world.waiting, busy, waits, now)
+    plan: list[str] = []
     for job_id, target in world.waiting:
-        not_before = waits.get(job_id)
-        if target == "cloud" and job_id not in busy and not_before is not None and not_before > now:
+        if target != "cloud" or job_id in busy:
+            continue
+        not_before = waits.get(job_id) if waits else None
+        if not_before is None or not_before <= now:
+            plan.append(job_id)
+        else:
             follow_ups.append(FollowUp(job_id, not_before, "its wait for capacity ends"))
-    waiting_ids = {job_id for job_id, _ in world.waiting}
-    return PassDecision(
-        tuple(acting),
-        tuple(plan),
-        frozenset(waits.keys() - waiting_ids),
-        tuple(follow_ups),
-        world.reap_due,
+    ended = (
+        frozenset(waits.keys() - {job_id for job_id, _ in world.waiting}) if waits else frozenset()
     )
+    return PassDecision(acting, tuple(plan), ended, tuple(follow_ups), world.reap_due)
 
 
 def next_change(
