@@ -30,6 +30,9 @@ class LocalLink:
     ) -> HeartbeatReply:
         return self.service.workers.heartbeat(worker_id, running=running, degraded=degraded)
 
+    def leave(self, worker_id: str) -> None:
+        self.service.workers.leave(worker_id)
+
     def claim(self, worker_id: str, wait: float) -> ClaimReply:
         # The path and rules a remote worker's claim takes (its life's epoch, cancels too).
         return claim_blocking(self.service.claims, worker_id, wait, with_cancels=True)

@@ -10,10 +10,13 @@ the worker, ready, whatever it was.
 from __future__ import annotations
 
 WORKER_TRANSITIONS: dict[str, frozenset[str]] = {
-    "ready": frozenset({"lost", "gone"}),
+    "ready": frozenset({"leaving", "lost", "gone"}),
+    # Stopping (SIGTERM): it said so as it began to stop, takes no new job and ends its
+    # running ones; its heartbeats never make it ready again, only a new registration does.
+    "leaving": frozenset({"lost", "gone"}),
     # A lost worker that heartbeats again is ready again; a gone one (its machine handed
     # back, or reclaimed) only by registering anew.
-    "lost": frozenset({"ready", "gone"}),
+    "lost": frozenset({"ready", "leaving", "gone"}),
     "gone": frozenset(),
 }
 

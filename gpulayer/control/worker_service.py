@@ -126,6 +126,17 @@ class WorkerService:
                 )
         return reply
 
+    def leave(self, worker_id: str, caller: Principal | None = None) -> WorkerRecord:
+        """The worker said, as it began to stop, that it goes away: nothing more is placed on
+        it from now (a job submitted meanwhile waits for another worker rather than being
+        handed to one that will not run it). Its running attempts end as its stop ends them;
+        once it falls silent the sweep finds it lost as any other."""
+        WorkerAccess.check_worker(caller, worker_id)
+        if self.store.move_worker(worker_id, "leaving"):
+            self.placement.worker_changed(worker_id)
+            self.changes.notify()
+        return self.store.get_worker(worker_id)
+
     def _note_degraded(self, worker_id: str, reason: str | None) -> None:
         """A worker that says it takes no job (its disk is full) is placed nothing until it
         says it takes them again; read from the store once per worker per control plane life,
@@ -155,7 +166,7 @@ class WorkerService:
             silent_since = max(worker.last_heartbeat, self.clock.started)
             if (
                 worker.kind != "local"
-                and worker.state == "ready"
+                and worker.state in ("ready", "leaving")
                 and self.progress.silence(silent_since, now) > self.heartbeat_timeout
                 and worker.id not in exempt
             ):

@@ -458,8 +458,8 @@ class WorkerAgent:
         run = JobRun(context, on_log=functools.partial(_ship, shipper))
         with self._runs_lock:
             self._runs[attempt_id] = run
-        if attempt_id in self._fenced or attempt_id in self._cancel_requested:
-            run.cancel()
+        if attempt_id in self._fenced | self._cancel_requested or self._stop.is_set():
+            run.cancel()  # or claimed as the worker began to stop: it ends as the others do
         outcome = run.run()
         if attempt_id not in self._fenced:
             store_outputs(

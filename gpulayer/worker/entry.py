@@ -164,6 +164,8 @@ def run_worker(options: WorkerOptions) -> int:
         agent.stop(cancel_running=True)
         agent.drain(timeout=10)
         return REFUSED_EXIT_CODE
+    if deadman is None or not deadman.fired:
+        _leave(agent)  # first: no job is placed on it while it stops
     print("stopping: ending running jobs", file=sys.stderr)
     _stop_agent(agent, options, deadman_fired=deadman is not None and deadman.fired)
     return DEADMAN_FIRED_EXIT_CODE if deadman is not None and deadman.fired else 0
@@ -270,6 +272,17 @@ def _agent(
         keep_attempts_seconds=options.keep_attempts_hours * 3600,
         attempt_quota_bytes=options.attempt_disk_quota,
     )
+
+
+def _leave(agent: WorkerAgent) -> None:
+    """Tell the control plane this worker is stopping, before it stops claiming: it is marked
+    leaving and placed nothing more. One that cannot be told learns it from the silence."""
+    if agent.worker_id is None or agent.revoked.is_set():
+        return
+    try:
+        agent.link.leave(agent.worker_id)
+    except Exception as exc:  # an older control plane, or one out of reach
+        log.warning("could not tell the control plane this worker is leaving (%s)", exc)
 
 
 def _stop_agent(agent: WorkerAgent, options: WorkerOptions, *, deadman_fired: bool) -> None:

@@ -28,6 +28,9 @@ from gpulayer.worker.identity import WorkerIdentity, load_identity, save_identit
 
 log = logging.getLogger("gpulayer.worker")
 
+LEAVE_WAIT_SECONDS = 5.0
+"""How long a stopping worker waits for the control plane to take its word that it leaves."""
+
 
 def _add_job_file(tar: tarfile.TarFile, relative: str, path: Path) -> None:
     """One output into the archive, opened as a file the job wrote (no link followed, no
@@ -78,6 +81,10 @@ class HttpLink:
             body["degraded"] = degraded
         reply = self.client.request("POST", f"/v1/workers/{worker_id}/heartbeat", body)
         return HeartbeatReply.model_validate(reply)
+
+    def leave(self, worker_id: str) -> None:
+        path = f"/v1/workers/{worker_id}/leave"
+        self.client.request("POST", path, timeout=LEAVE_WAIT_SECONDS)
 
     def claim(self, worker_id: str, wait: float) -> ClaimReply:
         found = self.client.request(

@@ -51,6 +51,13 @@ def heartbeat(
     ).model_dump()
 
 
+@router.post("/v1/workers/{worker_id}/leave", dependencies=[CHECKED])
+def leave(worker_id: str, context: Context, who: Caller) -> dict[str, Any]:
+    """The worker is stopping (SIGTERM): it is placed nothing more from now."""
+    worker = context.service.workers.leave(worker_id, who)
+    return {"worker_id": worker.id, "state": worker.state}
+
+
 @router.post("/v1/workers/{worker_id}/claim", dependencies=[CHECKED])
 async def claim(
     worker_id: str,
