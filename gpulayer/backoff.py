@@ -87,6 +87,10 @@ WORKER_OUTPUTS = BackoffPolicy("worker-outputs", initial=0.2, maximum=10.0, give
 # still counted channels just closed: the command never ran, so starting it again is safe.
 SSH_CHANNEL_START = BackoffPolicy("ssh-channel-start", initial=0.05, maximum=1.0, give_up_after=5.0)
 WORKER_CLAIM = BackoffPolicy("worker-claim", initial=1.0, maximum=1.0)
+# `logs -f` and `submit` following a job while its control plane restarts.
+FOLLOW_RECONNECT = BackoffPolicy(
+    "follow-reconnect", initial=0.2, maximum=2.0, jitter=0.2, give_up_after=120.0
+)
 CONTROL_PLANE_START = BackoffPolicy("control-plane-start", initial=0.01, maximum=0.2)
 CLOUD_TEARDOWN_POLL = BackoffPolicy("cloud-teardown-poll", initial=2.0, maximum=15.0)
 # When a cloud record is looked at again: a place that refused for capacity, a terminate that

@@ -134,14 +134,15 @@ def print_logs(
 ) -> None:
     """Each job's output in index order, under one header line per job (on stderr)."""
     from gpulayer.cli.output import print_json_items
-    from gpulayer.cli.submit_flow import print_line
+    from gpulayer.cli.submit_flow import print_line, say_reconnecting
 
     client = connection.client
     jobs = array_members(connection, array_id)
 
     def lines_of(job_id: str) -> Any:
         if follow:
-            return (item for item in client.follow_logs(job_id) if "job" not in item)
+            followed = client.follow_logs(job_id, on_reconnect=say_reconnecting)
+            return (item for item in followed if "job" not in item)
         return client.iter_logs(job_id)
 
     if as_json:

@@ -167,7 +167,7 @@ def logs(
     server: Optional[str] = ServerOption,
 ) -> None:
     """Print a job's output (stdout to stdout, stderr and gpulayer's notes to stderr)."""
-    from gpulayer.cli.submit_flow import print_line
+    from gpulayer.cli.submit_flow import print_line, say_reconnecting
     from gpulayer.errors import UsageError
 
     if node is not None and node < 0:
@@ -184,7 +184,8 @@ def logs(
         _check_node(client.job(job), node)
     lines: Iterator[dict[str, Any]]
     if follow:
-        lines = (item for item in client.follow_logs(job, node=node) if "job" not in item)
+        followed = client.follow_logs(job, node=node, on_reconnect=say_reconnecting)
+        lines = (item for item in followed if "job" not in item)
     else:
         lines = client.iter_logs(job, node=node)  # page by page: memory stays flat
     if as_json:

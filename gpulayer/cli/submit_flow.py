@@ -9,7 +9,14 @@ from typing import Any
 from gpulayer.protocol.client import ControlClient
 from gpulayer.sdk.submission import send_job
 
-__all__ = ["describe_end", "exit_code_of", "print_line", "send_job", "stream_until_done"]
+__all__ = [
+    "describe_end",
+    "exit_code_of",
+    "print_line",
+    "say_reconnecting",
+    "send_job",
+    "stream_until_done",
+]
 
 
 def print_line(line: dict[str, Any], *, timestamps: bool = False) -> None:
@@ -24,6 +31,15 @@ def print_line(line: dict[str, Any], *, timestamps: bool = False) -> None:
     out = sys.stdout if line["stream"] == "stdout" else sys.stderr
     out.write(text)
     out.flush()
+
+
+def say_reconnecting(exc: BaseException) -> None:
+    """One line while a followed job's control plane is out of reach (a restart)."""
+    from gpulayer.backoff import FOLLOW_RECONNECT
+
+    limit = FOLLOW_RECONNECT.give_up_after
+    sys.stderr.write(f"gpulayer: {exc}; reconnecting (for up to {limit:g} s)\n")
+    sys.stderr.flush()
 
 
 def exit_code_of(job: dict[str, Any]) -> int:
@@ -55,7 +71,7 @@ def stream_until_done(client: ControlClient, job_id: str) -> dict[str, Any]:
     phases = PhaseDisplay()
     while True:
         try:
-            for item in client.follow_logs(job_id, after=after):
+            for item in client.follow_logs(job_id, after=after, on_reconnect=say_reconnecting):
                 if "job" in item:
                     phases.close()
                     return dict(item["job"])

@@ -13,7 +13,7 @@ import re
 import select
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import quote, urlencode, urlsplit
@@ -349,11 +349,20 @@ class ControlClient:
             after = page["lines"][-1]["id"]
 
     def follow_logs(
-        self, job_ref: str, *, after: int = 0, node: int | None = None
+        self,
+        job_ref: str,
+        *,
+        after: int = 0,
+        node: int | None = None,
+        on_reconnect: Callable[[ControlPlaneError], None] | None = None,
     ) -> Iterator[dict[str, Any]]:
-        """Yield log lines as they come, then a final {"job": ...} item once the job ended."""
+        """Yield log lines as they come, then a final {"job": ...} item once the job ended.
+
+        A control plane that goes out of reach meanwhile (restarting) is asked again for up to
+        FOLLOW_RECONNECT's bound, for the lines after the last one yielded, so none is lost or
+        yielded twice; ``on_reconnect`` hears once of each time it went away."""
         while True:
-            page = self.logs(job_ref, after=after, wait=10, node=node)
+            page = self._follow_page(job_ref, after, node, on_reconnect)
             for line in page["lines"]:
                 after = line["id"]
                 yield line
@@ -361,6 +370,29 @@ class ControlClient:
             if job["state"] in ("succeeded", "failed", "cancelled") and not page["lines"]:
                 yield {"job": job}
                 return
+
+    def _follow_page(
+        self,
+        job_ref: str,
+        after: int,
+        node: int | None,
+        on_reconnect: Callable[[ControlPlaneError], None] | None,
+    ) -> dict[str, Any]:
+        try:
+            return self.logs(job_ref, after=after, wait=10, node=node)
+        except Unauthorized:
+            raise
+        except ControlPlaneError as exc:
+            if on_reconnect is not None:
+                on_reconnect(exc)
+        from gpulayer.backoff import FOLLOW_RECONNECT
+
+        for attempt in FOLLOW_RECONNECT.retrying(
+            retry_on=(ControlPlaneError,), retry_if=lambda exc: not isinstance(exc, Unauthorized)
+        ):
+            with attempt:
+                return self.logs(job_ref, after=after, wait=10, node=node)
+        raise AssertionError("unreachable")  # tenacity raises the last error
 
     def artifacts(self, job_ref: str) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self.request(
