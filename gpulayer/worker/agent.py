@@ -42,6 +42,7 @@ from gpulayer.worker.process import RunAs
 # ControlLink is re-exported here, where callers have always found it.
 from gpulayer.worker.sending import ControlLink as ControlLink
 from gpulayer.worker.sending import noted, refuses_worker, send_report, store_outputs
+from gpulayer.worker.warm_pool import WarmPool
 
 log = logging.getLogger("gpulayer.worker")
 
@@ -126,6 +127,7 @@ class WorkerAgent:
         if contain:
             self.work_root.mkdir(parents=True, exist_ok=True)
             self.containment = Containment.for_worker(self.work_root)
+        self.warm = WarmPool(work_root, self.containment, enabled=uid_pool is None)
 
     def start(self) -> str:
         # Once per worker, however often registering is retried: one sweep, one sentinel.
@@ -175,6 +177,7 @@ class WorkerAgent:
         for thread in list(self._job_threads):
             thread.join(max(0.0, deadline - time.monotonic()))
         self._abandon.set()
+        self.warm.close()
         if self.containment is not None:
             self.containment.stop_sentinel()
 
@@ -454,6 +457,8 @@ class WorkerAgent:
             setup_cache=self.setup_cache,
             machine_paths=self.machine_paths,
             masked=self._credentials(),
+            warm=self.warm,
+            bundle_digest=assignment.bundle_digest,
         )
         run = JobRun(context, on_log=functools.partial(_ship, shipper))
         with self._runs_lock:

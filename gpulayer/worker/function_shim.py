@@ -125,6 +125,12 @@ def _exit_before_native_teardown(code: int) -> None:
 
 def main() -> int:
     _source_dir_first()
+    return run_call()
+
+
+def run_call() -> int:
+    """Call the function GPULAYER_FUNCTION_CALL names and write its result; the exit code
+    its process should end with. A warm interpreter (see warm_shim) calls it once per item."""
     with open(os.environ["GPULAYER_FUNCTION_CALL"], encoding="utf-8") as f:
         request = json.load(f)
     result_path = os.environ["GPULAYER_FUNCTION_RESULT"]

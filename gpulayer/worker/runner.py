@@ -27,13 +27,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import JsonValue
 
 from gpulayer.errors import ControlPlaneError, GpulayerError
 from gpulayer.protocol.bundle import BundleError, extract_bundle
-from gpulayer.protocol.job_files import JobFileError, read_job_file
 from gpulayer.spec.models import (
     CommandWorkload,
     DistributedWorkload,
@@ -45,6 +44,7 @@ from gpulayer.spec.models import (
 )
 from gpulayer.worker.containment import TAG_VARIABLE, AttemptGroup
 from gpulayer.worker.distributed import NodePlace, launch_argv, launch_env
+from gpulayer.worker.function_result import read_result as _read_result
 from gpulayer.worker.process import LogSink, OutputPump, ProcessTree, Redactor, RunAs
 from gpulayer.worker.setup_env import (
     WORKER_SITE_VARIABLE,
@@ -56,9 +56,10 @@ from gpulayer.worker.setup_env import (
 from gpulayer.worker.staging import StagingError, stage_inputs
 from gpulayer.worker.train_reports import REPORTS_FILE, REPORTS_VARIABLE, read_reports
 
+if TYPE_CHECKING:
+    from gpulayer.worker.warm_pool import WarmItem, WarmPool
+
 FUNCTION_SHIM = Path(__file__).with_name("function_shim.py")
-RESULT_LIMIT_BYTES = 16 * 1024 * 1024
-"""Bigger return values belong in GPULAYER_OUTPUT_DIR, not in the control plane's store."""
 
 _PYTHON_NAMES = frozenset({"python", "python3"})
 _REFRESH_SECONDS = 1.0
@@ -116,6 +117,10 @@ class RunContext:
     masked: tuple[str, ...] = ()
     """Values besides the job's secrets that never appear in its log: the worker's own
     credentials."""
+    warm: WarmPool | None = None
+    """Where a function job runs in a warm interpreter shared with other items of its
+    function, source and environment (see :mod:`warm_pool`); a process of its own when None."""
+    bundle_digest: str | None = None
 
 
 @dataclass
@@ -193,31 +198,6 @@ def _describe_exit(code: int) -> str:
             name = f"signal {-code}"
         return f"killed by {name}"
     return f"exited with code {code}"
-
-
-def _read_result(root: Path, name: str) -> dict[str, JsonValue] | None:
-    """The shim's result file below the attempt's folder, read without following links or
-    blocking, within RESULT_LIMIT_BYTES (the job may have put anything there)."""
-    relative = f".gpulayer/{name}"
-    try:
-        raw = read_job_file(root, relative, limit=RESULT_LIMIT_BYTES)
-    except JobFileError as exc:
-        if exc.refusal == "missing":
-            return None
-        if exc.refusal == "too_big":
-            return {
-                "ok": False,
-                "error": f"the return value is more than the {RESULT_LIMIT_BYTES} byte "
-                "limit; write big results to GPULAYER_OUTPUT_DIR",
-            }
-        return {"ok": False, "error": f"the result file is refused: {exc}"}
-    try:
-        payload = json.loads(raw.decode("utf-8"))
-    except ValueError as exc:
-        return {"ok": False, "error": f"the result file cannot be read: {exc}"}
-    if not isinstance(payload, dict) or "ok" not in payload:
-        return {"ok": False, "error": "the result file is not one the function shim writes"}
-    return payload
 
 
 class JobRun:
@@ -474,9 +454,7 @@ class JobRun:
     def _supervise(self, argv: list[str], cwd: Path, env: dict[str, str]) -> RunOutcome:
         self._system(f"running {shlex.join(argv)} in {cwd}")
         try:
-            tree = ProcessTree.spawn(
-                argv, cwd=cwd, env=env, group=self.ctx.group, run_as=self.ctx.run_as
-            )
+            tree = self._spawn(argv, cwd, env)
         except OSError as exc:
             message = f"cannot start {argv[0]!r}: {exc.strerror or exc}"
             self._system(message)
@@ -520,7 +498,15 @@ class JobRun:
             return self._outcome("failed", "timeout", exit_code=code, message=message)
         return self._finished(code)
 
-    def _wait(self, tree: ProcessTree) -> Literal["exited", "timeout", "cancelled"]:
+    def _spawn(self, argv: list[str], cwd: Path, env: dict[str, str]) -> ProcessTree | WarmItem:
+        ctx = self.ctx
+        if ctx.warm is not None and isinstance(ctx.spec.workload, FunctionWorkload):
+            item = ctx.warm.item(ctx, python=argv[0], cwd=cwd, env=env, note=self._system)
+            if item is not None:
+                return item
+        return ProcessTree.spawn(argv, cwd=cwd, env=env, group=ctx.group, run_as=ctx.run_as)
+
+    def _wait(self, tree: ProcessTree | WarmItem) -> Literal["exited", "timeout", "cancelled"]:
         """Until the job's leader exits, its time is up or it is cancelled: woken by each
         of these at once (by polling the leader where the kernel cannot tell its exit)."""
         timeout = self.ctx.spec.timeout_seconds

@@ -150,9 +150,9 @@ def test_a_reports_folder_swapped_for_a_link_is_not_read(place: Path, root_only:
 
 
 def test_a_result_over_the_cap_says_so(place: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpulayer.worker import runner
+    from gpulayer.worker import function_result
 
-    monkeypatch.setattr(runner, "RESULT_LIMIT_BYTES", 4096)
+    monkeypatch.setattr(function_result, "RESULT_LIMIT_BYTES", 4096)
     outcome, _ = run_function(place, "jobs:huge", 10_000)
     assert outcome.state == "failed", outcome
     assert outcome.message is not None and "more than the 4096 byte limit" in outcome.message
