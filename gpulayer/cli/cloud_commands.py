@@ -64,9 +64,11 @@ def offers(
         regions=region,
     )
     spec = validate_spec(apply_flags(base, flags))
+    from gpulayer.cli.cloud_env import cloud_credentials
     from gpulayer.cli.waiting import ASKING_CLOUDS, progress_after
 
-    client = connect(server).client
+    connection = connect(server)
+    client = connection.client
     with progress_after(ASKING_CLOUDS.format(what="offers")):
         listing = client.offers(
             spec.model_dump(mode="json"),
@@ -84,6 +86,7 @@ def offers(
                 )
                 if given
             },
+            client_env=cloud_credentials(connection),
         )
     if as_json:
         # The offers alone, each with "enabled" and "source"; why and what else go to stderr.

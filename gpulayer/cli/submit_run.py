@@ -81,9 +81,12 @@ def job_data(file: Path | None, flags: SubmitFlags) -> dict[str, Any]:
 def plan_job_data(connection: Any, data: dict[str, Any]) -> dict[str, Any]:
     """The control plane's plan for ``data``; the local one also checks, as a submit would,
     that the job's local inputs are there."""
+    from gpulayer.cli.cloud_env import cloud_credentials
     from gpulayer.cli.waiting import ASKING_CLOUDS, progress_after
 
     working_dir = os.getcwd() if connection.embedded else None
     with progress_after(ASKING_CLOUDS.format(what="offers for the plan")):
-        result: dict[str, Any] = connection.client.plan(data, working_dir=working_dir)
+        result: dict[str, Any] = connection.client.plan(
+            data, working_dir=working_dir, client_env=cloud_credentials(connection)
+        )
     return result

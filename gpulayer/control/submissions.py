@@ -222,16 +222,26 @@ class Submissions:
             return set(local_input_paths(artifacts, Path(base)))
         return set()
 
-    def plan(self, spec_data: dict[str, Any], *, working_dir: str | None = None) -> dict[str, Any]:
+    def plan(
+        self,
+        spec_data: dict[str, Any],
+        *,
+        working_dir: str | None = None,
+        cloud_env: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
         """Where the job would run and why (see gpulayer.control.plan), deciding as submit
         does; nothing is kept, uploaded or rented. What submit would refuse as bad input (a
-        local input that is not there, read from ``working_dir``) raises as it would there."""
+        local input that is not there, read from ``working_dir``) raises as it would there.
+        ``cloud_env``: the caller's cloud credential variables, which the clouds are asked
+        with, as a submit's cloud job's machine is rented with them (memory only)."""
+        from gpulayer.cloud.credentials import using_environment
         from gpulayer.control.plan import plan_job
 
-        spec, views, decision, cloud = self._decide(spec_data)
-        if decision.target == "local" and self.default_target == "local" and working_dir:
-            refuse_missing_inputs(spec, Path(working_dir))
-        return plan_job(spec, views, decision, self.cloud.plan if cloud else None)
+        with using_environment(cloud_env):
+            spec, views, decision, cloud = self._decide(spec_data)
+            if decision.target == "local" and self.default_target == "local" and working_dir:
+                refuse_missing_inputs(spec, Path(working_dir))
+            return plan_job(spec, views, decision, self.cloud.plan if cloud else None)
 
     def _decide(self, spec_data: dict[str, Any]) -> tuple[JobSpec, list[Any], TargetDecision, bool]:
         """The spec validated and its target chosen, as submit and plan both decide: with the

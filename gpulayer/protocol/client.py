@@ -245,9 +245,12 @@ class ControlClient:
         include_disabled: bool = True,
         limit: int = 30,
         names: dict[str, str] | None = None,
+        client_env: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         """Offers ``spec`` fits, ranked as submit ranks them (see gpulayer.cloud.search);
-        ``limit`` 0: all of them; ``names``: how errors name the fields (the caller's flags)."""
+        ``limit`` 0: all of them; ``names``: how errors name the fields (the caller's flags);
+        ``client_env``: the caller's cloud credential variables, which the local control
+        plane asks the clouds with, as for a submit (a team server ignores them)."""
         body: dict[str, Any] = {
             "spec": spec,
             "gpu_count_exact": gpu_count_exact,
@@ -256,15 +259,26 @@ class ControlClient:
         }
         if names:
             body["names"] = names
+        if client_env is not None:
+            body["client_env"] = client_env
         result: dict[str, Any] = self.request("POST", "/v1/offers", body, timeout=300)
         return result
 
-    def plan(self, spec: dict[str, Any], *, working_dir: str | None = None) -> dict[str, Any]:
+    def plan(
+        self,
+        spec: dict[str, Any],
+        *,
+        working_dir: str | None = None,
+        client_env: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
         """Where ``spec`` would run and why (see gpulayer.control.plan); nothing is created.
-        ``working_dir``: where its local inputs are read from (the local control plane)."""
+        ``working_dir``: where its local inputs are read from (the local control plane);
+        ``client_env``: as for :meth:`offers`."""
         body: dict[str, Any] = {"spec": spec}
         if working_dir is not None:
             body["working_dir"] = working_dir
+        if client_env is not None:
+            body["client_env"] = client_env
         result: dict[str, Any] = self.request("POST", "/v1/plan", body, timeout=300)
         return result
 

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from gpulayer.control.json_route import OffLoopJSONRoute
-from gpulayer.control.routes.deps import ADMIN, Context
+from gpulayer.control.routes.deps import ADMIN, ApiContext, Context
 from gpulayer.control.routes.details import instances_detail
 from gpulayer.control.views import cost_view
 from gpulayer.errors import UsageError
@@ -45,14 +45,17 @@ def offers(body: dict[str, Any], context: Context) -> dict[str, Any]:
     ):
         raise UsageError(f"names: an object whose keys are among {', '.join(FIELD_NAMES)}")
     spec = validate_spec(body.get("spec") or {})
-    return list_offers(
-        context.service.layout.root,
-        spec,
-        gpu_count_exact=body.get("gpu_count_exact") is not False,
-        include_disabled=body.get("include_disabled") is not False,
-        limit=limit,
-        names=names,
-    )
+    from gpulayer.cloud.credentials import using_environment
+
+    with using_environment(_client_credentials(body, context)):
+        return list_offers(
+            context.service.layout.root,
+            spec,
+            gpu_count_exact=body.get("gpu_count_exact") is not False,
+            include_disabled=body.get("include_disabled") is not False,
+            limit=limit,
+            names=names,
+        )
 
 
 @router.post("/v1/plan", dependencies=ADMIN)
@@ -63,10 +66,29 @@ def plan(body: dict[str, Any], context: Context) -> dict[str, Any]:
     working_dir = body.get("working_dir")
     if working_dir is not None and not isinstance(working_dir, str):
         raise UsageError("working_dir: a path (a string)")
-    # As for a submit: only the local control plane reads this machine's folders.
+    # As for a submit: only the local control plane reads this machine's folders, and asks
+    # the clouds with the caller's credentials.
     return context.service.submissions.plan(
-        spec, working_dir=working_dir if context.embedded else None
+        spec,
+        working_dir=working_dir if context.embedded else None,
+        cloud_env=_client_credentials(body, context),
     )
+
+
+def _client_credentials(body: dict[str, Any], context: ApiContext) -> dict[str, str] | None:
+    """The caller's cloud credential variables (``client_env``), which the local control plane
+    asks the clouds with for this one call, as for a submit; a team server takes none. Held in
+    memory only: never stored, logged or echoed."""
+    given = body.get("client_env")
+    if given is None or not context.embedded:
+        return None
+    if not isinstance(given, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in given.items()
+    ):
+        raise UsageError("client_env: an object whose values are strings")
+    from gpulayer.cloud.credentials import credential_variables
+
+    return credential_variables(given)
 
 
 @router.post("/v1/reap", dependencies=ADMIN)
