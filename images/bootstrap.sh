@@ -3,7 +3,8 @@
 #
 #   bootstrap.sh install --install-dir DIR --wheelhouse DIR [--python PYTHON]
 #                [--token-file FILE] [--join-timeout SECONDS] [--system-site-packages]
-#                [--index-version VERSION] [--hand-off] -- WORKER-START-ARGS...
+#                [--index-version VERSION] [--hand-off] [--worker-venv DIR]
+#                -- WORKER-START-ARGS...
 #   bootstrap.sh stop    --install-dir DIR [--grace SECONDS]
 #   bootstrap.sh remove  --install-dir DIR
 #
@@ -15,6 +16,9 @@
 #   The join token is read from --token-file into GPULAYER_TOKEN, so it never
 #   shows in a process listing; the file is deleted once the worker runs. Only when the
 #   wheelhouse is missing and a package index answers is gpulayer installed from the index.
+#   --worker-venv: the worker's install, made once for this machine and version and verified
+#   by the bootstrap (see gpulayer/cloud/bootstrap/host_worker.py): DIR/venv becomes a link to
+#   it and nothing is installed.
 #   --hand-off: the machine's own launcher starts the worker (a Slurm allocation's step on
 #   each node, so the worker runs inside the allocation and ends with it): the script writes
 #   DIR/launch, a script the launcher renames and runs, which records the worker's pid and
@@ -193,6 +197,7 @@ grace=10
 system_site=""
 index_version=""
 hand_off=""
+worker_venv=""
 while [ $# -gt 0 ]; do
     case $1 in
         --install-dir) [ $# -ge 2 ] || usage "$1 needs a value"; install_dir=$2; shift 2 ;;
@@ -204,6 +209,7 @@ while [ $# -gt 0 ]; do
         --index-version) [ $# -ge 2 ] || usage "$1 needs a value"; index_version=$2; shift 2 ;;
         --system-site-packages) system_site=--system-site-packages; shift ;;
         --hand-off) hand_off=yes; shift ;;
+        --worker-venv) [ $# -ge 2 ] || usage "$1 needs a value"; worker_venv=$2; shift 2 ;;
         --) shift; break ;;
         *) usage "unknown option $1" ;;
     esac
@@ -286,7 +292,12 @@ $wheel"; wheel_count=$((wheel_count + 1)) ;;
     done
 fi
 
-if [ "$wheel_count" -gt 0 ]; then
+if [ -n "$worker_venv" ]; then
+    [ -x "$worker_venv/bin/python" ] || fail "no worker install at $worker_venv"
+    rm -rf -- "$venv"
+    ln -s "$worker_venv" "$venv" || fail "cannot link $venv to $worker_venv"
+    say "worker installed once for this machine: $worker_venv"
+elif [ "$wheel_count" -gt 0 ]; then
     [ -n "$pip_runner" ] || fail "the wheelhouse $wheelhouse has no pip to install with"
     say "creating venv $venv"
     rm -rf -- "$venv"
@@ -326,7 +337,8 @@ EOF
     "$venv/bin/python" -m pip install --quiet --no-warn-script-location "$requirement" ||
         fail "installing $requirement from $index failed"
 fi
-"$venv/bin/python" -c 'import gpulayer' || fail "gpulayer does not import in $venv"
+# A linked install was checked by the bootstrap before it was handed over.
+[ -n "$worker_venv" ] || "$venv/bin/python" -c 'import gpulayer' || fail "gpulayer does not import in $venv"
 
 # --- worker -------------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from gpulayer.cloud.bootstrap.plan import (
     format_seconds,
     worker_args,
 )
+from gpulayer.cloud.bootstrap.worker_install import WorkerInstall, read_worker_state
 
 if TYPE_CHECKING:
     from gpulayer.cloud.wheelhouse import Wheelhouse
@@ -44,7 +45,10 @@ class HostPython:
     has_venv: bool
     executable: str
     wheels: dict[str, tuple[int, str]]
-    """Wheel file name -> (size, sha256) already in the host's wheelhouse dir."""
+    """Wheel file name -> (size, sha256) already in the host's wheelhouse dir (empty when
+    the worker's install is there and sound: no wheel is needed)."""
+    worker: WorkerInstall | None = None
+    """The worker's install the probe was asked about, as found."""
 
 
 def install_command(
@@ -53,9 +57,11 @@ def install_command(
     remote_port: int,
     time_limit: float,
     gpulayer_version: str | None = None,
+    worker_venv: str | None = None,
 ) -> str:
     """The host command that runs the script, bounded by ``timeout`` where the host has it.
-    ``gpulayer_version`` pins what the script installs should it fall back to an index."""
+    ``gpulayer_version`` pins what the script installs should it fall back to an index;
+    ``worker_venv``, the worker's verified install, is linked rather than installed."""
     script = posixpath.join(plan.install_dir, SCRIPT_NAME)
     join_timeout = max(5, int(time_limit) - KILL_AFTER_SECONDS)
     argv = [
@@ -79,6 +85,8 @@ def install_command(
         argv.append("--hand-off")
     if gpulayer_version:
         argv += ["--index-version", gpulayer_version]
+    if worker_venv:
+        argv += ["--worker-venv", worker_venv]
     argv += ["--", *worker_args(plan, remote_port)]
     bounded = ["timeout", "-k", str(KILL_AFTER_SECONDS), str(max(1, int(time_limit))), *argv]
     return (
@@ -166,46 +174,17 @@ def prune_wheelhouses_command(wheelhouse_dir: str, keep: int = HOST_WHEELHOUSES_
     )
 
 
-_PROBE = r"""
-import hashlib, json, os, platform, sys, sysconfig
-out = {"version": "%d.%d.%d" % tuple(sys.version_info[:3]), "executable": sys.executable}
-impl = getattr(sys, "implementation", None)
-out["implementation"] = impl.name if impl else platform.python_implementation().lower()
-out["platform"] = sysconfig.get_platform().replace("-", "_").replace(".", "_")
-libc = platform.libc_ver()
-out["glibc"] = libc[1] if libc[0] == "glibc" else None
-try:
-    import venv
-    out["venv"] = True
-except ImportError:
-    out["venv"] = False
-install_dir, wheelhouse, want = sys.argv[1], sys.argv[2], tuple(map(int, sys.argv[3].split(".")))
-home = os.path.realpath(os.path.expanduser("~"))
-wheels = {}
-if (home + "/").startswith(os.path.realpath(install_dir) + "/"):
-    out["refused"] = "install_dir holds the home directory " + home
-elif tuple(sys.version_info[:2]) >= want and out["venv"]:
-    if not os.path.isdir(install_dir):
-        os.makedirs(install_dir, 0o700)
-    os.chmod(install_dir, 0o700)
-    if not os.path.isdir(wheelhouse):
-        os.makedirs(wheelhouse, 0o755)
-    for name in sorted(os.listdir(wheelhouse)):
-        path = os.path.join(wheelhouse, name)
-        if name.endswith(".whl") and os.path.isfile(path):
-            digest = hashlib.sha256()
-            with open(path, "rb") as handle:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(block)
-            wheels[name] = [os.path.getsize(path), digest.hexdigest()]
-out["wheels"] = wheels
-sys.stdout.write(json.dumps(out) + "\n")
-"""
+def probe_command(
+    python: str, install_dir: str, wheelhouse_dir: str, worker: list[str] | None = None
+) -> str:
+    """Host command: the host's python describes itself (and, given ``worker``, the
+    :func:`~gpulayer.cloud.bootstrap.worker_install.worker_probe_args`, whether the worker's
+    install is there and sound; the wheels it holds only when it is not)."""
+    from gpulayer.cloud.bootstrap.worker_install import host_source
 
-
-def probe_command(python: str, install_dir: str, wheelhouse_dir: str) -> str:
     minimum = ".".join(map(str, MIN_PYTHON))
-    run = shlex.join([python, "-c", _PROBE, install_dir, wheelhouse_dir, minimum])
+    argv = [python, "-c", host_source(), "probe", install_dir, wheelhouse_dir, minimum]
+    run = shlex.join([*argv, *(worker or [])])
     missing = json.dumps({"missing": python})
     return (
         f"if ! command -v {shlex.quote(python)} >/dev/null 2>&1; then "
@@ -251,6 +230,7 @@ def parse_probe(text: str, python: str) -> HostPython:
         has_venv=True,
         executable=str(data.get("executable", python)),
         wheels=wheels,
+        worker=read_worker_state(data.get("worker")),
     )
 
 

@@ -81,6 +81,9 @@ class BootstrapPlan:
     hand_off: bool = False
     """A launcher of the machine's own starts the worker (a Slurm allocation's step, see
     :func:`gpulayer.cloud.bootstrap.commands.launcher_loop`); False: the bootstrap starts it."""
+    worker_root: str | None = None
+    """Where the host keeps the worker's installs, one per version, shared by its jobs; None:
+    ``<install_dir>/../worker``."""
 
 
 def install_dir_problem(path: str) -> str | None:
@@ -119,6 +122,8 @@ def validate_plan(plan: BootstrapPlan) -> None:
     check_install_dir(plan.install_dir)
     if plan.wheelhouse_dir is not None:
         check_install_dir(plan.wheelhouse_dir, field_name="wheelhouse_dir")
+    if plan.worker_root is not None:
+        check_install_dir(plan.worker_root, field_name="worker_root")
     port = plan.control_plane_port
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise BootstrapPlanError(f"control_plane_port: must be 1-65535, got {port!r}")

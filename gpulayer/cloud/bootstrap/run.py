@@ -15,7 +15,6 @@ dir and closes the tunnel before raising.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import logging
 import posixpath
@@ -48,53 +47,19 @@ from gpulayer.cloud.bootstrap.errors import (
     BootstrapTimeout,
     HostIncompatible,
 )
+from gpulayer.cloud.bootstrap.output import Lines, Ticker
 from gpulayer.cloud.bootstrap.plan import BootstrapPlan, default_wheelhouse_dir, validate_plan
 from gpulayer.cloud.bootstrap.remote import RemoteWorker, run_collect
+from gpulayer.cloud.bootstrap.worker_install import install_worker_command, worker_probe_args
 from gpulayer.errors import UsageError
 
 if TYPE_CHECKING:
     from gpulayer.cloud.bootstrap.commands import HostPython
     from gpulayer.cloud.wheelhouse import Wheelhouse
-    from gpulayer.ssh.session import SshSession, Stream
+    from gpulayer.ssh.session import SshSession
     from gpulayer.ssh.tunnel import ReverseTunnel
 
 log = logging.getLogger("gpulayer.bootstrap")
-
-_TAIL_LINES = 40
-
-
-class _Lines:
-    """Turns output pieces into lines for ``on_output`` and keeps the last ones; the token is
-    masked should any output ever carry it."""
-
-    def __init__(self, on_output: Callable[[str], None], secret: str) -> None:
-        self._on_output = on_output
-        self._secret = secret
-        self._partial: dict[str, str] = {"stdout": "", "stderr": ""}
-        self.tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
-        self.seen: list[str] = []
-
-    def emit(self, line: str) -> None:
-        line = line.replace(self._secret, "***") if self._secret else line
-        self.tail.append(line)
-        self.seen.append(line)
-        try:
-            self._on_output(line)
-        except Exception:  # a failing observer must not fail the bootstrap
-            log.exception("bootstrap output callback failed")
-
-    def feed(self, stream: Stream, text: str) -> None:
-        buffered = self._partial[stream] + text
-        *complete, rest = buffered.split("\n")
-        self._partial[stream] = rest
-        for line in complete:
-            self.emit(line.rstrip("\r"))
-
-    def flush(self) -> None:
-        for stream, rest in self._partial.items():
-            if rest:
-                self.emit(rest)
-            self._partial[stream] = ""
 
 
 def bootstrap_worker(
@@ -114,7 +79,7 @@ def bootstrap_worker(
     if not timeout > 0:
         raise BootstrapPlanError(f"timeout: must be > 0 seconds, got {timeout!r}")
     deadline = time.monotonic() + timeout
-    lines = _Lines(on_output, plan.worker_token)
+    lines = Lines(on_output, plan.worker_token)
     wheelhouse_dir = plan.wheelhouse_dir or default_wheelhouse_dir(plan.install_dir, wheelhouse.key)
     target = session.target
     tunnel: ReverseTunnel | None = None
@@ -129,18 +94,27 @@ def bootstrap_worker(
     def phase(text: str) -> None:
         lines.emit(f"{PHASE_PREFIX} {text}")
 
+    ticker = Ticker(lines)
     try:
+        ticker.__enter__()
         phase(f"probing python ({plan.python}) on {target}")
         # From here on the host may hold something of ours, even if this very call times out.
         touched = True
         host = _probe_host(session, plan, wheelhouse, wheelhouse_dir, lines, remaining)
-        _upload_wheels(session, wheelhouse, wheelhouse_dir, host.wheels, phase, remaining)
+        worker_venv = _worker_install(
+            session, plan, wheelhouse, wheelhouse_dir, host, lines, phase, remaining
+        )
         _upload_files(session, plan, remaining)
         tunnel = open_reverse_tunnel(session, plan.control_plane_port)
         phase(f"tunnel: host 127.0.0.1:{tunnel.remote_port} -> control plane")
         limit = remaining()
         command = install_command(
-            plan, wheelhouse_dir, tunnel.remote_port, limit, wheelhouse.gpulayer_version or None
+            plan,
+            wheelhouse_dir,
+            tunnel.remote_port,
+            limit,
+            wheelhouse.gpulayer_version or None,
+            worker_venv=worker_venv,
         )
         code = session.exec(command, on_output=lines.feed, timeout=limit + 2 * KILL_AFTER_SECONDS)
         lines.flush()
@@ -169,6 +143,8 @@ def bootstrap_worker(
         if isinstance(exc, SshError) and not isinstance(exc, UsageError):
             raise BootstrapError(f"bootstrap on {target}: {exc}", list(lines.tail)) from exc
         raise
+    finally:
+        ticker.__exit__(None, None, None)
 
 
 # bootstrap_worker's steps of their own, so the function reads as the sequence it runs.
@@ -179,14 +155,15 @@ def _probe_host(
     plan: BootstrapPlan,
     wheelhouse: Wheelhouse,
     wheelhouse_dir: str,
-    lines: _Lines,
+    lines: Lines,
     remaining: Callable[[], float],
 ) -> HostPython:
     """The host's python, as its probe says; HostIncompatible when the wheelhouse does not
     fit it (before anything is installed)."""
-    probe = session.run(
-        probe_command(plan.python, plan.install_dir, wheelhouse_dir), timeout=remaining()
+    command = probe_command(
+        plan.python, plan.install_dir, wheelhouse_dir, worker_probe_args(plan, wheelhouse)
     )
+    probe = session.run(command, timeout=remaining())
     host = parse_probe(probe.stdout + probe.stderr, plan.python)
     glibc = f", glibc {host.glibc}" if host.glibc else ""
     lines.emit(
@@ -200,8 +177,42 @@ def _probe_host(
     return host
 
 
+def _worker_install(
+    session: SshSession,
+    plan: BootstrapPlan,
+    wheelhouse: Wheelhouse,
+    wheelhouse_dir: str,
+    host: HostPython,
+    lines: Lines,
+    phase: Callable[[str], None],
+    remaining: Callable[[], float],
+) -> str:
+    """The venv of the worker's install for this machine and version: the one the probe
+    verified, else one built now (from wheels sent only then). Returns its path."""
+    found = host.worker
+    if found is None:
+        raise BootstrapError("the host's probe said nothing of the worker's install", lines.tail)
+    if found.valid:
+        phase(f"worker: reusing its verified install {found.directory}")
+        return found.venv
+    phase(f"worker: installing it once for this machine and version ({found.why})")
+    _upload_wheels(session, wheelhouse, wheelhouse_dir, host.wheels, phase, remaining)
+    limit = remaining()
+    command = install_worker_command(plan, wheelhouse, wheelhouse_dir, limit)
+    code = session.exec(command, on_output=lines.feed, timeout=limit + 2 * KILL_AFTER_SECONDS)
+    lines.flush()
+    venv = phase_field(lines.seen, "worker-venv")
+    if code == 124:
+        raise BootstrapTimeout(f"installing the worker on {session.target} ran out of time")
+    if code != 0 or not venv:
+        raise BootstrapError(
+            f"installing the worker on {session.target} failed (exit {code})", list(lines.tail)
+        )
+    return venv
+
+
 def _started_pid(
-    code: int, pid_text: str | None, target: object, timeout: float, lines: _Lines
+    code: int, pid_text: str | None, target: object, timeout: float, lines: Lines
 ) -> str:
     """The worker's pid the install script printed; BootstrapTimeout or BootstrapError when
     the script failed, ran out of time or printed none."""
@@ -280,7 +291,7 @@ def _upload_files(session: SshSession, plan: BootstrapPlan, remaining: Callable[
         session.put(local, posixpath.join(plan.install_dir, TOKEN_NAME), mode=0o600)
 
 
-def _undo(session: SshSession, install_dir: str, lines: _Lines) -> None:
+def _undo(session: SshSession, install_dir: str, lines: Lines) -> None:
     """Best effort after a failure: end whatever started, remove the install dir."""
     from gpulayer.ssh.errors import SshError
 

@@ -220,10 +220,12 @@ def test_second_job_on_a_host_uploads_no_wheels(
             if job == "job-a":
                 assert f"uploading {len(wheelhouse.files)} of {len(wheelhouse.files)}" in uploads[0]
             else:
-                assert "already on the host" in uploads[0], uploads
-        # The shared wheelhouse stays for the next job; the job dirs are gone.
+                # The worker's install is reused: no wheel is even looked at.
+                assert uploads == [], uploads
+                assert any("reusing its verified install" in line for line in output), output
+        # The shared wheelhouse and worker install stay for the next job; the job dirs are gone.
         left = ssh_host.run(["ls", "-A", str(tmp_path / "gpulayer")], check=True).stdout
-        assert left.split() == ["wheelhouse"]
+        assert left.split() == ["wheelhouse", "worker"]
     finally:
         session.close()
 
