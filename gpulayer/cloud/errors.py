@@ -85,8 +85,9 @@ class ImageNotFoundError(ProviderError):
     exit_code = 2
 
 
-class ProviderNotInstalled(ProviderError):
-    """No installed distribution registers a provider of that name."""
+class ProviderNotInstalled(ProviderError, UsageError):
+    """No installed distribution registers a provider of that name (or its plugin does not
+    import here): a setup problem the caller is told of (the API answers 400), not a fault."""
 
     exit_code = 2
 

@@ -1,9 +1,11 @@
 """The enabled providers of one gpulayer home, each built once per settings change.
 
 A long-running control plane asks this at every step. It builds a provider once per state of
-its settings (providers.yaml's bytes) and of its credential sources (see
+its settings (providers.yaml's bytes and the installed distributions, see
+:mod:`gpulayer.cloud.installed`) and of its credential sources (see
 :class:`~gpulayer.cloud.credentials.ReadsCredentials`), so the steps share the provider's
-clients and caches, while an edited file or a rotated key still applies to the next step.
+clients and caches, while an edited file, a plugin installed since or a rotated key still
+applies to the next step.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from gpulayer.cloud.config import CheckedConfig, check_text, provider_sections, providers_file
 from gpulayer.cloud.credentials import ReadsCredentials, credentials_environment
+from gpulayer.cloud.installed import installed_key
 from gpulayer.cloud.protocol import Provider
 from gpulayer.cloud.registry import get_provider
 
@@ -40,9 +43,9 @@ class _Settings:
 class ProviderRegistry:
     """The enabled providers of one gpulayer home, built once per settings change.
 
-    Each lookup reads providers.yaml (a small file) and hashes its text; a provider is
-    built again only when they changed, or when what its credentials are read from did. Safe
-    to share between threads."""
+    Each lookup reads providers.yaml (a small file) and hashes its text with the sys.path
+    folders' mtimes; a provider is built again only when they changed, or when what its
+    credentials are read from did. Safe to share between threads."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -82,6 +85,8 @@ class ProviderRegistry:
         except FileNotFoundError:
             text = None
         digest = hashlib.sha256(f"{path}\0{'-' if text is None else '=' + text}".encode())
+        # A plugin installed (or removed) since: validated and built again, as for an edit.
+        digest.update(repr(installed_key()).encode())
         key = digest.hexdigest()
         with self._lock:
             if self._current is not None and self._current.digest == key:

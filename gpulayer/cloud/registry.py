@@ -82,9 +82,7 @@ def get_provider(name: str, settings: Mapping[str, Any] | None = None) -> Provid
     try:
         factory = _factory(ep)
     except ImportError as exc:
-        raise ProviderNotInstalled(
-            f"provider {name!r} is installed but does not import: {exc}"
-        ) from exc
+        raise ProviderNotInstalled(_not_imported(name, ep, exc)) from exc
     provider = factory(dict(settings or {}))
     check_plugin_class(type(provider), _where(ep))  # a factory function's product, too
     if not isinstance(provider, Provider):
@@ -93,6 +91,19 @@ def get_provider(name: str, settings: Mapping[str, Any] | None = None) -> Provid
             "(it lacks name/offers/launch/describe/terminate/list_owned)"
         )
     return provider
+
+
+def _not_imported(name: str, ep: EntryPoint, exc: ImportError) -> str:
+    from gpulayer.cloud.installed import installed_after_start
+
+    line = f"provider {name!r} is installed but does not import: {exc}"
+    if installed_after_start(ep):
+        # An editable install's import hook, say, is set up only as an interpreter starts.
+        line += (
+            "; it was installed after the control plane started: restart it (a team server: "
+            "start `gpulayer server` again; this machine's: `gpulayer server stop`)"
+        )
+    return line
 
 
 def catalog_refresher(name: str, settings: Mapping[str, Any] | None = None) -> CatalogRefresher:
