@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from gpulayer.cloud.offer import OfferQuery as OfferQuery
     from gpulayer.cloud.offer import check_arch as check_arch
     from gpulayer.cloud.offer import check_os as check_os
+    from gpulayer.cloud.protocol import FinishingProvider as FinishingProvider
     from gpulayer.cloud.protocol import GangProvider as GangProvider
     from gpulayer.cloud.protocol import Instance as Instance
     from gpulayer.cloud.protocol import InstanceState as InstanceState
@@ -142,6 +143,7 @@ _EXPORTS = {
     "available_providers": "gpulayer.cloud.registry",
     "get_provider": "gpulayer.cloud.registry",
     # The provider protocol.
+    "FinishingProvider": "gpulayer.cloud.protocol",
     "GangProvider": "gpulayer.cloud.protocol",
     "Instance": "gpulayer.cloud.protocol",
     "InstanceState": "gpulayer.cloud.protocol",

@@ -17,11 +17,18 @@ from typing import Any
 from gpulayer.cloud.catalogs import CatalogProvider, CatalogRefresher, NamesRegions
 from gpulayer.cloud.credentials import ReadsCredentials
 from gpulayer.cloud.errors import ProviderNotInstalled
-from gpulayer.cloud.protocol import GangProvider, OffersAreMachines, OutlivesReclaim, Provider
+from gpulayer.cloud.protocol import (
+    FinishingProvider,
+    GangProvider,
+    OffersAreMachines,
+    OutlivesReclaim,
+    Provider,
+)
 
 ABILITIES: tuple[type, ...] = (
     Provider,
     GangProvider,
+    FinishingProvider,
     CatalogProvider,
     CatalogRefresher,
     NamesRegions,

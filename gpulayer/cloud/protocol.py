@@ -60,6 +60,9 @@ class LaunchRequest(BaseModel):
     provisioning_timeout_seconds: Annotated[float, Field(gt=0)] | None = None
     """How long the job may wait for its machine (its provisioning_timeout_seconds), for
     providers whose launch waits for capacity (a Slurm allocation pending in the queue)."""
+    job_name: str | None = None
+    """The job's name, for providers whose users see what runs under a name of its own (a
+    Slurm allocation's job name in squeue); None: the job has none."""
     count: Annotated[int, Field(ge=1)] = 1
     """How many instances of the offer to start together, all or none (the nodes of a gang,
     see :class:`GangProvider`); ``launch`` takes 1 only."""
@@ -235,6 +238,19 @@ class GangProvider(Provider, Protocol):
         """Start ``request.count`` instances like ``offer``, reachable from each other, in one
         zone (else one region), all or none: when fewer could be had, nothing is left and a
         ``CapacityError`` says so. Returned in node-rank order; idempotent by request id."""
+        ...
+
+
+@runtime_checkable
+class FinishingProvider(Provider, Protocol):
+    """An ability: the provider ends the machines of a job that ended by itself (it succeeded
+    or failed, and its worker was stopped) otherwise than a cancel's: a Slurm allocation's
+    batch script returns, so the cluster's accounting reads COMPLETED, not CANCELLED.
+    ``finish`` is for those ends, ``terminate`` for every other."""
+
+    def finish(self, ids: Sequence[str]) -> None:
+        """End the instances as their job's own end; gone already is fine. Like terminate,
+        whatever was created for them goes too."""
         ...
 
 

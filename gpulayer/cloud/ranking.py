@@ -154,7 +154,9 @@ class BlockList:
         """Why that place is blocked, or None when it is not."""
         reason = self._providers.get(provider)
         if reason is None and self._regions:
-            reason = self._regions.get((provider, region))
+            reason = self._regions.get((provider, region)) or self._regions.get(
+                (provider, outer_region(region))
+            )
         if reason is None and self._zones and zone is not None:
             reason = self._zones.get((provider, region, zone))
         return reason
@@ -186,6 +188,20 @@ def _equal(k: int, value: object) -> Step:
 def _member(k: int, allowed: Iterable[str]) -> Step:
     values = frozenset(allowed)
     return lambda rows: [r for r in rows if r[k] in values]
+
+
+def outer_region(region: str) -> str:
+    """The region a nested one lies in (``lab/gpu``: a Slurm cluster's partition -> ``lab``);
+    a region that is not nested is its own."""
+    return region.split("/", 1)[0]
+
+
+def _in_regions(allowed: Iterable[str]) -> Step:
+    # Naming a region takes the regions nested in it: a Slurm cluster takes its partitions.
+    values = frozenset(allowed)
+    return lambda rows: [
+        r for r in rows if r[_REGION] in values or outer_region(r[_REGION]) in values
+    ]
 
 
 def _known(k: int) -> Step:
@@ -284,7 +300,7 @@ def _placement_steps(
     if providers:
         steps.append(("providers: not in placement.providers", _member(_PROVIDER, providers)))
     if regions:
-        steps.append(("regions: not in placement.regions", _member(_REGION, regions)))
+        steps.append(("regions: not in placement.regions", _in_regions(regions)))
     # Prices in another currency cannot be compared without a conversion we do not make.
     steps.append((f"currency: priced in another currency than {currency}", _priced_in(currency)))
     if max_hourly_cost is not None:

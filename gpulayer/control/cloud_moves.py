@@ -83,8 +83,9 @@ class CloudJobMoves:
             self.changes.log_system(job_id, 0, [why])
 
     def hand_to_reserved_worker(self, job_id: str) -> None:
-        """The job's machine is ready: queue it for dispatch to its reserved worker."""
-        self.states.move_job(job_id, "queued", only_from=["provisioning"])
+        """The job's machine is ready: queue it for dispatch to its reserved worker. What it
+        waited for (capacity, a launch) no longer holds: its message goes."""
+        self.states.move_job(job_id, "queued", only_from=["provisioning"], message=None)
         self.dispatcher.dispatch()
 
     def move_to_target(self, job_id: str, target: str, why: str | None = None) -> None:

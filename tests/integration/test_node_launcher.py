@@ -56,10 +56,11 @@ def test_each_node_launches_what_is_handed_to_its_own_install_dir(tmp_path: Path
         )
         # No task of the step names an install dir in its arguments: a stop of the worker,
         # which ends whatever does, leaves the launcher to take the next one.
-        tasks = subprocess.run(
-            ["ps", "-o", "args=", "--ppid", str(batch.pid)], capture_output=True, text=True
+        listed = subprocess.run(
+            ["ps", "-o", "args=", "--sid", str(batch.pid)], capture_output=True, text=True
         ).stdout
-        assert "sh -c" in tasks and str(root) not in tasks
+        tasks = [line for line in listed.splitlines() if line.startswith("sh -c")]
+        assert tasks and not any(str(root) in task for task in tasks), listed
         assert batch.poll() is None
     finally:
         os.killpg(batch.pid, signal.SIGKILL)

@@ -37,8 +37,14 @@ def test_sbatch_line_carries_the_shape_limits_and_tags() -> None:
     assert args[-1] == "--wrap=" + batch.node_launcher("/var/tmp/gpulayer", "j1")
     # The step's task names no install dir in its arguments: a stop ends whatever does.
     script = args[-1].removeprefix("--wrap=")
-    assert "exec srun --ntasks-per-node=1 sh -c" in script
-    assert "/var/tmp/gpulayer" not in shlex.split(script.split("; exec ", 1)[1])[-1]
+    step = shlex.split(script.split("; srun ", 1)[1])
+    assert step[:3] == ["--ntasks-per-node=1", "sh", "-c"]
+    assert "/var/tmp/gpulayer" not in step[3]
+    # The step runs beside the shell, which returns 0 when told to end (COMPLETED).
+    assert f"trap 'exit 0' {batch.END_SIGNAL};" in script and script.endswith(" & wait $!")
+    assert shlex.split(batch.end_command(["7", "9"])) == [
+        "scancel", "--batch", "--signal=USR1", "7", "9",
+    ]  # fmt: skip
 
 
 def test_a_cpu_allocation_asks_for_no_gres_and_no_time() -> None:
@@ -109,3 +115,24 @@ def test_a_preempted_node_outlives_its_allocation() -> None:
 
     assert issubclass(SlurmProvider, OutlivesReclaim)
     assert not isinstance(object(), OutlivesReclaim)
+
+
+def test_an_allocation_is_named_after_its_job_in_one_sbatch_word() -> None:
+    from gpulayer_slurm.allocations import job_name
+
+    assert job_name("r1a2", "resnet.v2_sweep-3") == "gpulayer-resnet.v2_sweep-3-r1a2"
+    assert job_name("r1a2", None) == "gpulayer-r1a2"
+    assert job_name("r1a2", "a b|c,d") == "gpulayer-a-b-c-d-r1a2"
+    assert job_name("r1a2", "...") == "gpulayer-r1a2"
+    assert job_name("r1a2", "x" * 63) == f"gpulayer-{'x' * 40}-r1a2"
+
+
+def test_a_pending_allocation_waits_for_capacity_only_with_slurms_reason() -> None:
+    from gpulayer_slurm.provider import _pending_note
+
+    pending = QueuedJob("7", "gpulayer-r", "PENDING", "Resources", (), "")
+    assert _pending_note("7", pending) == (
+        "waiting for capacity: slurm job 7 is pending (Resources)"
+    )
+    fresh = QueuedJob("7", "gpulayer-r", "PENDING", "None", (), "")
+    assert _pending_note("7", fresh) == "slurm job 7 is pending, not yet scheduled"

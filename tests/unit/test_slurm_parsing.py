@@ -143,7 +143,7 @@ def test_offers_one_per_partition_and_shape() -> None:
     assert gpu.nodes == ("gpu1", "gpu2") and gpu.idle_nodes == 0
     assert gpu.max_time_seconds == 7200
     offer = gpu.offer
-    assert (offer.provider, offer.region, offer.zone) == ("slurm", "lab", "gpu")
+    assert (offer.provider, offer.region, offer.zone) == ("slurm", "lab/gpu", "gpu")
     assert (offer.accelerator, offer.gpu_name, offer.gpu_count) == ("cuda", "A100", 2)
     assert offer.hourly_price == 2.5 and offer.cpu_cores == 4
     untyped = by_type["untyped", "8cpu-16gb-4xh100"].offer

@@ -2,6 +2,7 @@
 
 Importing this package does not import paramiko; the first command on a login node does."""
 
+from gpulayer_slurm.connections import close_login_connections
 from gpulayer_slurm.errors import ClusterUnreachable, SlurmCommandError
 from gpulayer_slurm.provider import SlurmProvider
 from gpulayer_slurm.settings import SlurmCluster, SlurmProviderSettings
@@ -12,4 +13,5 @@ __all__ = [
     "SlurmCommandError",
     "SlurmProvider",
     "SlurmProviderSettings",
+    "close_login_connections",
 ]

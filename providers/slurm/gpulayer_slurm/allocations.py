@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpulayer.cloud import write_json_atomically
+from gpulayer_slurm.regions import region
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -39,13 +40,29 @@ class Allocation(BaseModel):
     cancelled: bool = False
     """gpulayer itself asked for it to end (recorded before scancel)."""
 
+    name: str | None = None
+    """The user's job name, part of the allocation's (None in records of older releases)."""
+
     @property
     def job_name(self) -> str:
-        return job_name(self.request_id)
+        return job_name(self.request_id, self.name)
+
+    @property
+    def region(self) -> str:
+        """Where its offer was: the partition in its cluster."""
+        return region(self.cluster, self.partition) if self.partition else self.cluster
 
 
-def job_name(request_id: str) -> str:
-    return f"gpulayer-{request_id}"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+_NAME_CHARS = 40
+
+
+def job_name(request_id: str, name: str | None = None) -> str:
+    """``gpulayer-NAME-REQUEST``, as squeue shows it to the cluster's users: the job's name
+    in what sbatch and squeue's output take as one word (letters, digits, '_', '.', '-'),
+    shortened; ``gpulayer-REQUEST`` when the job has none."""
+    word = _UNSAFE.sub("-", name or "").strip("-.")[:_NAME_CHARS].strip("-.")
+    return f"gpulayer-{word}-{request_id}" if word else f"gpulayer-{request_id}"
 
 
 def instance_id(cluster: str, slurm_job_id: str, rank: int) -> str:

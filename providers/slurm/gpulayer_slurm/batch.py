@@ -1,11 +1,13 @@
 """The ``sbatch`` command line of one allocation, and the tags it carries. Pure.
 
-The allocation holds its nodes with one step per node (``srun``) until it is cancelled or
-its time limit ends it. That step is the launcher of gpulayer's worker on its node: the
-bootstrap over SSH installs the worker and hands its start to the step, so the worker runs
-inside the allocation (Slurm's accounting, limits and signals reach it, and a preemption or
-``scancel`` ends it with the allocation). Its job name names the launch request and its
-comment carries gpulayer's tags, so ``squeue`` finds it again after a controller restart."""
+The allocation holds its nodes with one step per node (``srun``) until its batch script is
+told to end (:data:`END_SIGNAL`: it returns, and the allocation ends COMPLETED), it is
+cancelled, or its time limit ends it. That step is the launcher of gpulayer's worker on its
+node: the bootstrap over SSH installs the worker and hands its start to the step, so the
+worker runs inside the allocation (Slurm's accounting, limits and signals reach it, and a
+preemption or ``scancel`` ends it with the allocation). Its job name carries the job's name and
+the launch request, and its comment gpulayer's tags, so ``squeue`` finds it again after a
+controller restart."""
 
 from __future__ import annotations
 
@@ -18,6 +20,9 @@ from gpulayer.cloud import LAUNCH_DIR_VARIABLE, launcher_loop
 _TAG_WORD = re.compile(r"^[A-Za-z0-9_.:@+-]+$")
 _ROOT_VARIABLE = "GPULAYER_STEP_ROOT"
 _JOB_VARIABLE = "GPULAYER_STEP_JOB"
+END_SIGNAL = "USR1"
+"""What tells the batch script that its job ended by itself (``scancel --batch --signal``,
+which signals the script alone and cancels nothing)."""
 
 
 def node_launcher(install_root: str, job_id: str) -> str:
@@ -31,11 +36,19 @@ def node_launcher(install_root: str, job_id: str) -> str:
         f'[ "${{SLURM_NODEID:-0}}" = 0 ] || {d}="${d}-node$SLURM_NODEID"; '
         f"export {d}; {launcher_loop()}"
     )
+    # The step runs in the background so that the shell can take END_SIGNAL while it waits,
+    # and return 0: the allocation then ends COMPLETED (Slurm ends the step with it).
     return (
         f"export {_ROOT_VARIABLE}={shlex.quote(install_root)} "
         f"{_JOB_VARIABLE}={shlex.quote(job_id)}; "
-        f"exec srun --ntasks-per-node=1 sh -c {shlex.quote(task)}"
+        f"trap 'exit 0' {END_SIGNAL}; "
+        f"srun --ntasks-per-node=1 sh -c {shlex.quote(task)} & wait $!"
     )
+
+
+def end_command(slurm_job_ids: Sequence[str]) -> str:
+    """Tell the batch scripts of ``slurm_job_ids`` to return (see :func:`node_launcher`)."""
+    return shlex.join(["scancel", "--batch", f"--signal={END_SIGNAL}", *slurm_job_ids])
 
 
 SQUEUE_FORMAT = "%i|%j|%T|%r|%N|%k"

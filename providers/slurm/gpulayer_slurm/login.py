@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpulayer_slurm.connections import CONNECTIONS
 from gpulayer_slurm.errors import ClusterUnreachable, SlurmCommandError
 from gpulayer_slurm.settings import SlurmCluster
 
 if TYPE_CHECKING:
-    from gpulayer.cloud import SshVia
+    from gpulayer.cloud import SshSession, SshVia
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,8 @@ class Output:
 
 
 class LoginNode:
-    """One cluster's login node. Each :meth:`run` is one command line in a shell there."""
+    """One cluster's login node. Each :meth:`run` is one command line in a shell there, on the
+    connection this controller keeps to it (:mod:`gpulayer_slurm.connections`)."""
 
     def __init__(
         self,
@@ -40,11 +42,13 @@ class LoginNode:
         self._connect_timeout = connect_timeout
         self._command_timeout = command_timeout
 
-    def run(self, command: str, *, timeout: float | None = None) -> Output:
+    def run(self, command: str, *, timeout: float | None = None, once: bool = False) -> Output:
+        """``once``: the command must not run twice (sbatch), so a connection that drops
+        under it is not tried again with it."""
         limit = timeout or self._command_timeout
         if self.cluster.local:
             return self._run_here(command, limit)
-        return self._run_over_ssh(command, limit)
+        return self._run_over_ssh(command, limit, once=once)
 
     def checked(self, command: str, *, what: str, timeout: float | None = None) -> str:
         """stdout of ``command``; a non-zero exit raises with its last lines."""
@@ -77,18 +81,28 @@ class LoginNode:
             return Output(124, "", f"timed out after {timeout:g} s")
         return Output(done.returncode, done.stdout, done.stderr)
 
-    def _run_over_ssh(self, command: str, timeout: float) -> Output:
-        from gpulayer.cloud import JsonHostKeyStore, SshError, SshSession, SshTarget
+    def _run_over_ssh(self, command: str, timeout: float, *, once: bool) -> Output:
+        from gpulayer.cloud import SshError
 
         c = self.cluster
         assert c.user is not None and c.key_file is not None  # settings hold it
+        key = (
+            c.login, str(c.port), c.user, str(c.key_file), c.host_key or "",
+            str(self._host_keys_dir),
+        )  # fmt: skip
         try:
-            target = SshTarget(c.login, c.port, c.user, key_path=c.key_file, host_key=c.host_key)
-            session = SshSession(target, host_keys=JsonHostKeyStore(self._host_keys_dir))
-            with session.connect(timeout=self._connect_timeout):
-                result = session.run(command, timeout=timeout)
+            ran = CONNECTIONS.run(key, self._connect, command, timeout=timeout, once=once)
         except SshError as exc:
             raise ClusterUnreachable(
                 self.name, f"login node {c.login} does not answer: {exc}"
             ) from exc
-        return Output(result.exit_code, result.stdout, result.stderr)
+        return Output(ran.exit_code, ran.stdout, ran.stderr)
+
+    def _connect(self) -> SshSession:
+        from gpulayer.cloud import JsonHostKeyStore, SshSession, SshTarget
+
+        c = self.cluster
+        assert c.user is not None and c.key_file is not None  # settings hold it
+        target = SshTarget(c.login, c.port, c.user, key_path=c.key_file, host_key=c.host_key)
+        session = SshSession(target, host_keys=JsonHostKeyStore(self._host_keys_dir))
+        return session.connect(timeout=self._connect_timeout)

@@ -1,8 +1,9 @@
 """A cluster's offers: one per partition and node shape. Pure.
 
-An offer's region is the cluster, its zone the partition and its instance type the node shape
-(``4cpu-16gb-2xa100``), so its label reads ``slurm/gpu/4cpu-16gb-2xa100``; it carries the
-partition's time limit and how many nodes of the shape are idle when it was read."""
+An offer's region is the partition in its cluster (``lab/gpu``, see :mod:`gpulayer_slurm.regions`),
+its zone the partition and its instance type the node shape (``4cpu-16gb-2xa100``), so its label
+reads ``slurm/gpu/4cpu-16gb-2xa100``; it carries the partition's time limit and how many nodes
+of the shape are idle when it was read."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from gpulayer.cloud import Offer, gpu_facts, normalize_cpu_arch
 from gpulayer_slurm.errors import PROVIDER
 from gpulayer_slurm.parsing import NodeInfo, PartitionInfo
+from gpulayer_slurm.regions import region
 from gpulayer_slurm.settings import SlurmCluster
 
 
@@ -56,6 +58,12 @@ class PartitionShape:
     @property
     def max_time_seconds(self) -> int | None:
         return self.offer.time_limit_seconds
+
+
+def offered_partitions(cluster: SlurmCluster, partitions: Sequence[PartitionInfo]) -> list[str]:
+    """The partitions of the cluster gpulayer may submit to (up or not)."""
+    wanted = set(cluster.partitions) if cluster.partitions else None
+    return [p.name for p in partitions if wanted is None or p.name in wanted]
 
 
 def partition_shapes(
@@ -105,7 +113,7 @@ def _offer(
     return Offer(
         provider=PROVIDER,
         instance_type=shape.name,
-        region=cluster_name,
+        region=region(cluster_name, partition.name),
         zone=partition.name,
         accelerator="cuda" if shape.gpu_count else "cpu",
         gpu_name=facts.name if facts is not None else shape.gpu_type,

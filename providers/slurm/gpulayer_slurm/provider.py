@@ -5,24 +5,26 @@ A launch is one ``sbatch`` allocation of whole nodes (N for a gang), written dow
 submitted and tagged in its name and comment; pending in the queue is waiting for capacity,
 with Slurm's reason, until ``pending_timeout_seconds``. Once it runs, each node is an instance
 reached over SSH (the cluster's shared home carries the job's key to the nodes), where the
-worker is installed and started inside the allocation like on any rented machine. Terminate is
-``scancel``; the allocation's time limit ends it if everything else fails.
+worker is installed and started inside the allocation like on any rented machine. A job that
+ended by itself ends its allocation COMPLETED (:meth:`SlurmProvider.finish`: the batch script
+returns); terminate is ``scancel``; the allocation's time limit ends it if everything else fails.
+Every command on a login node goes over the one connection kept to it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import getpass
 import logging
-import shlex
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from gpulayer.cloud import (
     CapacityError,
+    FinishingProvider,
     GangProvider,
     Instance,
     InstanceState,
@@ -33,25 +35,24 @@ from gpulayer.cloud import (
     ProviderError,
     add_authorized_key_command,
     load_settings,
-    remove_authorized_key_command,
 )
-from gpulayer_slurm import batch, parsing
+from gpulayer_slurm import batch, parsing, regions
 from gpulayer_slurm.allocations import (
     Allocation,
     AllocationStore,
     instance_id,
     split_instance_id,
 )
+from gpulayer_slurm.ending import ENDED, JOB_NAME_PREFIX, POLL_SECONDS, Ending
 from gpulayer_slurm.errors import PROVIDER, ClusterUnreachable, SlurmCommandError
 from gpulayer_slurm.login import LoginNode
-from gpulayer_slurm.offers import PartitionShape, partition_shapes
+from gpulayer_slurm.offers import PartitionShape, offered_partitions, partition_shapes
 from gpulayer_slurm.settings import SlurmProviderSettings
 
 log = logging.getLogger("gpulayer.providers.slurm")
 
 _SEPARATOR = "----gpulayer-slurm----"
 SHOW_CLUSTER = f"scontrol -o show partition && echo {_SEPARATOR} && scontrol -o show node"
-JOB_NAME_PREFIX = "gpulayer-"
 INSTALL_ROOT_TAG = "gpulayer:install-root"
 PYTHON_TAG = "gpulayer:python"
 NODE_RANK_TAG = "gpulayer:node-rank"
@@ -59,18 +60,9 @@ GANG_SIZE_TAG = "gpulayer:gang-size"
 SLURM_JOB_TAG = "gpulayer:slurm-job"
 SLURM_NODE_TAG = "gpulayer:slurm-node"
 DEFAULT_INSTALL_ROOT = "/var/tmp/gpulayer"
-# Slurm's end states, as squeue shows them for MinJobAge after the end.
-ENDED = frozenset(
-    {
-        "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
-        "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT", "SPECIAL_EXIT", "REVOKED",
-    }
-)  # fmt: skip
-_POLL_SECONDS = 1.0
-_CANCEL_WAIT_SECONDS = 60.0
 
 
-class SlurmProvider(GangProvider, OutlivesReclaim):
+class SlurmProvider(GangProvider, FinishingProvider, OutlivesReclaim):
     """Slurm clusters. Settings: see :class:`gpulayer_slurm.settings.SlurmProviderSettings`.
 
     A preempted allocation's node runs on (for another job), so its machines outlive a
@@ -85,6 +77,7 @@ class SlurmProvider(GangProvider, OutlivesReclaim):
         self.settings = load_settings(SlurmProviderSettings, settings, provider=PROVIDER)
         self._state = self.settings.resolved_state_dir()
         self.allocations = AllocationStore(self._state / "allocations")
+        self._ending = Ending(self.allocations, self._queued)
 
     def login(self, cluster: str) -> LoginNode:
         found = self.settings.clusters.get(cluster)
@@ -105,6 +98,9 @@ class SlurmProvider(GangProvider, OutlivesReclaim):
 
     def partition_shapes(self, cluster: str) -> list[PartitionShape]:
         """Every offer of ``cluster`` with its time limit and idle node count."""
+        return self._read_cluster(cluster).shapes
+
+    def _read_cluster(self, cluster: str) -> _ClusterView:
         text = self.login(cluster).checked(SHOW_CLUSTER, what="scontrol show partition/node")
         partitions_text, _, nodes_text = text.partition(_SEPARATOR)
         try:
@@ -114,26 +110,42 @@ class SlurmProvider(GangProvider, OutlivesReclaim):
             raise ProviderError(
                 f"{cluster}: cannot read scontrol: {exc}", provider=PROVIDER
             ) from exc
-        return partition_shapes(cluster, self.settings.clusters[cluster], partitions, nodes)
+        settings = self.settings.clusters[cluster]
+        return _ClusterView(
+            partition_shapes(cluster, settings, partitions, nodes),
+            offered_partitions(settings, partitions),
+        )
 
     def offers(self, query: OfferQuery) -> list[Offer]:
-        """One offer per partition and node shape of every cluster (of ``query.regions`` when
-        it names some). Clusters that do not answer are left out and logged; when none
-        answers, the error says why for each."""
-        names = [n for n in self.settings.clusters if not query.regions or n in query.regions]
+        """One offer per partition and node shape of every cluster, or of those
+        ``query.regions`` names (``CLUSTER`` or ``CLUSTER/PARTITION``). Clusters that do not
+        answer are left out and logged; when none answers, the error says why for each. A
+        region naming a partition wrongly is an error saying what to write."""
+        want = regions.wanted(query.regions, self.settings.clusters)
+        # A region that names no cluster may be a partition named alone: the clusters are
+        # read to tell (and a failure to read one is then no error of the query's).
+        names = list(self.settings.clusters) if want.bare else list(want.partitions)
         if not names:
             return []
         with ThreadPoolExecutor(max_workers=min(8, len(names))) as pool:
-            found = list(pool.map(self._shapes_or_reason, names))
-        offers = [s.offer for shapes in found if not isinstance(shapes, str) for s in shapes]
-        reasons = [r for r in found if isinstance(r, str)]
-        if reasons and len(reasons) == len(names):
+            found = dict(zip(names, pool.map(self._view_or_reason, names), strict=True))
+        views = {n: v for n, v in found.items() if not isinstance(v, str)}
+        wrong = regions.misnamed(want, {n: v.partitions for n, v in views.items()})
+        if wrong is not None:
+            raise ProviderError(wrong, provider=PROVIDER)
+        reasons = [r for n, r in found.items() if isinstance(r, str) and n in want.partitions]
+        if reasons and len(reasons) == len(want.partitions):
             raise ProviderError(f"no cluster answers: {'; '.join(reasons)}", provider=PROVIDER)
-        return offers
+        return [
+            s.offer
+            for name, view in views.items()
+            for s in view.shapes
+            if want.keeps(name, s.partition)
+        ]
 
-    def _shapes_or_reason(self, cluster: str) -> list[PartitionShape] | str:
+    def _view_or_reason(self, cluster: str) -> _ClusterView | str:
         try:
-            return self.partition_shapes(cluster)
+            return self._read_cluster(cluster)
         except (ClusterUnreachable, SlurmCommandError) as exc:
             log.warning("slurm cluster %s offers nothing: %s", cluster, exc.message)
             return f"{cluster}: {exc.message}"
@@ -155,7 +167,7 @@ class SlurmProvider(GangProvider, OutlivesReclaim):
     def _allocate(self, offer: Offer, request: LaunchRequest) -> list[Instance]:
         if offer.provider != PROVIDER:
             raise ProviderError(f"offer {offer.label} is not a slurm offer", provider=PROVIDER)
-        cluster_name = offer.region
+        cluster_name = regions.cluster_of(offer.region)
         login = self.login(cluster_name)
         partition = offer.zone
         if partition is None:
@@ -194,12 +206,12 @@ class SlurmProvider(GangProvider, OutlivesReclaim):
         )
         if shape is None:
             raise CapacityError(
-                "zone", PROVIDER, login.name, partition,
+                "zone", PROVIDER, offer.region, partition,
                 f"partition {partition} has no usable node of shape {offer.instance_type} now",
             )  # fmt: skip
         if len(shape.nodes) < request.count:
             raise CapacityError(
-                "zone", PROVIDER, login.name, partition,
+                "zone", PROVIDER, offer.region, partition,
                 f"{request.count} nodes of {offer.instance_type} asked, partition {partition} "
                 f"has {len(shape.nodes)}",
             )  # fmt: skip
@@ -227,6 +239,7 @@ class SlurmProvider(GangProvider, OutlivesReclaim):
             instance_type=offer.instance_type,
             nodes=request.count,
             tags=tags,
+            name=request.job_name,
         )
         self.allocations.write(record)  # before sbatch: a crash leaves a record to find
         command = batch.sbatch_command(
@@ -244,14 +257,14 @@ class SlurmProvider(GangProvider, OutlivesReclaim):
                 n for s in shapes if s.partition == partition and s is not shape for n in s.nodes
             ],
         )
-        done = login.run(command)
+        done = login.run(command, once=True)
         job_id = done.stdout.strip().split(";")[0]
         if done.exit_code != 0 or not job_id.isdigit():
             # Slurm refused it: nothing was queued.
             self._forget(login, record)
             why = " | ".join((done.stderr or done.stdout).strip().splitlines()[-2:])
             raise CapacityError(
-                "zone", PROVIDER, login.name, partition, f"sbatch refused the allocation: {why}"
+                "zone", PROVIDER, offer.region, partition, f"sbatch refused the allocation: {why}"
             )
         record.slurm_job_id = job_id
         self.allocations.write(record)
@@ -279,28 +292,25 @@ class SlurmProvider(GangProvider, OutlivesReclaim):
             if job is None or job.state in ENDED:
                 state = job.state if job is not None else "gone from the queue"
                 # Ended from outside (or by a terminate meanwhile): its key goes with it.
-                self._remove_key(login, record)
+                self._ending.remove_key(login, record)
                 raise ProviderError(
                     f"slurm job {record.slurm_job_id} ended before it ran ({state})",
                     provider=PROVIDER,
                 )
             if job.state == "RUNNING" and len(job.nodes) == record.nodes:
                 return job
-            reason = (
-                f"waiting for capacity: slurm job {record.slurm_job_id} is "
-                f"{job.state.lower()} ({job.reason})"
-            )
+            reason = _pending_note(record.slurm_job_id, job)
             if reason != said and request.progress is not None:
                 request.progress(reason)
             said = reason
             if time.monotonic() > deadline:
-                self._cancel(login, [record])
+                self._ending.cancel(login, [record])
                 raise CapacityError(
-                    "zone", PROVIDER, record.cluster, record.partition,
+                    "zone", PROVIDER, record.region, record.partition,
                     f"slurm job {record.slurm_job_id} still pending after {patience:g} s "
                     f"({job.reason})",
                 )  # fmt: skip
-            time.sleep(_POLL_SECONDS)
+            time.sleep(POLL_SECONDS)
 
     def _instances(
         self,
@@ -332,7 +342,7 @@ class SlurmProvider(GangProvider, OutlivesReclaim):
                 Instance(
                     id=instance_id(record.cluster, record.slurm_job_id, rank),
                     provider=PROVIDER,
-                    region=record.cluster,
+                    region=record.region,
                     zone=record.partition,
                     state="running",
                     instance_type=record.instance_type,
@@ -391,7 +401,7 @@ class SlurmProvider(GangProvider, OutlivesReclaim):
         return Instance(
             id=given,
             provider=PROVIDER,
-            region=cluster,
+            region=record.region if record is not None else cluster,
             zone=record.partition if record is not None else None,
             state=state,
             ssh_user=self.settings.clusters[cluster].user or getpass.getuser(),
@@ -400,8 +410,20 @@ class SlurmProvider(GangProvider, OutlivesReclaim):
         )
 
     def terminate(self, ids: Sequence[str]) -> None:
-        """scancel each instance's allocation (all its nodes end together), wait until Slurm
-        has ended it, and take the job's key off the login node. Gone already is fine."""
+        """scancel each instance's allocation (all its nodes end together: CANCELLED), wait
+        until Slurm has ended it, and take the job's key off the login node. Gone already is
+        fine. For a job that ended by itself, :meth:`finish` ends it COMPLETED instead."""
+        self._end(ids, lambda login, records: self._ending.cancel(login, records))
+
+    def finish(self, ids: Sequence[str]) -> None:
+        """End the allocations of instances whose job ended by itself (and whose worker was
+        stopped): each batch script is told to return, so the allocation ends COMPLETED;
+        ``scancel`` only for one still pending, or one not ended after finish_wait_seconds.
+        Then the job's key leaves the login node. Gone already is fine."""
+        patience = self.settings.finish_wait_seconds
+        self._end(ids, lambda login, records: self._ending.finish(login, records, patience))
+
+    def _end(self, ids: Sequence[str], how: Callable[[LoginNode, list[Allocation]], None]) -> None:
         by_cluster: dict[str, set[str]] = {}
         for given in ids:
             parts = split_instance_id(given)
@@ -409,63 +431,20 @@ class SlurmProvider(GangProvider, OutlivesReclaim):
                 by_cluster.setdefault(parts[0], set()).add(parts[1])
         failures = []
         for cluster, job_ids in by_cluster.items():
-            login = self.login(cluster)
             records = [
                 self.allocations.by_slurm_job(cluster, j) or _unrecorded(cluster, j)
                 for j in sorted(job_ids)
             ]
             try:
-                self._cancel(login, records)
+                how(self.login(cluster), records)
             except ProviderError as exc:
                 failures.append(exc.message)
         if failures:
             raise ProviderError("; ".join(failures), provider=PROVIDER)
 
-    def _cancel(self, login: LoginNode, records: list[Allocation]) -> None:
-        for record in records:
-            if record.request_id and self.allocations.read(record.request_id) is not None:
-                record.cancelled = True
-                self.allocations.write(record)  # before scancel: ours, not a preemption
-        queued = {j.job_id: j for j in self._queued(login)}
-        # Only jobs this provider submitted (by their name) are ever cancelled.
-        ours = [
-            r.slurm_job_id
-            for r in records
-            if r.slurm_job_id in queued and queued[r.slurm_job_id].name.startswith(JOB_NAME_PREFIX)
-        ]
-        if ours:
-            login.checked(shlex.join(["scancel", *ours]), what="scancel")
-        deadline = time.monotonic() + _CANCEL_WAIT_SECONDS
-        while ours:
-            live = {j.job_id for j in self._queued(login) if j.state not in ENDED}
-            ours = [j for j in ours if j in live]
-            if not ours:
-                break
-            if time.monotonic() > deadline:
-                raise ProviderError(
-                    f"{login.name}: slurm jobs {', '.join(ours)} not ended "
-                    f"{_CANCEL_WAIT_SECONDS:g} s after scancel",
-                    provider=PROVIDER,
-                )
-            time.sleep(_POLL_SECONDS)
-        for record in records:
-            if record.request_id:
-                login.checked(
-                    remove_authorized_key_command(login.cluster.authorized_keys, record.request_id),
-                    what="removing the job's key from authorized_keys",
-                )
-
     def _forget(self, login: LoginNode, record: Allocation) -> None:
-        self._remove_key(login, record)
+        self._ending.remove_key(login, record)
         self.allocations.remove(record.request_id)
-
-    def _remove_key(self, login: LoginNode, record: Allocation) -> None:
-        """Best effort: a terminate removes it again."""
-        with contextlib.suppress(ProviderError):
-            login.checked(
-                remove_authorized_key_command(login.cluster.authorized_keys, record.request_id),
-                what="removing the job's key",
-            )
 
     def list_owned(self, tags: Mapping[str, str]) -> list[Instance]:
         """Allocations still queued or running whose comment carries all of ``tags``: one
@@ -503,6 +482,22 @@ class SlurmProvider(GangProvider, OutlivesReclaim):
             raise ProviderError(
                 f"{login.name}: cannot read squeue: {exc}", provider=PROVIDER
             ) from exc
+
+
+def _pending_note(slurm_job_id: str | None, job: parsing.QueuedJob) -> str:
+    """What a launch says while its allocation waits: for capacity only when Slurm gives a
+    reason (Resources, Priority, a limit); a job Slurm's scheduler has not looked at yet
+    (reason None) waits for nothing but that."""
+    if job.reason in ("None", ""):
+        return f"slurm job {slurm_job_id} is {job.state.lower()}, not yet scheduled"
+    return f"waiting for capacity: slurm job {slurm_job_id} is {job.state.lower()} ({job.reason})"
+
+
+@dataclass(frozen=True)
+class _ClusterView:
+    shapes: list[PartitionShape]
+    partitions: list[str]
+    """Every partition gpulayer may submit to, with usable nodes or not."""
 
 
 def _instance_state(job: parsing.QueuedJob | None, *, ran: bool) -> tuple[InstanceState, bool]:

@@ -1,8 +1,9 @@
 """What the slurm provider is told: the clusters it may submit to, reached over a login node.
 
-Each cluster is one region of offers (its name). gpulayer logs into the login node as the
-user does and runs Slurm's own commands there (``scontrol``, ``sbatch``, ``squeue``,
-``scancel``); ``login: local`` runs them on this machine, when it is itself a login node.
+Each partition of a cluster is one region of offers (``CLUSTER/PARTITION``). gpulayer logs
+into the login node as the user does and runs Slurm's own commands there (``scontrol``,
+``sbatch``, ``squeue``, ``scancel``); ``login: local`` runs them on this machine, when it is
+itself a login node.
 """
 
 from __future__ import annotations
@@ -171,7 +172,8 @@ class SlurmProviderSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     clusters: Annotated[dict[str, SlurmCluster], Field(min_length=1)]
-    """The clusters by name; a cluster's name is the region of its offers."""
+    """The clusters by name; each partition's offers are in region CLUSTER/PARTITION, and
+    a job's placement.regions names a cluster (all its partitions) or CLUSTER/PARTITION."""
     state_dir: Path | None = None
     """Recorded allocations and login host keys; None: $GPULAYER_HOME/slurm-provider."""
     connect_timeout_seconds: Annotated[float, Field(gt=0)] = 10
@@ -181,6 +183,9 @@ class SlurmProviderSettings(BaseModel):
     pending_timeout_seconds: Annotated[float, Field(gt=0)] = 600
     """How long a launch waits for its allocation to leave the queue before it gives up (and
     scancels it) as a lack of capacity; a job's provisioning_timeout_seconds bounds it too."""
+    finish_wait_seconds: Annotated[float, Field(gt=0)] = 30
+    """How long the allocation of a job that ended by itself may take to end once its batch
+    script is told to return (it ends COMPLETED) before it is scancelled."""
     time_margin_seconds: Annotated[float, Field(ge=0)] = 600
     """Added to a job's timeout_seconds for the allocation's time limit (--time): time to
     install the worker and to upload outputs."""

@@ -121,7 +121,7 @@ def test_a_job_runs_in_an_allocation_and_leaves_nothing_in_squeue(
     wait_until(lambda: ledger(job["id"])["instances"][0]["state"] == "terminated", what="teardown")
     costs = ledger(job["id"])
     (instance,) = costs["instances"]
-    assert instance["provider"] == "slurm" and instance["region"] == slurm_cluster.name
+    assert instance["provider"] == "slurm" and instance["region"] == f"{slurm_cluster.name}/cpu"
     # The ledger has the node-hours at the partition's price.
     assert instance["hourly_price"] == 0.6 and instance["cost"] > 0
     assert costs["total"]["USD"] == instance["cost"]

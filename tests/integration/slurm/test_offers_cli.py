@@ -22,7 +22,7 @@ def test_offers_list_one_row_per_partition_and_shape(
     rows = {(row["zone"], row["instance_type"]): row for row in json.loads(listed.stdout)}
     assert set(rows) == {("gpu", "4cpu-3.9gb-2xa100"), ("cpu", "2cpu-2gb")}, rows
     gpu = rows["gpu", "4cpu-3.9gb-2xa100"]
-    assert (gpu["region"], gpu["zone"], gpu["gpu_count"]) == (slurm_cluster.name, "gpu", 2)
+    assert (gpu["region"], gpu["zone"], gpu["gpu_count"]) == (f"{slurm_cluster.name}/gpu", "gpu", 2)
     assert "A100" in gpu["gpu_name"] and gpu["hourly_price"] == 2.5
     assert rows["cpu", "2cpu-2gb"]["hourly_price"] == 0
     # Nothing runs: every node is idle; the partitions' MaxTime (2:00:00 and 30:00).

@@ -128,8 +128,8 @@ def test_a_login_node_of_its_own_lists_offers_with_slurms_commands_here(
     )
     offers = provider.offers(OfferQuery())
     assert {(o.region, o.zone, o.instance_type) for o in offers} == {
-        ("here", "gpu", "4cpu-3.9gb-2xa100"),
-        ("here", "cpu", "2cpu-2gb"),
+        ("here/gpu", "gpu", "4cpu-3.9gb-2xa100"),
+        ("here/cpu", "cpu", "2cpu-2gb"),
     }
     shapes = {s.partition: s for s in provider.partition_shapes("here")}
     assert shapes["cpu"].idle_nodes == 2 and shapes["cpu"].max_time_seconds == 1800
