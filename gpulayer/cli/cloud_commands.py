@@ -68,24 +68,14 @@ def offers(
     from gpulayer.cli.waiting import ASKING_CLOUDS, progress_after
 
     connection = connect(server)
-    client = connection.client
     with progress_after(ASKING_CLOUDS.format(what="offers")):
-        listing = client.offers(
+        listing = connection.client.offers(
             spec.model_dump(mode="json"),
             # A file's gpu_count is what submit would rent; without one, list every count.
             gpu_count_exact=gpus is not None or bool(file),
             include_disabled=not enabled_only,
             limit=limit,
-            # Names given by a flag are refused under the flag's name; a file's under its field.
-            names={
-                field: flag
-                for field, flag, given in (
-                    ("gpu_models", "--gpu", gpu),
-                    ("regions", "--region", region),
-                    ("providers", "--provider", provider),
-                )
-                if given
-            },
+            names=_flag_names(gpu=gpu, region=region, provider=provider),
             client_env=cloud_credentials(connection),
         )
     if as_json:
@@ -97,6 +87,12 @@ def offers(
         offers_table(listing)
     for note in listing["notes"]:
         typer.echo(f"note: {note}", err=True)
+
+
+def _flag_names(**given: list[str]) -> dict[str, str]:
+    """Names given by a flag are refused under the flag's name; a file's under its field."""
+    fields = {"gpu": "gpu_models", "region": "regions", "provider": "providers"}
+    return {fields[flag]: f"--{flag}" for flag, values in given.items() if values}
 
 
 def cost(

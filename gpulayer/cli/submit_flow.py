@@ -33,12 +33,9 @@ def print_line(line: dict[str, Any], *, timestamps: bool = False) -> None:
     out.flush()
 
 
-def say_reconnecting(exc: BaseException) -> None:
+def say_reconnecting(exc: BaseException, seconds: float) -> None:
     """One line while a followed job's control plane is out of reach (a restart)."""
-    from gpulayer.backoff import FOLLOW_RECONNECT
-
-    limit = FOLLOW_RECONNECT.give_up_after
-    sys.stderr.write(f"gpulayer: {exc}; reconnecting (for up to {limit:g} s)\n")
+    sys.stderr.write(f"gpulayer: {exc}; reconnecting (for up to {seconds:g} s)\n")
     sys.stderr.flush()
 
 

@@ -368,15 +368,35 @@ class ControlClient:
         *,
         after: int = 0,
         node: int | None = None,
-        on_reconnect: Callable[[ControlPlaneError], None] | None = None,
+        on_reconnect: Callable[[ControlPlaneError, float], None] | None = None,
     ) -> Iterator[dict[str, Any]]:
         """Yield log lines as they come, then a final {"job": ...} item once the job ended.
 
-        A control plane that goes out of reach meanwhile (restarting) is asked again for up to
-        FOLLOW_RECONNECT's bound, for the lines after the last one yielded, so none is lost or
-        yielded twice; ``on_reconnect`` hears once of each time it went away."""
+        A control plane that goes out of reach meanwhile (restarting) is asked again, within
+        the follow-reconnect policy's bound, for the lines after the last one yielded: none is
+        lost or yielded twice. ``on_reconnect`` hears once of each time it went away (the
+        error, and the seconds it is waited for)."""
+
+        def page_after(last: int) -> dict[str, Any]:
+            try:
+                return self.logs(job_ref, after=last, wait=10, node=node)
+            except Unauthorized:
+                raise
+            except ControlPlaneError as exc:
+                gone = exc
+            from gpulayer.backoff import FOLLOW_RECONNECT  # only now: a follow starts fast
+
+            if on_reconnect is not None:
+                on_reconnect(gone, FOLLOW_RECONNECT.give_up_after or 0.0)
+            for attempt in FOLLOW_RECONNECT.retrying(
+                retry_on=(ControlPlaneError,), retry_if=lambda e: not isinstance(e, Unauthorized)
+            ):
+                with attempt:
+                    return self.logs(job_ref, after=last, wait=10, node=node)
+            raise AssertionError("unreachable")  # tenacity raises the last error
+
         while True:
-            page = self._follow_page(job_ref, after, node, on_reconnect)
+            page = page_after(after)
             for line in page["lines"]:
                 after = line["id"]
                 yield line
@@ -384,29 +404,6 @@ class ControlClient:
             if job["state"] in ("succeeded", "failed", "cancelled") and not page["lines"]:
                 yield {"job": job}
                 return
-
-    def _follow_page(
-        self,
-        job_ref: str,
-        after: int,
-        node: int | None,
-        on_reconnect: Callable[[ControlPlaneError], None] | None,
-    ) -> dict[str, Any]:
-        try:
-            return self.logs(job_ref, after=after, wait=10, node=node)
-        except Unauthorized:
-            raise
-        except ControlPlaneError as exc:
-            if on_reconnect is not None:
-                on_reconnect(exc)
-        from gpulayer.backoff import FOLLOW_RECONNECT
-
-        for attempt in FOLLOW_RECONNECT.retrying(
-            retry_on=(ControlPlaneError,), retry_if=lambda exc: not isinstance(exc, Unauthorized)
-        ):
-            with attempt:
-                return self.logs(job_ref, after=after, wait=10, node=node)
-        raise AssertionError("unreachable")  # tenacity raises the last error
 
     def artifacts(self, job_ref: str) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self.request(

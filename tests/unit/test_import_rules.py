@@ -28,7 +28,8 @@ ALLOWED: dict[str, frozenset[str]] = {
         "procs": set(),
         "hardware": {"spec"},
         "spec": {"errors"},
-        "protocol": {"errors"},
+        # backoff: the client's waits for a control plane that restarts take a named policy.
+        "protocol": {"errors", "backoff"},
         "schedules": {"spec", "errors"},
         "scheduler": {"spec", "errors", "hardware"},
         "ssh": {"errors", "backoff"},
