@@ -48,6 +48,12 @@ VARIABLES: tuple[Variable, ...] = (
         "A directory of image releases that wins over the shipped images/.",
     ),
     Variable(
+        "GPULAYER_WHEELHOUSE_DIR",
+        "next_job",
+        "Where the worker's wheelhouse is built and kept, shared by every GPULAYER_HOME "
+        "(default: the user cache, ~/.cache/gpulayer/wheelhouse on Linux).",
+    ),
+    Variable(
         "GPULAYER_DEADMAN_ACTION",
         "next_job",
         "What a rented machine's dead-man switch does (poweroff, stop, record:PATH); wins "

@@ -298,5 +298,5 @@ def test_only_the_newest_wheelhouses_are_kept(tmp_path: Path) -> None:
         directory.mkdir(parents=True)
         os.utime(directory, (1_000_000 + index, 1_000_000 + index))
     house = build_wheelhouse(cache)
-    left = sorted(p.name for p in cache.iterdir())
+    left = sorted(p.name for p in cache.iterdir() if p.is_dir())
     assert left == sorted([house.path.name, old[3].name, old[2].name])

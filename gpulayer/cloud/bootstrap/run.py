@@ -94,57 +94,34 @@ def bootstrap_worker(
     def phase(text: str) -> None:
         lines.emit(f"{PHASE_PREFIX} {text}")
 
-    ticker = Ticker(lines)
-    try:
-        ticker.__enter__()
-        phase(f"probing python ({plan.python}) on {target}")
-        # From here on the host may hold something of ours, even if this very call times out.
-        touched = True
-        host = _probe_host(session, plan, wheelhouse, wheelhouse_dir, lines, remaining)
-        worker_venv = _worker_install(
-            session, plan, wheelhouse, wheelhouse_dir, host, lines, phase, remaining
-        )
-        _upload_files(session, plan, remaining)
-        tunnel = open_reverse_tunnel(session, plan.control_plane_port)
-        phase(f"tunnel: host 127.0.0.1:{tunnel.remote_port} -> control plane")
-        limit = remaining()
-        command = install_command(
-            plan,
-            wheelhouse_dir,
-            tunnel.remote_port,
-            limit,
-            wheelhouse.gpulayer_version or None,
-            worker_venv=worker_venv,
-        )
-        code = session.exec(command, on_output=lines.feed, timeout=limit + 2 * KILL_AFTER_SECONDS)
-        lines.flush()
-        pid_text = phase_field(lines.seen, "worker-pid")
-        pid_text = _started_pid(code, pid_text, target, timeout, lines)
-        _prune_wheelhouses(session, wheelhouse_dir, phase)
-        worker = RemoteWorker(
-            session,
-            tunnel,
-            pid=int(pid_text),
-            install_dir=plan.install_dir,
-            worker_id=phase_field(lines.seen, "worker-id"),
-            wheelhouse_dir=wheelhouse_dir,
-        )
-        return worker
-    except BaseException as exc:
-        lines.flush()
-        if touched:
-            _undo(session, plan.install_dir, lines)
-        if tunnel is not None:
-            tunnel.close()
-        if isinstance(exc, SshCommandTimeout):
-            raise BootstrapTimeout(
-                f"bootstrap on {target} ran past {timeout:g}s", list(lines.tail)
-            ) from exc
-        if isinstance(exc, SshError) and not isinstance(exc, UsageError):
-            raise BootstrapError(f"bootstrap on {target}: {exc}", list(lines.tail)) from exc
-        raise
-    finally:
-        ticker.__exit__(None, None, None)
+    with Ticker(lines):
+        try:
+            phase(f"probing python ({plan.python}) on {target}")
+            # From here on the host may hold something of ours, even if this very call times out.
+            touched = True
+            host = _probe_host(session, plan, wheelhouse, wheelhouse_dir, lines, remaining)
+            worker_venv = _worker_install(
+                session, plan, wheelhouse, wheelhouse_dir, host, lines, phase, remaining
+            )
+            _upload_files(session, plan, remaining)
+            tunnel = open_reverse_tunnel(session, plan.control_plane_port)
+            phase(f"tunnel: host 127.0.0.1:{tunnel.remote_port} -> control plane")
+            return _start_worker(
+                session, plan, wheelhouse, tunnel, worker_venv, lines, timeout, remaining
+            )
+        except BaseException as exc:
+            lines.flush()
+            if touched:
+                _undo(session, plan.install_dir, lines)
+            if tunnel is not None:
+                tunnel.close()
+            if isinstance(exc, SshCommandTimeout):
+                raise BootstrapTimeout(
+                    f"bootstrap on {target} ran past {timeout:g}s", list(lines.tail)
+                ) from exc
+            if isinstance(exc, SshError) and not isinstance(exc, UsageError):
+                raise BootstrapError(f"bootstrap on {target}: {exc}", list(lines.tail)) from exc
+            raise
 
 
 # bootstrap_worker's steps of their own, so the function reads as the sequence it runs.
@@ -209,6 +186,43 @@ def _worker_install(
             f"installing the worker on {session.target} failed (exit {code})", list(lines.tail)
         )
     return venv
+
+
+def _start_worker(
+    session: SshSession,
+    plan: BootstrapPlan,
+    wheelhouse: Wheelhouse,
+    tunnel: ReverseTunnel,
+    worker_venv: str,
+    lines: Lines,
+    timeout: float,
+    remaining: Callable[[], float],
+) -> RemoteWorker:
+    """Run the script, which links the install and starts the worker; returns once it
+    joined."""
+    wheelhouse_dir = plan.wheelhouse_dir or default_wheelhouse_dir(plan.install_dir, wheelhouse.key)
+    limit = remaining()
+    command = install_command(
+        plan,
+        wheelhouse_dir,
+        tunnel.remote_port,
+        limit,
+        wheelhouse.gpulayer_version or None,
+        worker_venv=worker_venv,
+    )
+    code = session.exec(command, on_output=lines.feed, timeout=limit + 2 * KILL_AFTER_SECONDS)
+    lines.flush()
+    pid_text = phase_field(lines.seen, "worker-pid")
+    pid_text = _started_pid(code, pid_text, session.target, timeout, lines)
+    _prune_wheelhouses(session, wheelhouse_dir, lambda text: lines.emit(f"{PHASE_PREFIX} {text}"))
+    return RemoteWorker(
+        session,
+        tunnel,
+        pid=int(pid_text),
+        install_dir=plan.install_dir,
+        worker_id=phase_field(lines.seen, "worker-id"),
+        wheelhouse_dir=wheelhouse_dir,
+    )
 
 
 def _started_pid(

@@ -1,5 +1,5 @@
 """Building the wheelhouse once per gpulayer version, python, platform and source, and
-finding it again in the cache.
+finding it again in the cache (the user's, shared by every GPULAYER_HOME).
 
 The cache key names the gpulayer version, the python and platform tags, and a digest of every
 distribution's name and version (and of the source tree for an editable gpulayer), so any
@@ -17,7 +17,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib import metadata
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from gpulayer.cloud.wheelhouse.closure import (
 )
 from gpulayer.cloud.wheelhouse.errors import WheelhouseError
 from gpulayer.cloud.wheelhouse.model import WheelFile, Wheelhouse
+from gpulayer.cloud.wheelhouse.progress import BuildProgress, held
 from gpulayer.cloud.wheelhouse.repack import (
     build_from_source,
     build_pip_runner,
@@ -44,10 +45,19 @@ MANIFEST = "wheelhouse.json"
 INSTALLER_DISTRIBUTION = "pip"
 
 
-def default_cache_dir() -> Path:
-    from gpulayer.cloud.cache import default_cache_dir as cache_root
+WHEELHOUSE_DIR_ENV = "GPULAYER_WHEELHOUSE_DIR"
 
-    return cache_root("wheelhouse")
+
+def default_cache_dir() -> Path:
+    """Where wheelhouses are built and kept: ``$GPULAYER_WHEELHOUSE_DIR``, else the user cache
+    directory's ``wheelhouse`` (``~/.cache/gpulayer/wheelhouse`` on Linux). Never below a
+    GPULAYER_HOME: a wheelhouse depends only on what is installed, so every home shares it."""
+    chosen = os.environ.get(WHEELHOUSE_DIR_ENV)
+    if chosen:
+        return Path(chosen).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("gpulayer", appauthor=False)) / "wheelhouse"
 
 
 def _python_version() -> str:
@@ -117,9 +127,17 @@ def _load(directory: Path) -> Wheelhouse | None:
 
 
 def build_wheelhouse(
-    cache_dir: Path | None = None, *, exclude: Iterable[str] = SERVER_ONLY
+    cache_dir: Path | None = None,
+    *,
+    exclude: Iterable[str] = SERVER_ONLY,
+    on_progress: Callable[[str], None] | None = None,
 ) -> Wheelhouse:
-    """The wheelhouse for this controller's gpulayer, built on first use and then reused."""
+    """The wheelhouse for this controller's gpulayer, built on first use and then reused.
+
+    ``cache_dir``: where to keep it; None: :func:`default_cache_dir`, shared by every
+    GPULAYER_HOME. One process builds a given wheelhouse at a time (a file lock); the others
+    wait and take it. ``on_progress`` hears what is built, with the time spent, at least every
+    few seconds (None: a status line on a terminal, else the log)."""
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     distributions = worker_distributions(exclude=exclude)
     root = next(d for d in distributions if canonical(d.metadata["Name"]) == ROOT_DISTRIBUTION)
@@ -141,13 +159,42 @@ def build_wheelhouse(
     if cached is not None:
         return cached
     cache_dir.mkdir(parents=True, exist_ok=True)
+    lock = cache_dir / f".{key}.lock"
+    with (
+        BuildProgress(on_progress) as progress,
+        held(lock, progress, f"the worker's wheelhouse {key}"),
+    ):
+        cached = _load(target)  # another process may have built it meanwhile
+        if cached is not None:
+            progress.say(f"the worker's wheelhouse {key} was built by another process")
+            return cached
+        _build(cache_dir, target, key, everything, root, editable, progress)
+    loaded = _load(target)
+    if loaded is None:
+        raise WheelhouseError(f"the wheelhouse at {target} is incomplete after building it")
+    return loaded
+
+
+def _build(
+    cache_dir: Path,
+    target: Path,
+    key: str,
+    everything: list[tuple[str, metadata.Distribution]],
+    root: metadata.Distribution,
+    editable: bool,
+    progress: BuildProgress,
+) -> None:
     staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=cache_dir))
     try:
         files = []
-        for name, dist in everything:
+        for number, (name, dist) in enumerate(everything, start=1):
+            progress.say(
+                f"building the worker's wheelhouse {key} (once per version and platform): "
+                f"{number}/{len(everything)} {name}"
+            )
             if name == ROOT_DISTRIBUTION and editable:
                 files.append(build_from_source(dist, staging))
-            elif dist is installer:
+            elif name == INSTALLER_DISTRIBUTION:
                 files.append(build_pip_runner(dist, staging))
             else:
                 files.append(repack_distribution(dist, staging))
@@ -170,10 +217,7 @@ def build_wheelhouse(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    loaded = _load(target)
-    if loaded is None:
-        raise WheelhouseError(f"the wheelhouse at {target} is incomplete after building it")
-    return loaded
+    progress.say(f"built the worker's wheelhouse {key}")
 
 
 KEEP_WHEELHOUSES = 3
@@ -191,6 +235,7 @@ def _prune(cache_dir: Path, keep: Path) -> None:
     )
     for old in built[KEEP_WHEELHOUSES - 1 :]:
         shutil.rmtree(old, ignore_errors=True)
+        (cache_dir / f".{old.name}.lock").unlink(missing_ok=True)
     # Staging dirs of builds that died half-way (a crash, kill -9).
     now = time.time()
     for staging in cache_dir.glob(".gpulayer-*"):
