@@ -111,3 +111,41 @@ def test_a_sigterm_worker_is_leaving_at_once_and_gets_no_new_job(tmp_path: Path)
     assert first["state"] == "failed" and first["reason"] == "worker_lost", first
     assert final["w0"]["id"] == w0["id"]
     assert final["w0"]["state"] in ("leaving", "lost", "gone"), final["w0"]
+
+
+@pytest.mark.slow
+def test_only_the_worker_itself_or_an_admin_may_say_it_leaves(tmp_path: Path) -> None:
+    from gpulayer.errors import ForbiddenError, NotFoundError
+    from gpulayer.protocol.client import ControlClient
+    from gpulayer.worker.identity import FILE_NAME, load_identity
+
+    server = ServerProcess(tmp_path / "server").start()
+    workers: list[WorkerProcess] = []
+    try:
+        admin = server.client()
+        token = admin.request("POST", "/v1/tokens", {"kind": "worker"})["token"]
+        for name in ("w0", "w1"):
+            workers.append(WorkerProcess(server.url, token, tmp_path / name, name).start(0.5))
+        ids = {w["name"]: str(w["id"]) for w in wait_for_workers(admin, 2)}
+        saved = load_identity(tmp_path / "w1" / FILE_NAME, server.url)
+        assert saved is not None and saved.worker_id == ids["w1"]
+        other = ControlClient(server.url, saved.token)
+        joiner = ControlClient(server.url, token)
+        for caller in (other, joiner):
+            with pytest.raises(ForbiddenError):
+                caller.request("POST", f"/v1/workers/{ids['w0']}/leave")
+        with pytest.raises(NotFoundError):
+            admin.request("POST", "/v1/workers/w-nobody/leave")
+        states = {w["name"]: w["state"] for w in admin.workers()}
+        assert states == {"w0": "ready", "w1": "ready"}, states
+        # Its own credential: leaving at once, and no heartbeat makes it ready again.
+        assert other.request("POST", f"/v1/workers/{ids['w1']}/leave")["state"] == "leaving"
+        deadline = time.monotonic() + 2.0  # four of its heartbeats
+        while time.monotonic() < deadline:
+            states = {w["name"]: w["state"] for w in admin.workers()}
+            assert states == {"w0": "ready", "w1": "leaving"}, states
+            time.sleep(0.1)
+    finally:
+        for worker in workers:
+            worker.stop()
+        server.stop()
