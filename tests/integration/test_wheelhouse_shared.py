@@ -17,29 +17,39 @@ import pytest
 pytestmark = pytest.mark.slow
 
 BUILD = """
-import json, sys, time
+import json, os, pathlib, sys, time
 from gpulayer.cloud.wheelhouse import build_wheelhouse
 lines = []
 begun = time.monotonic()
-house = build_wheelhouse(on_progress=lambda line: lines.append([time.monotonic(), line]))
+# As the cloud lifecycle calls it (naming its home's cache), or with no dir at all.
+where = pathlib.Path(os.environ["GPULAYER_HOME"]) / "cache" / "wheelhouse"
+house = build_wheelhouse(
+    where if sys.argv[1] == "home" else None,
+    on_progress=lambda line: lines.append([time.monotonic(), line]),
+)
 ended = time.monotonic()
 print(json.dumps({"path": str(house.path), "lines": lines, "begun": begun, "ended": ended}))
 """
 
 
-def _environment(tmp_path: Path, home: str) -> dict[str, str]:
+def _environment(tmp_path: Path, home: str, setting: bool) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPULAYER_")}
     env["GPULAYER_HOME"] = str(tmp_path / home)
     # The user cache dir (platformdirs reads XDG_CACHE_HOME): one user, two homes.
     env["XDG_CACHE_HOME"] = str(tmp_path / "user-cache")
+    if setting:
+        env["GPULAYER_WHEELHOUSE_DIR"] = str(tmp_path / "user-cache" / "gpulayer" / "wheelhouse")
     return env
 
 
-def test_two_homes_build_one_wheelhouse_in_the_user_cache(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "call", ["default", "home"], ids=["no-dir-given", "home-dir-given-with-the-setting"]
+)
+def test_two_homes_build_one_wheelhouse_in_the_user_cache(tmp_path: Path, call: str) -> None:
     builds = [
         subprocess.Popen(
-            [sys.executable, "-c", BUILD],
-            env=_environment(tmp_path, home),
+            [sys.executable, "-c", BUILD, call],
+            env=_environment(tmp_path, home, setting=call == "home"),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

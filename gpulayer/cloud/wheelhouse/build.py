@@ -134,11 +134,14 @@ def build_wheelhouse(
 ) -> Wheelhouse:
     """The wheelhouse for this controller's gpulayer, built on first use and then reused.
 
-    ``cache_dir``: where to keep it; None: :func:`default_cache_dir`, shared by every
+    Kept in ``$GPULAYER_WHEELHOUSE_DIR`` when set (the user's setting wins), else in
+    ``cache_dir``, else in :func:`default_cache_dir`'s user cache, shared by every
     GPULAYER_HOME. One process builds a given wheelhouse at a time (a file lock); the others
     wait and take it. ``on_progress`` hears what is built, with the time spent, at least every
     few seconds (None: a status line on a terminal, else the log)."""
-    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    if os.environ.get(WHEELHOUSE_DIR_ENV) or cache_dir is None:
+        cache_dir = default_cache_dir()
+    cache_dir = Path(cache_dir)
     distributions = worker_distributions(exclude=exclude)
     root = next(d for d in distributions if canonical(d.metadata["Name"]) == ROOT_DISTRIBUTION)
     editable = editable_source(root) is not None or is_link_only_install(root)
