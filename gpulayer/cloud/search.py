@@ -290,8 +290,10 @@ def list_offers(
     UsageError naming the closest known names, under the field's name in ``names`` (else
     FIELD_NAMES), before any provider is asked."""
     from gpulayer.cloud.config import orchestrator_section, provider_settings, providers_file
+    from gpulayer.cloud.installed import installed_key
     from gpulayer.cloud.registry import available_providers, get_provider
 
+    installed_key()  # a plugin installed since this process last looked is imported afresh
     named = {**FIELD_NAMES, **(names or {})}
     installed = available_providers()
     wanted = list(spec.placement.providers)

@@ -10,7 +10,7 @@ from gpulayer.scheduler.errors import InvalidSnapshot
 from gpulayer.spec.capabilities import WorkerCapabilities
 
 READY = "ready"
-WORKER_STATES: frozenset[str] = frozenset({"ready", "draining", "lost"})
+WORKER_STATES: frozenset[str] = frozenset({"ready", "draining", "leaving", "lost"})
 """States a worker reports. Only ready takes work; any other value is treated as not ready."""
 
 

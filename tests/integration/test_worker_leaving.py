@@ -96,6 +96,12 @@ def test_a_sigterm_worker_is_leaving_at_once_and_gets_no_new_job(tmp_path: Path)
         )
         first = wait_for_job(client, running, {"succeeded", "failed", "cancelled"})
         attempts = client.job(later)["attempts"]
+        # Once silent for the heartbeat timeout, the worker that left is lost as any other.
+        _wait_for(
+            "the worker that left to be lost",
+            lambda: {w["name"]: w["state"] for w in client.workers()}.get("w0") == "lost",
+            timeout=HEARTBEAT_TIMEOUT * 3,
+        )
         final = {w["name"]: w for w in _workers_cli(server.url)}
     finally:
         for worker in workers:
@@ -110,7 +116,7 @@ def test_a_sigterm_worker_is_leaving_at_once_and_gets_no_new_job(tmp_path: Path)
     # The job w0 was running ended as a SIGTERM'd worker's jobs always did.
     assert first["state"] == "failed" and first["reason"] == "worker_lost", first
     assert final["w0"]["id"] == w0["id"]
-    assert final["w0"]["state"] in ("leaving", "lost", "gone"), final["w0"]
+    assert final["w0"]["state"] == "lost", final["w0"]
 
 
 @pytest.mark.slow
