@@ -275,17 +275,25 @@ class Submissions:
         )
 
     def submit_many(
-        self, items: Sequence[ListItem], *, once: OnceKey | None = None
+        self,
+        items: Sequence[ListItem],
+        *,
+        once: OnceKey | None = None,
+        client_envs: Sequence[dict[str, str] | None] | None = None,
     ) -> list[JobRecord]:
         """Several jobs at once: (spec data, working dir, bundle digest) each. All are
         validated before any is kept (SpecError lines name ``jobs[i]``), then stored in one
-        transaction and placed by one dispatch pass."""
+        transaction and placed by one dispatch pass. ``client_envs``: each job's submitting
+        environment, kept as submit keeps one job's (the local control plane)."""
         specs = self._validated_list(items)
         with self.bundles.lock:
             for named in {digest for _, _, digest in items if digest is not None}:
                 self.bundles.require(named)
             rows, notes = self._list_rows(specs, items)
+            envs = list(client_envs or [None] * len(rows))
+            self._keep_environments(rows, specs, envs, cloud=True)
             jobs = self.store.insert_jobs(rows, once=once)
+        self._keep_environments(rows, specs, envs, cloud=False)
         self.store.append_logs_many(
             [(job_id, 0, [("system", note) for note in job_notes]) for job_id, job_notes in notes]
         )
@@ -298,6 +306,26 @@ class Submissions:
         else:
             self.changes.notify()
         return self.store.get_jobs([job.id for job in jobs])
+
+    def _keep_environments(
+        self,
+        rows: list[dict[str, Any]],
+        specs: list[tuple[JobSpec, dict[str, Any], str]],
+        envs: list[dict[str, str] | None],
+        *,
+        cloud: bool,
+    ) -> None:
+        """Cloud credentials before the jobs are stored (the lifecycle may plan them at
+        once), the whole environment of local jobs after, as submit() does for one job."""
+        for row, (spec, _, _), env in zip(rows, specs, envs, strict=True):
+            if env is None:
+                continue
+            if cloud and "cloud" in spec.placement.targets:
+                from gpulayer.cloud.credentials import credential_variables
+
+                self.environments.keep_cloud(row["job_id"], credential_variables(env))
+            elif not cloud and row["target"] == "local" and row["state"] == "queued":
+                self.environments.keep_client(row["job_id"], env)
 
     def _validated_list(
         self, items: Sequence[ListItem]

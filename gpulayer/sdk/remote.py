@@ -7,7 +7,6 @@ imports it as the script's own module name, with the script's folder shipped as 
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -47,14 +46,13 @@ class RemoteFunction(Generic[R]):
         request, like Modal's ``.map()``; their results, in the items' order. A failed job
         raises JobFailed once every job has been waited for."""
         from gpulayer.sdk.launch import launch_many
+        from gpulayer.sdk.waiting import wait_all
 
         builders = [self.builder(item) for item in items]
         jobs = launch_many(builders, server=self._server)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        ended = []
-        for job in jobs:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ended.append(job.wait(left))
+        if not jobs:
+            return []
+        ended = wait_all(jobs[0].client, [job.id for job in jobs], timeout)
         for status in ended:
             if status["state"] != "succeeded":
                 raise JobFailed(status)

@@ -88,19 +88,27 @@ def send_jobs(connection: Connection, jobs: list[dict[str, Any]]) -> list[dict[s
     """Submit several jobs' spec data in one request (one transaction on a server); jobs
     whose bundles would hold the same things (source folder and local inputs) share one,
     bundled and uploaded once. Their views, in order."""
-    if connection.embedded:
-        return [send_job(connection, data) for data in jobs]
     warnings: list[str] = []
     by_contents: dict[Any, dict[str, Any]] = {}
     bodies = []
+    # The local control plane runs a job without a source folder in the current one, and
+    # gives each job the environment it was submitted from.
+    local = {"client_env": dict(os.environ)} if connection.embedded else {}
     for data in jobs:
         # Each job's local inputs travel inside its bundle: a bundle made for another job's
         # inputs would hand this one the wrong files.
         inputs = tuple(sorted((index, str(path)) for index, path in _local_inputs(data).items()))
         key = (_source_folder(data), inputs)
         if key not in by_contents:
-            by_contents[key] = source_fields(connection, data, warnings)
-        bodies.append({"spec": data, **by_contents[key]})
+            if connection.embedded and key[0] is None:
+                by_contents[key] = {"working_dir": os.getcwd()}
+            else:
+                bundle_id, warning = _uploaded_bundle(
+                    connection, Path(key[0] or os.getcwd()), _local_inputs(data)
+                )
+                warnings.extend([warning] if warning else [])
+                by_contents[key] = {"bundle_id": bundle_id}
+        bodies.append({"spec": data, **by_contents[key], **local})
     views = connection.client.submit_many(bodies)
     if warnings and views:
         views[0].setdefault("warnings", []).extend(warnings)

@@ -5,9 +5,11 @@ A process serves only items that agree on everything it was started with: the in
 (the setup's environment), the uid it runs as, the source (bundle digest or folder), the
 function, and the environment less what is each attempt's own (its ids, folders, tag and
 array index). Each item is still one attempt of its own job: it brings its own stdout and
-stderr pipes, environment, working folder and result file (see warm_shim), and while it
-runs the process is a member of the attempt's group (its cgroup, where there is one), so
-whatever the item starts is the attempt's and ends with it.
+stderr pipes, environment, working folder and result file (see warm_shim). Where attempts
+have cgroups the process has one of its own, named like an attempt's so that the worker's
+sentinel and sweep end it with theirs, and whatever an item starts is born there; elsewhere
+what an item starts carries its attempt's tag. Either way the item's processes are found
+and end with it.
 
 A process is given back to the pool only after an item that returned and left nothing
 running; one that crashed, timed out, was cancelled or left processes behind is ended with
@@ -85,6 +87,17 @@ def _digest(env: Mapping[str, str]) -> str:
     return hashlib.sha256(json.dumps(sorted(env.items())).encode()).hexdigest()
 
 
+class _ProcessGroup(AttemptGroup):
+    """A warm process's cgroup, made as an attempt's is, under a name no attempt has."""
+
+    def __init__(self, containment: Containment, name: str) -> None:
+        self.containment = containment
+        self.tag = f"{containment.key}:{name}"
+        assert containment.root is not None
+        self.directory: Path | None = containment.root / f"a{name}"
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+
 class _Pipes:
     """The item's read ends, where a ProcessTree has its Popen's."""
 
@@ -107,7 +120,7 @@ class WarmProcess:
         tree: ProcessTree,
         channel: socket.socket,
         folder: Path,
-        cgroup: Path | None,
+        cgroup: AttemptGroup | None,
     ) -> None:
         self.key = key
         self.tree = tree
@@ -175,8 +188,8 @@ class WarmProcess:
             os.close(self._pidfd)
             self._pidfd = None
         if self.cgroup is not None:
-            with contextlib.suppress(OSError):
-                self.cgroup.rmdir()
+            self.cgroup.kill()  # what outlived its SIGKILL, which a cgroup holds still
+            self.cgroup.close()
         _remove_tree(self.folder)
 
 
@@ -191,14 +204,11 @@ class WarmItem:
 
     sees_exit = True
 
-    def __init__(
-        self, pool: WarmPool, process: WarmProcess, group: AttemptGroup | None, pipes: _Pipes
-    ) -> None:
+    def __init__(self, pool: WarmPool, process: WarmProcess, pipes: _Pipes) -> None:
         self.pool = pool
         self.process = process
         self.pid = process.pid
         self.popen = pipes
-        self._group = group
         self._item = process.items
         self._code: int | None = None
         self._answered = False
@@ -236,7 +246,7 @@ class WarmItem:
         tree = self.process.tree
         if self._answered and not self._ended and tree.exited() is None:
             left = len(tree.members())
-            if left == 0 and self._leave_group():
+            if left == 0:
                 return 0
             self._ended = True
             tree.terminate(grace)
@@ -244,21 +254,10 @@ class WarmItem:
         self._ended = True
         return tree.terminate(grace)
 
-    def _leave_group(self) -> bool:
-        """Out of the attempt's cgroup into the process's own, before the attempt's goes."""
-        if self._group is None or self._group.directory is None:
-            return True
-        try:
-            assert self.process.cgroup is not None
-            (self.process.cgroup / "cgroup.procs").write_text(str(self.pid))
-        except (OSError, AssertionError):
-            return False
-        return True
-
     def close(self) -> int:
         """Let go of the item's pipes; the process goes back to the pool, or is ended."""
         self.popen.close()
-        self.process.tree.group = None
+        self.process.tree.group = self.process.cgroup
         if self._answered and not self._ended:
             self.pool.give_back(self.process)
             return self._code or 0
@@ -349,11 +348,10 @@ class WarmPool:
     ) -> WarmItem:
         if process.tree.exited() is not None:
             raise OSError("the warm process has ended")
-        if group is not None and group.directory is not None:
-            group.join(process.pid)  # what the item starts is born in the attempt's cgroup
-        process.tree.group = group
+        # Without a cgroup of its own, the item's processes are found by its attempt's tag.
+        process.tree.group = process.cgroup or group
         pipes = process.send(process.items + 1, env, cwd)
-        return WarmItem(self, process, group, pipes)
+        return WarmItem(self, process, pipes)
 
     def _take(self, key: WarmKey) -> WarmProcess | None:
         with self._lock:
@@ -415,25 +413,29 @@ class WarmPool:
         finally:
             child.close()
         cgroup = self._own_cgroup(number, popen.pid)
-        process = WarmProcess(key, ProcessTree(popen), parent, folder, cgroup)
+        process = WarmProcess(key, ProcessTree(popen, cgroup), parent, folder, cgroup)
         with self._lock:
             self._busy.add(process)
         self._start_reaper()
         return process
 
-    def _own_cgroup(self, number: int, pid: int) -> Path | None:
-        """The process's cgroup between items: named like an attempt's ("a" first), so a
-        restarted worker's sweep ends and removes it with theirs."""
+    def _own_cgroup(self, number: int, pid: int) -> AttemptGroup | None:
+        """The process's own cgroup, where what its items start is born: named like an
+        attempt's ("a" first), so the sentinel of a worker that died, and its next life's
+        sweep, end and remove it with theirs. None where attempts have no cgroups."""
         containment = self.containment
-        if containment is None or containment.mode != "cgroup" or containment.root is None:
+        if containment is None or containment.mode != "cgroup":
             return None
-        cgroup = containment.root / f"a-warm-{number}"
         try:
-            cgroup.mkdir(exist_ok=True)
-            (cgroup / "cgroup.procs").write_text(str(pid))
+            group = _ProcessGroup(containment, f"-warm-{number}")
         except OSError:
             return None
-        return cgroup
+        try:
+            group.join(pid)  # before its first item: it has started nothing yet
+        except OSError:
+            group.close()
+            return None
+        return group
 
     def give_back(self, process: WarmProcess) -> None:
         process.idle_since = time.monotonic()

@@ -158,3 +158,17 @@ def test_cancel_ends_only_its_item(source: Path, tmp_path: Path) -> None:
     assert killed == statuses[0]["result"]["pid"]
     assert _gone(killed, 10)
     assert statuses[2]["result"]["pid"] != killed
+
+
+def test_what_an_item_leaves_running_ends_with_it_and_its_process(
+    source: Path, tmp_path: Path
+) -> None:
+    marker = tmp_path / "left.pid"
+    jobs = launched(source, "leaves", [(i, str(marker)) for i in range(3)])
+    statuses = [job.wait(timeout=120) for job in jobs]
+    assert [s["state"] for s in statuses] == ["succeeded"] * 3, statuses
+    assert _gone(_pid_in(marker, 5), 10)
+    # The process it was started from is not trusted with the next item.
+    first, second, third = (s["result"]["pid"] for s in statuses)
+    assert first == second and third != second
+    assert _gone(second, 10)

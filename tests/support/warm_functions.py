@@ -52,3 +52,13 @@ def slow(item: int, marker: str = "") -> dict[str, Any]:
         Path(marker).write_text(str(os.getpid()))
         time.sleep(120)
     return {"item": item, "pid": os.getpid()}
+
+
+def leaves(item: int, marker: str = "") -> dict[str, Any]:
+    """Item 1 leaves a process running in a session of its own when it returns."""
+    import subprocess
+
+    if item == 1:
+        child = subprocess.Popen(["sleep", "300"], start_new_session=True)
+        Path(marker).write_text(str(child.pid))
+    return {"item": item, "pid": os.getpid()}

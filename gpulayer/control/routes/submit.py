@@ -135,6 +135,8 @@ def _submit_many(
 ) -> list[dict[str, Any]]:
     items: list[tuple[dict[str, Any], str | None, str | None]] = []
     problems: list[str] = []
+    # The local control plane keeps each job's submitting environment, as for one job.
+    client_envs = [body.client_env for body in bodies] if context.embedded else None
     for index, body in enumerate(bodies):
         problems += [
             f"jobs[{index}].{line}" for line in unsafe_text(body.model_dump(exclude={"spec"}))
@@ -143,15 +145,18 @@ def _submit_many(
         items.append((body.spec, body.working_dir, _one_of_many(context, body, index)))
     if problems:
         raise SpecError(problems)
-    return [job_view(job) for job in context.service.submissions.submit_many(items, once=once)]
+    made = context.service.submissions.submit_many(items, once=once, client_envs=client_envs)
+    return [job_view(job) for job in made]
 
 
 def _one_of_many(context: ApiContext, body: SubmitBody, index: int) -> str | None:
     """The bundle digest of a list's job ``index``, once its fields suit a list."""
     if body.array is not None:
         raise UsageError(f"jobs[{index}].array: an array is a request of its own")
-    if body.source_dir is not None or body.client_env is not None:
-        raise UsageError(f"jobs[{index}]: source_dir and client_env go one job at a time")
+    if body.source_dir is not None:
+        raise UsageError(f"jobs[{index}].source_dir: a list's jobs send their source as a bundle")
+    if body.client_env is not None and not context.embedded:
+        raise UsageError(f"jobs[{index}].client_env: only the local control plane takes it")
     refuse_client_paths(
         embedded=context.embedded,
         working_dir=body.working_dir,
