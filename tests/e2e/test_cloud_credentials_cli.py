@@ -67,7 +67,7 @@ def _control_plane_pid(home: Path) -> int:
 
 @pytest.mark.slow
 def test_offers_and_plan_use_keys_exported_after_the_control_plane_started(
-    keyless_home: tuple[Path, dict[str, str]],
+    keyless_home: tuple[Path, dict[str, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     home, keyless = keyless_home
     # The control plane starts from a shell without credentials: the catalog is all it has.
@@ -86,6 +86,17 @@ def test_offers_and_plan_use_keys_exported_after_the_control_plane_started(
     assert "no AWS credentials found" not in text
     # The same control plane as before: not one started again from the shell with the keys.
     assert _control_plane_pid(home) == started, said
+
+    # A client_env of the wrong shape is one line naming it (400), for offers and plan alike.
+    monkeypatch.setenv("GPULAYER_HOME", str(home))
+    from gpulayer.errors import UsageError
+    from gpulayer.sdk.connection import connect
+
+    client = connect().client
+    spec = {"workload": {"kind": "command", "command": ["true"]}}
+    for route in ("/v1/offers", "/v1/plan"):
+        with pytest.raises(UsageError, match=r"^client_env: "):
+            client.request("POST", route, {"spec": spec, "client_env": {"AWS_X": 1}})
 
     # Never written down: not in the control plane's files (its log, its database).
     for path in home.rglob("*"):
