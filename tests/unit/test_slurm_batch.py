@@ -136,3 +136,30 @@ def test_a_pending_allocation_waits_for_capacity_only_with_slurms_reason() -> No
     )
     fresh = QueuedJob("7", "gpulayer-r", "PENDING", "None", (), "")
     assert _pending_note("7", fresh) == "slurm job 7 is pending, not yet scheduled"
+
+
+def test_a_share_of_a_node_asks_for_its_gpus_cores_and_memory_not_the_node() -> None:
+    args = shlex.split(
+        batch.sbatch_command(
+            job_name="gpulayer-r3",
+            tags={},
+            partition="gpu",
+            nodes=1,
+            gpus_per_node=1,
+            account=None,
+            qos=None,
+            time_limit=None,
+            install_root="/var/tmp/gpulayer",
+            job_id="j3",
+            share=batch.Share(cpus=2, memory_mb=2000, gpu_type="a100"),
+        )
+    )
+    for wanted in ("--gres=gpu:a100:1", "--cpus-per-task=2", "--mem=2000M", "--ntasks-per-node=1"):
+        assert wanted in args
+    assert "--exclusive" not in args and "--mem=0" not in args
+    untyped = batch.sbatch_command(
+        job_name="gpulayer-r4", tags={}, partition="gpu", nodes=1, gpus_per_node=2,
+        account=None, qos=None, time_limit=None, install_root="/var/tmp/gpulayer", job_id="j4",
+        share=batch.Share(cpus=4, memory_mb=8000, gpu_type=None),
+    )  # fmt: skip
+    assert "--gres=gpu:2" in shlex.split(untyped)

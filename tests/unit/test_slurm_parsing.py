@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from gpulayer_slurm import parsing
-from gpulayer_slurm.offers import partition_shapes
+from gpulayer_slurm.offers import PartitionShape, partition_shapes
 from gpulayer_slurm.settings import SlurmCluster
 
 SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
@@ -128,6 +128,10 @@ def test_hostlists_expand() -> None:
     assert parsing.expand_hostlist("(null)") == []
 
 
+def whole_nodes(shapes: list[PartitionShape]) -> list[PartitionShape]:
+    return [s for s in shapes if not s.shape.shared]
+
+
 def test_offers_one_per_partition_and_shape() -> None:
     cluster = SlurmCluster(login="local", hourly_price={"gpu": 2.5}, gpu_types={"untyped": "h100"})
     shapes = partition_shapes(
@@ -136,7 +140,7 @@ def test_offers_one_per_partition_and_shape() -> None:
         parsing.parse_partitions(sample("scontrol_show_partition.txt")),
         parsing.parse_nodes(sample("scontrol_show_node.txt")),
     )
-    by_type = {(s.partition, s.instance_type): s for s in shapes}
+    by_type = {(s.partition, s.instance_type): s for s in whole_nodes(shapes)}
     # cpu1 is drained: its partition offers nothing.
     assert set(by_type) == {("gpu", "4cpu-3.9gb-2xa100"), ("untyped", "8cpu-16gb-4xh100")}
     gpu = by_type["gpu", "4cpu-3.9gb-2xa100"]
@@ -159,7 +163,7 @@ def test_offers_only_of_the_configured_partitions() -> None:
         parsing.parse_partitions(sample("scontrol_show_partition.txt")),
         parsing.parse_nodes(sample("scontrol_show_node.txt")),
     )
-    assert [s.partition for s in shapes] == ["untyped"]
+    assert {s.partition for s in shapes} == {"untyped"}
     # An untyped GRES without a configured model: a GPU offer of no named model.
     assert shapes[0].offer.gpu_name is None and shapes[0].offer.gpu_count == 4
 
@@ -195,7 +199,7 @@ def test_an_offer_says_how_many_of_its_nodes_are_idle_now(
         parsing.parse_partitions(sample("scontrol_show_partition.txt")),
         parsing.parse_nodes(_with_states(gpu1, gpu2)),
     )
-    (shape,) = shapes
+    (shape,) = whole_nodes(shapes)
     assert shape.nodes == nodes
     assert shape.offer.idle_nodes == idle
     assert shape.offer.time_limit_seconds == 2 * 3600
@@ -213,8 +217,35 @@ def test_an_offer_carries_its_partitions_time_limit() -> None:
     )
     limits = {s.partition: s.offer.time_limit_seconds for s in shapes}
     assert limits == {"gpu": 7200, "untyped": None}
-    idle = {s.partition: s.offer.idle_nodes for s in shapes}
+    idle = {s.partition: s.offer.idle_nodes for s in whole_nodes(shapes)}
     assert idle == {"gpu": 0, "untyped": 1}
     # In the offer's JSON, as `gpulayer offers --json` prints it.
     row = next(s for s in shapes if s.partition == "gpu").offer.model_dump(mode="json")
     assert (row["idle_nodes"], row["time_limit_seconds"]) == (0, 7200)
+
+
+def test_a_partition_that_shares_nodes_offers_their_gpus_one_by_one() -> None:
+    cluster = SlurmCluster(login="local", hourly_price={"gpu": 2.5}, gpu_types={"untyped": "h100"})
+    partitions = sample("scontrol_show_partition.txt")
+    nodes = parsing.parse_nodes(_with_states("MIXED", "IDLE"))
+    shapes = partition_shapes("lab", cluster, parsing.parse_partitions(partitions), nodes)
+    shared = {s.instance_type: s for s in shapes if s.partition == "gpu" and s.shape.shared}
+    # A node of 2 a100, 4 cores and 4000 MB: one GPU with half of each, at half the price.
+    (one,) = shared.values()
+    assert one.instance_type == "2cpu-2gb-1xa100-shared"
+    assert (one.offer.gpu_count, one.offer.cpu_cores, one.offer.hourly_price) == (1, 2, 1.25)
+    assert (one.shape.memory_mb, one.nodes) == (2000, ("gpu1", "gpu2"))
+    # A node partly taken (MIXED) may still take a share, not the whole node.
+    assert one.offer.idle_nodes == 2
+    whole = next(s for s in shapes if s.instance_type == "4cpu-3.9gb-2xa100")
+    assert whole.offer.idle_nodes == 1
+    four = sorted(s.instance_type for s in shapes if s.partition == "untyped" and s.shape.shared)
+    assert four == [
+        "2cpu-3.9gb-1xh100-shared",
+        "4cpu-7.8gb-2xh100-shared",
+        "6cpu-12gb-3xh100-shared",
+    ]
+    # A partition that gives jobs whole nodes offers whole nodes only.
+    exclusive = partitions.replace("OverSubscribe=NO", "OverSubscribe=EXCLUSIVE")
+    only = partition_shapes("lab", cluster, parsing.parse_partitions(exclusive), nodes)
+    assert not any(s.shape.shared for s in only)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from gpulayer.cloud import LAUNCH_DIR_VARIABLE, launcher_loop
 
@@ -51,6 +52,17 @@ def end_command(slurm_job_ids: Sequence[str]) -> str:
     return shlex.join(["scancel", "--batch", f"--signal={END_SIGNAL}", *slurm_job_ids])
 
 
+@dataclass(frozen=True)
+class Share:
+    """Part of each node an allocation asks for, beside other jobs on it."""
+
+    cpus: int
+    memory_mb: int
+    gpu_type: str | None
+    """As Slurm's GRES names it; None: any GPU of the node (the excluded nodes keep others
+    out)."""
+
+
 SQUEUE_FORMAT = "%i|%j|%T|%r|%N|%k"
 
 
@@ -83,20 +95,27 @@ def sbatch_command(
     install_root: str,
     job_id: str,
     exclude: Sequence[str] = (),
+    share: Share | None = None,
 ) -> str:
     """``sbatch --parsable ...``: whole nodes (the offer is a node shape, priced per
-    node-hour), one task each, launching the job's worker on each node (``node_launcher``);
-    ``exclude`` keeps the partition's nodes of other shapes out."""
+    node-hour), or with ``share`` part of each node beside other jobs, one task each,
+    launching the job's worker on each node (``node_launcher``); ``exclude`` keeps the
+    partition's nodes of other shapes out."""
     args = [
         "sbatch", "--parsable", f"--job-name={job_name}", f"--comment={comment(tags)}",
-        f"--partition={partition}", f"--nodes={nodes}", "--ntasks-per-node=1", "--exclusive",
-        "--mem=0", "--output=/dev/null", "--chdir=/tmp",
+        f"--partition={partition}", f"--nodes={nodes}", "--ntasks-per-node=1",
+        "--output=/dev/null", "--chdir=/tmp",
         # Never requeued: a preempted allocation ends PREEMPTED and a failed node NODE_FAIL,
         # so gpulayer tells the two apart (and retries the job itself).
         "--no-requeue",
     ]  # fmt: skip
+    if share is None:
+        args += ["--exclusive", "--mem=0"]
+    else:
+        args += [f"--cpus-per-task={share.cpus}", f"--mem={share.memory_mb}M"]
     if gpus_per_node:
-        args.append(f"--gres=gpu:{gpus_per_node}")
+        typed = f"{share.gpu_type}:" if share is not None and share.gpu_type else ""
+        args.append(f"--gres=gpu:{typed}{gpus_per_node}")
     if account:
         args.append(f"--account={account}")
     if qos:

@@ -8,7 +8,7 @@ of the shape are idle when it was read."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpulayer.cloud import Offer, gpu_facts, normalize_cpu_arch
 from gpulayer_slurm.errors import PROVIDER
@@ -25,16 +25,31 @@ class Shape:
     memory_mb: int
     gpu_type: str | None
     gpu_count: int
+    typed: bool = False
+    """Slurm's GRES names the GPU type (``gpu:a100:2``), so sbatch may ask for it by name."""
+    shared: bool = False
+    """Part of a node (some of its GPUs, cores and memory in proportion), beside other jobs."""
 
     @property
     def name(self) -> str:
-        """``4cpu-16gb`` or ``4cpu-16gb-2xa100``: part of the offer's instance type."""
+        """``4cpu-16gb``, ``4cpu-16gb-2xa100`` or ``2cpu-8gb-1xa100-shared``: part of the
+        offer's instance type."""
         gb = self.memory_mb / 1024
         memory = f"{gb:.0f}" if gb >= 10 else f"{gb:.1f}".rstrip("0").rstrip(".")
         text = f"{self.cpus}cpu-{memory}gb"
         if self.gpu_count:
             text += f"-{self.gpu_count}x{self.gpu_type or 'gpu'}"
-        return text
+        return text + ("-shared" if self.shared else "")
+
+    def share(self, gpus: int) -> Shape:
+        """``gpus`` of this node's GPUs with its cores and memory in proportion."""
+        return replace(
+            self,
+            cpus=max(1, self.cpus * gpus // self.gpu_count),
+            memory_mb=self.memory_mb * gpus // self.gpu_count,
+            gpu_count=gpus,
+            shared=True,
+        )
 
 
 @dataclass(frozen=True)
@@ -84,21 +99,31 @@ def partition_shapes(
             if part.name not in node.partitions or not node.usable:
                 continue
             gpu_type, gpu_count = node.gpus()
+            typed = gpu_type is not None
             if gpu_count and gpu_type is None:
                 gpu_type = cluster.gpu_types.get(part.name)
-            shape = Shape(node.cpus, node.memory_mb, gpu_type, gpu_count)
+            shape = Shape(node.cpus, node.memory_mb, gpu_type, gpu_count, typed)
             by_shape.setdefault(shape, []).append(node)
         for shape, members in sorted(by_shape.items(), key=lambda item: item[0].name):
-            found.append(
+            found += [
                 PartitionShape(
                     cluster=cluster_name,
                     partition=part.name,
-                    shape=shape,
+                    shape=offered,
                     nodes=tuple(n.name for n in members),
-                    offer=_offer(cluster_name, cluster, part, shape, members),
+                    offer=_offer(cluster_name, cluster, part, offered, shape, members),
                 )
-            )
+                for offered in (shape, *_shares(part, shape))
+            ]
     return found
+
+
+def _shares(partition: PartitionInfo, shape: Shape) -> list[Shape]:
+    """Parts of a node of ``shape`` that a job may ask for alone: 1 to all-but-one of its
+    GPUs, where the partition lets jobs share nodes."""
+    if partition.exclusive or shape.gpu_count < 2:
+        return []
+    return [shape.share(gpus) for gpus in range(1, shape.gpu_count)]
 
 
 def _offer(
@@ -106,9 +131,13 @@ def _offer(
     cluster: SlurmCluster,
     partition: PartitionInfo,
     shape: Shape,
+    node: Shape,
     members: Sequence[NodeInfo],
 ) -> Offer:
+    """The offer of ``shape``, on nodes of shape ``node`` (itself, or the node it shares)."""
     facts = gpu_facts(shape.gpu_type) if shape.gpu_type else None
+    # A share of a node is priced as that part of the node-hour.
+    fraction = shape.gpu_count / node.gpu_count if shape.shared else 1.0
     arch = next((n.cpu_arch for n in members if n.cpu_arch), None)
     return Offer(
         provider=PROVIDER,
@@ -124,8 +153,13 @@ def _offer(
         cpu_cores=shape.cpus,
         memory_gb=round(shape.memory_mb / 1024, 3),
         cpu_arch=normalize_cpu_arch(arch) if arch else "x86_64",
-        hourly_price=cluster.price(partition.name),
+        hourly_price=cluster.price(partition.name) * fraction,
         currency=cluster.currency,
-        idle_nodes=sum(1 for n in members if n.idle),
+        idle_nodes=sum(1 for n in members if _free(n, shared=shape.shared)),
         time_limit_seconds=partition.max_time_seconds,
     )
+
+
+def _free(node: NodeInfo, *, shared: bool) -> bool:
+    """Could take the offer now: idle, or for a share also a node other jobs use in part."""
+    return node.idle or (shared and node.usable and "MIXED" in node.state_words)

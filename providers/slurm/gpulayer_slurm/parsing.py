@@ -167,6 +167,8 @@ class PartitionInfo:
     name: str
     up: bool
     max_time_seconds: int | None
+    exclusive: bool = False
+    """Jobs get whole nodes (``OverSubscribe=EXCLUSIVE``): a node is never shared."""
 
 
 def parse_partitions(text: str) -> list[PartitionInfo]:
@@ -181,6 +183,7 @@ def parse_partitions(text: str) -> list[PartitionInfo]:
                 name=name,
                 up=record.get("State", "UP").upper() == "UP",
                 max_time_seconds=parse_duration(record.get("MaxTime", "UNLIMITED")),
+                exclusive=record.get("OverSubscribe", "NO").upper().startswith("EXCLUSIVE"),
             )
         )
     return found

@@ -196,25 +196,7 @@ class SlurmProvider(GangProvider, FinishingProvider, OutlivesReclaim):
     ) -> Allocation:
         cluster = login.cluster
         shapes = self.partition_shapes(login.name)
-        shape = next(
-            (
-                s
-                for s in shapes
-                if s.partition == partition and s.instance_type == offer.instance_type
-            ),
-            None,
-        )
-        if shape is None:
-            raise CapacityError(
-                "zone", PROVIDER, offer.region, partition,
-                f"partition {partition} has no usable node of shape {offer.instance_type} now",
-            )  # fmt: skip
-        if len(shape.nodes) < request.count:
-            raise CapacityError(
-                "zone", PROVIDER, offer.region, partition,
-                f"{request.count} nodes of {offer.instance_type} asked, partition {partition} "
-                f"has {len(shape.nodes)}",
-            )  # fmt: skip
+        shape = _shape_of(shapes, offer, partition, request.count)
         time_limit = None
         if request.time_limit_seconds is not None:
             wanted = int(request.time_limit_seconds + self.settings.time_margin_seconds)
@@ -253,9 +235,10 @@ class SlurmProvider(GangProvider, FinishingProvider, OutlivesReclaim):
             time_limit=time_limit,
             install_root=cluster.install_root or DEFAULT_INSTALL_ROOT,
             job_id=request.job_id,
-            exclude=[
-                n for s in shapes if s.partition == partition and s is not shape for n in s.nodes
-            ],
+            exclude=sorted(
+                {n for s in shapes if s.partition == partition for n in s.nodes} - {*shape.nodes}
+            ),
+            share=_share(shape),
         )
         done = login.run(command, once=True)
         job_id = done.stdout.strip().split(";")[0]
@@ -482,6 +465,35 @@ class SlurmProvider(GangProvider, FinishingProvider, OutlivesReclaim):
             raise ProviderError(
                 f"{login.name}: cannot read squeue: {exc}", provider=PROVIDER
             ) from exc
+
+
+def _shape_of(
+    shapes: list[PartitionShape], offer: Offer, partition: str, count: int
+) -> PartitionShape:
+    """The offer's shape as the cluster has it now, with ``count`` nodes."""
+    shape = next(
+        (s for s in shapes if s.partition == partition and s.instance_type == offer.instance_type),
+        None,
+    )
+    if shape is None:
+        raise CapacityError(
+            "zone", PROVIDER, offer.region, partition,
+            f"partition {partition} has no usable node of shape {offer.instance_type} now",
+        )  # fmt: skip
+    if len(shape.nodes) < count:
+        raise CapacityError(
+            "zone", PROVIDER, offer.region, partition,
+            f"{count} nodes of {offer.instance_type} asked, partition {partition} "
+            f"has {len(shape.nodes)}",
+        )  # fmt: skip
+    return shape
+
+
+def _share(shape: PartitionShape) -> batch.Share | None:
+    part = shape.shape
+    if not part.shared:
+        return None
+    return batch.Share(part.cpus, part.memory_mb, part.gpu_type if part.typed else None)
 
 
 def _pending_note(slurm_job_id: str | None, job: parsing.QueuedJob) -> str:

@@ -20,7 +20,13 @@ def test_offers_list_one_row_per_partition_and_shape(
     listed = run_cli(["offers", "--provider", "slurm", "--json", "-n", "50"])
     assert listed.returncode == 0, listed.stderr
     rows = {(row["zone"], row["instance_type"]): row for row in json.loads(listed.stdout)}
-    assert set(rows) == {("gpu", "4cpu-3.9gb-2xa100"), ("cpu", "2cpu-2gb")}, rows
+    # The gpu partition lets jobs share its nodes: one of a node's two GPUs is an offer too.
+    assert set(rows) == {
+        ("gpu", "4cpu-3.9gb-2xa100"),
+        ("gpu", "2cpu-2gb-1xa100-shared"),
+        ("cpu", "2cpu-2gb"),
+    }, rows
+    assert rows["gpu", "2cpu-2gb-1xa100-shared"]["hourly_price"] == 1.25
     gpu = rows["gpu", "4cpu-3.9gb-2xa100"]
     assert (gpu["region"], gpu["zone"], gpu["gpu_count"]) == (f"{slurm_cluster.name}/gpu", "gpu", 2)
     assert "A100" in gpu["gpu_name"] and gpu["hourly_price"] == 2.5

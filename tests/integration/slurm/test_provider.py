@@ -129,6 +129,7 @@ def test_a_login_node_of_its_own_lists_offers_with_slurms_commands_here(
     offers = provider.offers(OfferQuery())
     assert {(o.region, o.zone, o.instance_type) for o in offers} == {
         ("here/gpu", "gpu", "4cpu-3.9gb-2xa100"),
+        ("here/gpu", "gpu", "2cpu-2gb-1xa100-shared"),
         ("here/cpu", "cpu", "2cpu-2gb"),
     }
     shapes = {s.partition: s for s in provider.partition_shapes("here")}

@@ -89,7 +89,7 @@ def test_plan_names_the_partition_a_job_asks_for(
     )  # fmt: skip
     assert planned.returncode == 0, planned.stderr
     offers = json.loads(planned.stdout)["tried"][0]["cloud"]["offers"]
-    assert [(o["region"], o["zone"]) for o in offers] == [(f"{name}/gpu", "gpu")]
+    assert {(o["region"], o["zone"]) for o in offers} == {(f"{name}/gpu", "gpu")}
     # The partition's name alone: the plan says what to write.
     bare = run_cli(
         ["plan", "--target", "cloud", "--provider", "slurm", "--region", "gpu", "--", "true"]
@@ -188,6 +188,30 @@ def test_an_allocation_that_does_not_end_when_told_is_cancelled(
     )
     provider.finish([f"{slurm_cluster.name}.{stuck}.0"])
     assert ended_as(slurm_cluster, stuck) == "CANCELLED"
+
+
+# --- a shared partition, per GPU ---------------------------------------------------------------
+
+
+def test_one_gpu_of_a_shared_partitions_node_is_an_allocation_of_its_own(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    provider = provider_for(slurm_cluster, tmp_path)
+    one = next(o for o in provider.offers(OfferQuery()) if o.gpu_count == 1)
+    assert (one.zone, one.instance_type, one.gpu_count) == ("gpu", "2cpu-2gb-1xa100-shared", 1)
+    # Someone else holds one gpu node: two jobs of one GPU each share the other.
+    holder = slurm_cluster.hold_nodes("gpu", 1)
+    first = provider.launch(one, request_for(tmp_path))
+    second = provider.launch(one, request_for(tmp_path))
+    nodes = {i.tags["gpulayer:slurm-node"] for i in (first, second)}
+    assert len(nodes) == 1, nodes
+    for instance in (first, second):
+        shown = slurm_cluster.command("scontrol", "-o", "show", "job", slurm_job_of(instance))
+        assert "OverSubscribe=OK" in shown or "OverSubscribe=YES" in shown, shown
+        assert " TRES=cpu=2,mem=2000M,node=1," in shown, shown
+        assert "TresPerNode=gres:gpu:a100:1" in shown, shown
+    provider.terminate([first.id, second.id])
+    slurm_cluster.command("scancel", holder)
 
 
 # --- one SSH connection to the login node -------------------------------------------------------
