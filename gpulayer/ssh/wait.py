@@ -39,7 +39,7 @@ def wait_for_ssh(
     first_backoff: float = 0.25,
     max_backoff: float = 2.0,
     on_progress: Callable[[str], None] | None = None,
-    progress_seconds: float = 5.0,
+    progress_seconds: float = 4.0,
 ) -> SshSession:
     """Connect to ``target``, retrying with exponential backoff until ``deadline_seconds`` pass.
 
@@ -47,7 +47,8 @@ def wait_for_ssh(
     is retried too unless ``retry_auth`` is False: cloud-init may install it after sshd starts.
     A changed host key is never retried. Raises SshUnreachable carrying the last error.
     ``on_progress`` hears every ``progress_seconds`` which attempt runs, for how long the
-    wait has gone on and what the last attempt said, so a long wait is never silent."""
+    wait has gone on and what the last attempt said, so a long wait is never silent (the
+    default stays under the 5 s a cold path may be quiet, with room for a loaded machine)."""
     _check_arguments(deadline_seconds, attempt_timeout)
     retryable: tuple[type[SshError], ...] = (
         (SshConnectionError, SshAuthError) if retry_auth else (SshConnectionError,)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from pathlib import Path
 
 from gpulayer.cloud.bootstrap import host_worker
@@ -59,3 +60,22 @@ def test_the_seal_finds_a_changed_an_added_and_a_missing_file(tmp_path: Path) ->
     assert host_worker._difference(sealed, host_worker.manifest(str(install))) == (
         "venv/bin/python is missing"
     )
+
+
+def test_a_file_with_its_sealed_stamp_is_not_read_again_and_a_written_one_is(
+    tmp_path: Path,
+) -> None:
+    install = _install(tmp_path, "gpulayer-0.0.1-" + "0" * 24, 1_000_000)
+    module = install / "venv" / "bin" / "python"
+    stamp = host_worker.stamps(str(install))["venv/bin/python"]
+    entry = ["file", 0, "digest-as-sealed", False]
+    trusted = {"venv/bin/python": (stamp, entry)}
+    assert host_worker.manifest(str(install), trusted)["venv/bin/python"] == entry
+    # The same bytes written again: the kernel moves the change time (at its clock's
+    # granularity, so written until it shows).
+    deadline = time.monotonic() + 5
+    while host_worker.stamps(str(install))["venv/bin/python"] == stamp:
+        assert time.monotonic() < deadline, "the change time never moved"
+        module.write_text("")
+    again = host_worker.manifest(str(install), trusted)["venv/bin/python"]
+    assert again[2] != "digest-as-sealed" and again[1] == 0

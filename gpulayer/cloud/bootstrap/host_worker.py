@@ -93,9 +93,19 @@ def _file_digest(path: str) -> str:
     return digest.hexdigest()
 
 
-def manifest(directory: str) -> dict[str, list[Any]]:
+def _stamp(info: os.stat_result) -> list[int]:
+    """What the kernel changes whenever a file's bytes, mode or links change (the change time
+    cannot be set from user space): a file with the stamp it was sealed with is not read."""
+    return [info.st_ino, info.st_size, info.st_ctime_ns]
+
+
+def manifest(
+    directory: str, trusted: dict[str, tuple[list[int], list[Any]]] | None = None
+) -> dict[str, list[Any]]:
     """Every entry below ``directory`` but the seal: folders, links with their target, files
-    with size, digest and whether they execute."""
+    with size, digest and whether they execute. A file whose stamp is the one ``trusted``
+    holds for it keeps the entry given there, unread."""
+    trusted = trusted or {}
     entries: dict[str, list[Any]] = {}
     for top, folders, files in os.walk(directory):
         folders.sort()
@@ -110,11 +120,27 @@ def manifest(directory: str) -> dict[str, list[Any]]:
             elif stat.S_ISDIR(info.st_mode):
                 entries[relative] = ["dir"]
             elif stat.S_ISREG(info.st_mode):
+                known = trusted.get(relative)
+                if known is not None and known[0] == _stamp(info):
+                    entries[relative] = list(known[1])
+                    continue
                 executable = bool(info.st_mode & stat.S_IXUSR)
                 entries[relative] = ["file", info.st_size, _file_digest(path), executable]
             else:
                 entries[relative] = ["other"]
     return entries
+
+
+def stamps(directory: str) -> dict[str, list[int]]:
+    found = {}
+    for top, _folders, files in os.walk(directory):
+        for name in files:
+            path = os.path.join(top, name)
+            info = os.lstat(path)
+            if stat.S_ISREG(info.st_mode):
+                found[os.path.relpath(path, directory)] = _stamp(info)
+    found.pop(SEAL, None)
+    return found
 
 
 def _difference(expected: dict[str, Any], found: dict[str, list[Any]]) -> str | None:
@@ -160,8 +186,12 @@ def verify(directory: str, key: str, version: str) -> str | None:
     expected = seal.get("files")
     if not isinstance(expected, dict):
         return "its seal lists no files"
+    sealed_stamps = seal.get("stamps")
+    if not isinstance(sealed_stamps, dict):
+        sealed_stamps = {}
+    trusted = {p: (list(v), expected[p]) for p, v in sealed_stamps.items() if p in expected}
     try:
-        changed = _difference(expected, manifest(directory))
+        changed = _difference(expected, manifest(directory, trusted))
     except OSError as exc:
         return f"it cannot be read ({exc})"
     if changed is not None:
@@ -289,23 +319,36 @@ def _run_pip(staging: str, wheelhouse: str) -> None:
         PYTHONNOUSERSITE="1",
     )
     python = os.path.join(staging, "venv", "bin", "python")
-    # Compiled once here, so each worker start reads bytecode (the install is read-only).
     argv = [python, os.path.join(wheelhouse, runner, "pip"), "install", "--quiet", "--no-index"]
-    argv += ["--find-links", wheelhouse, "--no-deps", "--no-warn-script-location", *wheels]
+    argv += ["--find-links", wheelhouse, "--no-deps", "--no-warn-script-location", "--no-compile"]
     say(f"installing {len(wheels)} wheels from {wheelhouse} (no package index)")
+    code, output = _run_saying([*argv, *wheels], env, f"installing {len(wheels)} wheels")
+    if code != 0:
+        for line in output.splitlines()[-15:]:
+            say(f"pip: {line}")
+        raise RuntimeError("installing from the wheelhouse failed")
+    # Compiled once here, on every core, so each worker start reads bytecode (the install is
+    # read-only, and a python that wrote bytecode into it later would break its seal).
+    lib = os.path.join(staging, "venv", "lib")
+    compile_all = [python, "-m", "compileall", "-q", "-j", "0", lib]
+    code, output = _run_saying(compile_all, env, "compiling the worker's modules")
+    if code != 0 and "Traceback" in output:  # no process pools on this host: one process
+        _run_saying([python, "-m", "compileall", "-q", lib], env, "compiling the worker's modules")
+    # A file that does not compile (a package's python 2 leftovers) is never imported either,
+    # as pip's own compile step ignores it too.
+    shutil.rmtree(os.path.join(staging, "tmp"), ignore_errors=True)
+
+
+def _run_saying(argv: list[str], env: dict[str, str], doing: str) -> tuple[int, str]:
+    """Run ``argv``, saying what it does every few seconds while it runs."""
     process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     begun = time.monotonic()
     while True:
         try:
             output, _ = process.communicate(timeout=PROGRESS_SECONDS)
-            break
+            return process.returncode, output.decode(errors="replace")
         except subprocess.TimeoutExpired:
-            say(f"installing {len(wheels)} wheels ({time.monotonic() - begun:.0f} s)")
-    shutil.rmtree(os.path.join(staging, "tmp"), ignore_errors=True)
-    if process.returncode != 0:
-        for line in output.decode(errors="replace").splitlines()[-15:]:
-            say(f"pip: {line}")
-        raise RuntimeError("installing from the wheelhouse failed")
+            say(f"{doing} ({time.monotonic() - begun:.0f} s)")
 
 
 def _relocate(staging: str, final: str) -> None:
@@ -370,6 +413,21 @@ def _prune(root: str, keep: str) -> None:
             _writable_then_remove(old)
 
 
+def _seal(staging: str, key: str, version: str) -> None:
+    """Record every file's digest, make the install read-only, then record the stamps the
+    files have from then on."""
+    files = manifest(staging)
+    _read_only(staging)
+    seal = {"format": FORMAT, "key": key, "version": version, "files": files}
+    seal["stamps"] = stamps(staging)
+    os.chmod(staging, 0o755)
+    path = os.path.join(staging, SEAL)
+    with open(path, "w") as handle:
+        json.dump(seal, handle, sort_keys=True)
+    os.chmod(path, 0o444)
+    os.chmod(staging, 0o555)
+
+
 def install(argv: list[str]) -> int:
     root, wheelset, version, wheelhouse, system_site = argv[:5]
     key = worker_key(wheelset)
@@ -395,10 +453,7 @@ def install(argv: list[str]) -> int:
             problem = python_check(staging, version)
             if problem is not None:
                 raise RuntimeError(f"the new install fails its check: {problem}")
-            seal = {"format": FORMAT, "key": key, "version": version, "files": manifest(staging)}
-            with open(os.path.join(staging, SEAL), "w") as handle:
-                json.dump(seal, handle, sort_keys=True)
-            _read_only(staging)
+            _seal(staging, key, version)
             _writable_then_remove(final)
             os.rename(staging, final)
         except BaseException:

@@ -125,3 +125,24 @@ def test_bad_deadline_names_the_argument(ssh_hosts, deadline: float) -> None:
     (host,) = ssh_hosts(1, start=False)
     with pytest.raises(InvalidSshArgument, match="deadline_seconds"):
         wait_for_ssh(host.target(), deadline)
+
+
+@pytest.mark.slow
+def test_a_wait_is_never_quiet_for_5_s_by_default(ssh_hosts, host_keys: JsonHostKeyStore) -> None:
+    import itertools
+    import time
+
+    (host,) = ssh_hosts(1, start=False)
+    heard: list[float] = []
+    begun = time.monotonic()
+    with pytest.raises(SshUnreachable):
+        wait_for_ssh(
+            host.target(),
+            11.0,
+            host_keys=host_keys,
+            attempt_timeout=0.5,
+            on_progress=lambda line: heard.append(time.monotonic()),
+        )
+    stamps = [begun, *heard, time.monotonic()]
+    assert len(heard) >= 2, heard
+    assert max(b - a for a, b in itertools.pairwise(stamps)) <= 5.0, stamps
