@@ -133,8 +133,11 @@ def test_only_the_worker_itself_or_an_admin_may_say_it_leaves(tmp_path: Path) ->
         for name in ("w0", "w1"):
             workers.append(WorkerProcess(server.url, token, tmp_path / name, name).start(0.5))
         ids = {w["name"]: str(w["id"]) for w in wait_for_workers(admin, 2)}
-        saved = load_identity(tmp_path / "w1" / FILE_NAME, server.url)
-        assert saved is not None and saved.worker_id == ids["w1"]
+        # Written once the registration's answer came back: after the server listed it.
+        saved = _wait_for(
+            "w1's saved identity", lambda: load_identity(tmp_path / "w1" / FILE_NAME, server.url)
+        )
+        assert saved.worker_id == ids["w1"]
         other = ControlClient(server.url, saved.token)
         joiner = ControlClient(server.url, token)
         for caller in (other, joiner):
