@@ -33,7 +33,15 @@ def seen(item: int) -> dict[str, Any]:
         "job": os.environ["GPULAYER_JOB_ID"],
         "cwd": os.getcwd(),
         "output_dir": str(output),
+        "uid": os.getuid(),
+        "beside": _beside(),
     }
+
+
+def _beside() -> str | None:
+    """A file shipped beside this module, read through __file__ as libraries do."""
+    path = Path(__file__).with_name("data.txt")
+    return path.read_text() if path.exists() else None
 
 
 def crash(item: int, how: str = "exit") -> dict[str, Any]:
