@@ -127,6 +127,9 @@ def job_panel(job: dict[str, Any]) -> None:
                 console.print(f"attempt {attempt['number']}: setup took {took}")
     for instance in job.get("instances") or []:
         console.print(_phases_table(instance))
+        last = last_step_line(instance)
+        if last is not None:
+            console.print(last, highlight=False)
 
 
 def _duration(seconds: float | None) -> str:
@@ -139,6 +142,15 @@ def _duration(seconds: float | None) -> str:
         return f"{minutes}m{rest:02d}s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m"
+
+
+def last_step_line(instance: dict[str, Any]) -> str | None:
+    """What the instance's last lifecycle step found, in one line."""
+    last = instance.get("last_step")
+    if not last:
+        return None
+    said = f": {last['note']}" if last.get("note") else ""
+    return f"last step: {last['step']} {last['outcome']}{said}"
 
 
 def _phases_table(instance: dict[str, Any]) -> Table:

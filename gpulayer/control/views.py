@@ -150,7 +150,25 @@ def lifecycle_view(
     view["outcome_message"] = record.outcome_message
     view["offer_held_until"] = iso(record.hold_until) if record.hold_until else None
     view["last_error"] = record.last_error
+    view["last_step"] = last_step_view(record)
     return view
+
+
+def last_step_view(record: InstanceRecord) -> dict[str, Any] | None:
+    """What the instance's last lifecycle step found, as the store keeps it (None: no step
+    has run, or its result is of a shape this version does not read)."""
+    result = record.step_result
+    if result is None:
+        return None
+    return {
+        "step": result.step,
+        "at": iso(result.at),
+        "outcome": result.outcome,
+        "note": result.note,
+        "error": result.error.type if result.error is not None else None,
+        "moved_to": result.move_to,
+        "not_before": iso(result.not_before) if result.not_before is not None else None,
+    }
 
 
 def cost_view(records: list[InstanceRecord]) -> dict[str, Any]:
