@@ -321,11 +321,6 @@ class ControlClient:
         result: list[dict[str, Any]] = self.request("GET", "/v1/jobs", params=params)
         return result
 
-    def job_views(self, job_ids: list[str]) -> list[dict[str, Any]]:
-        """Several jobs' views (state, result, ...) in one request, in the order given."""
-        result: list[dict[str, Any]] = self.request("POST", "/v1/jobs/views", {"jobs": job_ids})
-        return result
-
     def cancel(self, job_ref: str) -> dict[str, Any]:
         result: dict[str, Any] = self.request("POST", f"/v1/jobs/{quote(job_ref, safe='')}/cancel")
         return result

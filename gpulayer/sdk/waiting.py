@@ -24,7 +24,8 @@ def wait_all(
     ended: dict[str, dict[str, Any]] = {}
     pending = list(dict.fromkeys(job_ids))
     while pending:
-        for view in client.job_views(pending):
+        views: list[dict[str, Any]] = client.request("POST", "/v1/jobs/views", {"jobs": pending})
+        for view in views:
             if view["state"] in TERMINAL_STATES:
                 ended[view["id"]] = view
         still = [job_id for job_id in pending if job_id not in ended]

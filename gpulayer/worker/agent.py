@@ -457,8 +457,7 @@ class WorkerAgent:
             setup_cache=self.setup_cache,
             machine_paths=self.machine_paths,
             masked=self._credentials(),
-            warm=self.warm,
-            bundle_digest=assignment.bundle_digest,
+            warm=self.warm.entry(assignment.bundle_digest),
         )
         run = JobRun(context, on_log=functools.partial(_ship, shipper))
         with self._runs_lock:

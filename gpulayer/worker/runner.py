@@ -57,7 +57,7 @@ from gpulayer.worker.staging import StagingError, stage_inputs
 from gpulayer.worker.train_reports import REPORTS_FILE, REPORTS_VARIABLE, read_reports
 
 if TYPE_CHECKING:
-    from gpulayer.worker.warm_pool import WarmItem, WarmPool
+    from gpulayer.worker.warm_pool import WarmEntry, WarmItem
 
 FUNCTION_SHIM = Path(__file__).with_name("function_shim.py")
 
@@ -117,10 +117,9 @@ class RunContext:
     masked: tuple[str, ...] = ()
     """Values besides the job's secrets that never appear in its log: the worker's own
     credentials."""
-    warm: WarmPool | None = None
+    warm: WarmEntry | None = None
     """Where a function job runs in a warm interpreter shared with other items of its
     function, source and environment (see :mod:`warm_pool`); a process of its own when None."""
-    bundle_digest: str | None = None
 
 
 @dataclass

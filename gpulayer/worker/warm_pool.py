@@ -302,6 +302,7 @@ class WarmPool:
         cwd: Path,
         env: Mapping[str, str],
         note: Callable[[str], None],
+        bundle_digest: str | None = None,
     ) -> WarmItem | None:
         """Start the attempt's function call in a warm process (an idle one of its key, else a
         new one). None when it cannot: a bundle without a digest, the pool closed, or no
@@ -310,11 +311,11 @@ class WarmPool:
         if not self.enabled or not isinstance(workload, FunctionWorkload):
             return None
         if (ctx.bundle is None and ctx.source_dir is None) or (
-            ctx.bundle is not None and not ctx.bundle_digest
+            ctx.bundle is not None and not bundle_digest
         ):
             return None  # no source that outlives the attempt, or none known by its digest
         bundle, folder = ctx.bundle, None if ctx.bundle is not None else cwd
-        source_key = f"sha256:{ctx.bundle_digest}" if bundle is not None else f"dir:{cwd}"
+        source_key = f"sha256:{bundle_digest}" if bundle is not None else f"dir:{cwd}"
         run_as, group = ctx.run_as, ctx.group
         base = start_environment(env, ctx.job_dir)
         key = WarmKey(
@@ -342,6 +343,10 @@ class WarmPool:
                 note(f"in a warm interpreter (pid {process.pid}, its item {process.items})")
             return item
         return None
+
+    def entry(self, bundle_digest: str | None) -> WarmEntry:
+        """The pool as one attempt uses it: with the digest its bundle is known by."""
+        return WarmEntry(self, bundle_digest)
 
     def _hand(
         self, process: WarmProcess, env: Mapping[str, str], cwd: Path, group: AttemptGroup | None
@@ -488,3 +493,24 @@ class WarmPool:
             idle, self._idle = self._idle, []
         for process in idle:
             process.end(1.0)
+
+
+class WarmEntry:
+    """A pool and the digest of one attempt's bundle (which names its source in the key)."""
+
+    def __init__(self, pool: WarmPool, bundle_digest: str | None) -> None:
+        self.pool = pool
+        self.bundle_digest = bundle_digest
+
+    def item(
+        self,
+        ctx: RunContext,
+        *,
+        python: str,
+        cwd: Path,
+        env: Mapping[str, str],
+        note: Callable[[str], None],
+    ) -> WarmItem | None:
+        return self.pool.item(
+            ctx, python=python, cwd=cwd, env=env, note=note, bundle_digest=self.bundle_digest
+        )
