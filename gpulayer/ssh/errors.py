@@ -55,6 +55,20 @@ class SshAuthError(SshError):
     """The host refused our client key."""
 
 
+class SshKeyRefused(SshAuthError):
+    """A host that answered the handshake kept refusing the key, try after try: the key is
+    not where its sshd reads keys from (a deterministic failure, not a host still booting)."""
+
+    def __init__(self, target: str, tries: int, seconds: float, last_error: BaseException):
+        self.target = target
+        self.tries = tries
+        self.seconds = seconds
+        self.last_error = last_error
+        super().__init__(
+            f"{target} refused the key {tries} times in {seconds:.0f} s; last: {last_error}"
+        )
+
+
 class SshUnreachable(SshError):
     """No session opened before the deadline; ``last_error`` says why the last try failed."""
 

@@ -14,6 +14,7 @@ from gpulayer.ssh.errors import (
     SshAuthError,
     SshConnectionError,
     SshError,
+    SshKeyRefused,
     SshUnreachable,
 )
 from gpulayer.ssh.hostkeys import HostKeyStore
@@ -28,6 +29,13 @@ log = logging.getLogger(__name__)
 # A try never gets less than this, so the last one before the deadline can still succeed.
 _MIN_ATTEMPT_SECONDS = 0.5
 
+AUTH_TRIES = 3
+AUTH_SPACING_SECONDS = 5.0
+"""A host that answered and refused the key is tried AUTH_TRIES times this far apart (well
+inside 15 s): long enough for cloud-init to write a key it installs after sshd starts, short
+enough that a key written where sshd does not read ends the wait in seconds, not at the
+deadline."""
+
 
 def wait_for_ssh(
     target: SshTarget,
@@ -36,6 +44,8 @@ def wait_for_ssh(
     host_keys: HostKeyStore | None = None,
     attempt_timeout: float = 5.0,
     retry_auth: bool = True,
+    auth_tries: int = AUTH_TRIES,
+    auth_spacing: float = AUTH_SPACING_SECONDS,
     first_backoff: float = 0.25,
     max_backoff: float = 2.0,
     on_progress: Callable[[str], None] | None = None,
@@ -44,8 +54,10 @@ def wait_for_ssh(
     """Connect to ``target``, retrying with exponential backoff until ``deadline_seconds`` pass.
 
     Refused connections, timeouts and banner or handshake failures are retried. A refused key
-    is retried too unless ``retry_auth`` is False: cloud-init may install it after sshd starts.
-    A changed host key is never retried. Raises SshUnreachable carrying the last error.
+    is retried ``auth_tries`` times ``auth_spacing`` apart (cloud-init may install it after
+    sshd starts), then raises SshKeyRefused; with ``retry_auth`` False the first refusal raises
+    SshAuthError. A changed host key is never retried. Raises SshUnreachable carrying the last
+    error when the deadline passes.
     ``on_progress`` hears every ``progress_seconds`` which attempt runs, for how long the
     wait has gone on and what the last attempt said, so a long wait is never silent (the
     default stays under the 5 s a cold path may be quiet, with room for a loaded machine)."""
@@ -56,6 +68,7 @@ def wait_for_ssh(
     begun = time.monotonic()
     end = begun + deadline_seconds
     attempts = 0
+    refusals: list[float] = []  # when each refused try began
     last_error: list[BaseException] = []
 
     def remaining() -> float:
@@ -65,7 +78,16 @@ def wait_for_ssh(
         nonlocal attempts
         attempts += 1
         timeout = max(_MIN_ATTEMPT_SECONDS, min(attempt_timeout, remaining()))
-        return SshSession(target, host_keys=host_keys).connect(timeout=timeout)
+        began = time.monotonic()
+        try:
+            return SshSession(target, host_keys=host_keys).connect(timeout=timeout)
+        except SshAuthError as exc:
+            refusals.append(began)
+            if retry_auth and len(refusals) >= auth_tries:
+                raise SshKeyRefused(
+                    str(target), len(refusals), time.monotonic() - refusals[0], exc
+                ) from exc
+            raise
 
     def note(state: tenacity.RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome else None
@@ -80,11 +102,13 @@ def wait_for_ssh(
             f"{time.monotonic() - begun:.0f} s of {deadline_seconds:.0f} s{said}"
         )
 
-    retrying = _retrying(remaining, retryable, note, first_backoff, max_backoff)
+    retrying = _retrying(remaining, retryable, note, first_backoff, max_backoff, auth_spacing)
     done = threading.Event()
     ticker = _start_ticker(on_progress, progress_seconds, report, done)
     try:
         session: SshSession = retrying(attempt)
+    except SshKeyRefused:
+        raise
     except retryable as exc:
         raise SshUnreachable(str(target), deadline_seconds, attempts, exc) from exc
     finally:
@@ -114,8 +138,10 @@ def _retrying(
     note: Callable[[tenacity.RetryCallState], None],
     first_backoff: float,
     max_backoff: float,
+    auth_spacing: float,
 ) -> tenacity.Retrying:
-    """Exponential backoff between tries, never sleeping past the deadline, stopping at it."""
+    """Exponential backoff between tries (a refused key waits ``auth_spacing``), never
+    sleeping past the deadline, stopping at it; a key refused for good is not retried."""
     import tenacity
 
     backoff = tenacity.wait_exponential(
@@ -123,7 +149,12 @@ def _retrying(
     )
 
     def wait(state: tenacity.RetryCallState) -> float:
-        return max(0.0, min(backoff(state), remaining()))
+        error = state.outcome.exception() if state.outcome else None
+        pause = auth_spacing if isinstance(error, SshAuthError) else backoff(state)
+        return max(0.0, min(pause, remaining()))
+
+    def retry(error: BaseException) -> bool:
+        return isinstance(error, retryable) and not isinstance(error, SshKeyRefused)
 
     def stop(state: tenacity.RetryCallState) -> bool:
         return remaining() <= 0
@@ -131,7 +162,7 @@ def _retrying(
     return tenacity.Retrying(
         stop=stop,
         wait=wait,
-        retry=tenacity.retry_if_exception_type(retryable),
+        retry=tenacity.retry_if_exception(retry),
         before_sleep=note,
         reraise=True,
     )

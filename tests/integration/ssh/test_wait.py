@@ -146,3 +146,39 @@ def test_a_wait_is_never_quiet_for_5_s_by_default(ssh_hosts, host_keys: JsonHost
     stamps = [begun, *heard, time.monotonic()]
     assert len(heard) >= 2, heard
     assert max(b - a for a, b in itertools.pairwise(stamps)) <= 5.0, stamps
+
+
+@pytest.mark.slow
+def test_a_key_refused_by_a_host_that_answers_ends_the_wait_in_three_tries(
+    ssh_hosts, host_keys: JsonHostKeyStore
+) -> None:
+    """The job key written where sshd does not read it: the host answers every time and
+    refuses the key every time, so the wait gives up after 3 tries in under 15 s rather than
+    at its deadline."""
+    import time
+
+    from gpulayer.ssh.errors import SshKeyRefused
+
+    host, other = ssh_hosts(2)
+    target = host.target(key_path=other.client_key)
+    heard: list[str] = []
+    begun = time.monotonic()
+    with pytest.raises(SshKeyRefused) as caught:
+        wait_for_ssh(target, 600, host_keys=host_keys, on_progress=heard.append)
+    took = time.monotonic() - begun
+    assert caught.value.tries == 3
+    assert isinstance(caught.value.last_error, SshAuthError)
+    assert 8.0 <= took < 15.0, took  # spaced for a key installed late, ended long before 600 s
+    assert host.address in str(caught.value)
+    assert any("refused key" in line for line in heard), heard  # the wait said what it saw
+
+
+def test_a_host_that_does_not_answer_is_still_retried_to_its_deadline(
+    ssh_hosts, host_keys: JsonHostKeyStore
+) -> None:
+    """Only a refusal after the handshake ends a wait early: a host not up yet is waited for."""
+    (host,) = ssh_hosts(1, start=False)
+    with pytest.raises(SshUnreachable) as caught:
+        wait_for_ssh(host.target(), 2.0, host_keys=host_keys, attempt_timeout=0.3)
+    assert caught.value.attempts > 3
+    assert isinstance(caught.value.last_error, SshConnectionError)
