@@ -86,6 +86,7 @@ def main() -> int:
     os.set_inheritable(channel_fd, False)  # the items' own children never hold it
     channel = socket.socket(fileno=channel_fd)
     here = os.path.dirname(os.path.abspath(__file__))
+    sys.argv = [function_shim.__file__]  # what a function sees there in a process of its own
     if sys.path and os.path.abspath(sys.path[0] or ".") == here:
         sys.path[0] = home
     else:

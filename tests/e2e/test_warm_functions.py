@@ -172,3 +172,30 @@ def test_what_an_item_leaves_running_ends_with_it_and_its_process(
     first, second, third = (s["result"]["pid"] for s in statuses)
     assert first == second and third != second
     assert _gone(second, 10)
+
+
+def test_an_arrays_items_share_a_warm_process_each_with_its_index(source: Path) -> None:
+    from gpulayer.sdk.connection import connect
+
+    client = connect(None).client
+    spec = {
+        "workload": {
+            "kind": "function",
+            "entrypoint": "warm_items:seen",
+            "args": [7],
+            "source": str(source),
+        },
+        "resources": {"cpu_cores": ONE_AT_A_TIME},
+    }
+    body = {
+        "spec": spec,
+        "array": {"indices": [0, 1, 2]},
+        "source_dir": str(source),
+        "client_env": dict(os.environ),
+    }
+    views = client.request("POST", "/v1/jobs", body)
+    statuses = [Job(client, view["id"]).wait(timeout=120) for view in views]
+    assert [s["state"] for s in statuses] == ["succeeded"] * 3, statuses
+    results = [s["result"] for s in statuses]
+    assert len({r["pid"] for r in results}) == 1
+    assert sorted(r["index"] for r in results) == ["0", "1", "2"]

@@ -34,6 +34,7 @@ def seen(item: int) -> dict[str, Any]:
         "cwd": os.getcwd(),
         "output_dir": str(output),
         "uid": os.getuid(),
+        "index": os.environ.get("GPULAYER_ARRAY_INDEX"),
         "beside": _beside(),
     }
 
