@@ -206,6 +206,7 @@ def test_repacked_wheel_holds_the_recorded_files_and_installs(site: Path, tmp_pa
                 assert digest == _record_hash(archive.read(member)) and int(size) > 0
     assert names == {
         "demo/__init__.py",
+        f"demo/__pycache__/__init__.{sys.implementation.cache_tag}.pyc",
         "demo/data.txt",
         "demo-1.0.dist-info/METADATA",
         "demo-1.0.dist-info/WHEEL",
@@ -264,7 +265,12 @@ def test_wheelhouse_is_built_once_and_holds_the_real_gpulayer_package(tmp_path: 
         ).decode()
     # Made from the package itself, not from an editable install's .pth file.
     assert "gpulayer/cli/app.py" in names and "gpulayer/cloud/wheelhouse/build.py" in names
-    assert not [n for n in names if n.endswith((".pth", ".pyc"))]
+    assert not [n for n in names if n.endswith(".pth")]
+    # Each module's bytecode rides along where python looks for it, compiled once here, so a
+    # host neither compiles nor writes bytecode into its sealed install.
+    tag = sys.implementation.cache_tag
+    assert "gpulayer/cli/__pycache__/app." + tag + ".pyc" in names
+    assert not [n for n in names if n.endswith(".pyc") and "/__pycache__/" not in n]
     assert "gpulayer = gpulayer.cli:main" in entry_points
     with zipfile.ZipFile(house.path / by_name["pip"].name) as archive:
         # pip runs in place from its wheel; its bytecode rides along so it is not compiled anew.

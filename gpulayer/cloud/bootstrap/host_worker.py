@@ -327,16 +327,25 @@ def _run_pip(staging: str, wheelhouse: str) -> None:
         for line in output.splitlines()[-15:]:
             say(f"pip: {line}")
         raise RuntimeError("installing from the wheelhouse failed")
-    # Compiled once here, on every core, so each worker start reads bytecode (the install is
-    # read-only, and a python that wrote bytecode into it later would break its seal).
-    lib = os.path.join(staging, "venv", "lib")
-    compile_all = [python, "-m", "compileall", "-q", "-j", "0", lib]
-    code, output = _run_saying(compile_all, env, "compiling the worker's modules")
-    if code != 0 and "Traceback" in output:  # no process pools on this host: one process
-        _run_saying([python, "-m", "compileall", "-q", lib], env, "compiling the worker's modules")
-    # A file that does not compile (a package's python 2 leftovers) is never imported either,
-    # as pip's own compile step ignores it too.
+    _compile_missing(os.path.join(staging, "venv", "lib"))
     shutil.rmtree(os.path.join(staging, "tmp"), ignore_errors=True)
+
+
+def _compile_missing(lib: str) -> None:
+    """The wheelhouse carries each module's bytecode; a module without (a wheelhouse of an
+    older format) is compiled here, so no python ever writes bytecode into the sealed install
+    (root could, read-only as it is, and break the seal)."""
+    import importlib.util
+    import py_compile
+
+    mode = py_compile.PycInvalidationMode.UNCHECKED_HASH
+    for top, _folders, files in os.walk(lib):
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            source = os.path.join(top, name)
+            if not os.path.exists(importlib.util.cache_from_source(source)):
+                py_compile.compile(source, doraise=False, quiet=2, invalidation_mode=mode)
 
 
 def _run_saying(argv: list[str], env: dict[str, str], doing: str) -> tuple[int, str]:

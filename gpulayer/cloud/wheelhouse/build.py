@@ -40,7 +40,7 @@ from gpulayer.cloud.wheelhouse.repack import (
 )
 from gpulayer.cloud.wheelhouse.tags import host_platform_tag
 
-FORMAT = 2
+FORMAT = 3
 MANIFEST = "wheelhouse.json"
 INSTALLER_DISTRIBUTION = "pip"
 

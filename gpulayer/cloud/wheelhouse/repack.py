@@ -186,7 +186,7 @@ def repack_distribution(dist: metadata.Distribution, directory: Path) -> WheelFi
     if not any(arcname.startswith(f"{info_dir.name}/METADATA") for arcname, _ in members):
         raise DistributionNotRepackable(f"{name}: its RECORD does not list METADATA")
     filename = wheel_name(name, dist.version, tags, build)
-    body = _write_wheel(directory / filename, members, info_dir.name)
+    body = _write_wheel(directory / filename, _with_bytecode(members), info_dir.name)
     return WheelFile(filename, body.size, body.sha256, name, dist.version, tuple(tags))
 
 
@@ -252,7 +252,7 @@ def build_from_source(dist: metadata.Distribution, directory: Path) -> WheelFile
     members.append((f"{info_dir.name}/WHEEL", wheel.encode()))
     name = str(dist.metadata["Name"])
     filename = wheel_name(name, dist.version, [tag])
-    body = _write_wheel(directory / filename, members, info_dir.name)
+    body = _write_wheel(directory / filename, _with_bytecode(members), info_dir.name)
     return WheelFile(filename, body.size, body.sha256, name, dist.version, (tag,))
 
 
@@ -278,6 +278,26 @@ def _unchecked_pyc(source: bytes, filename: str) -> bytes:
         + importlib.util.source_hash(source)
         + (marshal.dumps(code))
     )
+
+
+def _with_bytecode(members: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+    """``members`` and, for each module, its bytecode where this python keeps it
+    (``__pycache__/NAME.cpython-311.pyc``), not checked against its source: the host installs
+    the worker read-only and sealed, so compiling here, once per wheelhouse, spares every host
+    the compile, and no python ever writes bytecode into the sealed install. A module that does
+    not compile (a package's python 2 leftover) gets none, as with pip's own compile."""
+    import sys
+
+    tag = sys.implementation.cache_tag
+    compiled = []
+    for arcname, data in members:
+        parts = arcname.split("/")
+        if not arcname.endswith(".py") or parts[0].endswith((".dist-info", ".data")):
+            continue
+        cached = "/".join([*parts[:-1], "__pycache__", f"{parts[-1][:-3]}.{tag}.pyc"])
+        with contextlib.suppress(SyntaxError, ValueError):
+            compiled.append((cached, _unchecked_pyc(data, arcname)))
+    return members + compiled
 
 
 def build_pip_runner(dist: metadata.Distribution, directory: Path) -> WheelFile:
