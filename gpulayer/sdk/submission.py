@@ -94,6 +94,8 @@ def send_jobs(connection: Connection, jobs: list[dict[str, Any]]) -> list[dict[s
     # The local control plane runs a job without a source folder in the current one, and
     # gives each job the environment it was submitted from.
     local = {"client_env": dict(os.environ)} if connection.embedded else {}
+    if local and _list_size(jobs, local) > _LIST_BUDGET:
+        return [send_job(connection, data) for data in jobs]  # each its own request
     for data in jobs:
         # Each job's local inputs travel inside its bundle: a bundle made for another job's
         # inputs would hand this one the wrong files.
@@ -113,6 +115,19 @@ def send_jobs(connection: Connection, jobs: list[dict[str, Any]]) -> list[dict[s
     if warnings and views:
         views[0].setdefault("warnings", []).extend(warnings)
     return views
+
+
+# Inside the control plane's 32 MiB cap on a POST /v1/jobs body, with room for the bundles'
+# ids and the JSON around each job.
+_LIST_BUDGET = 24 << 20
+
+
+def _list_size(jobs: list[dict[str, Any]], extra: dict[str, Any]) -> int:
+    """About how many bytes a list of these jobs takes as JSON, ``extra`` in each."""
+    import json
+
+    each = len(json.dumps(extra, default=str)) + 256
+    return sum(len(json.dumps(data, default=str)) + each for data in jobs)
 
 
 def send_job(connection: Connection, data: dict[str, Any]) -> dict[str, Any]:

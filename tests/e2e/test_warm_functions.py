@@ -199,3 +199,20 @@ def test_an_arrays_items_share_a_warm_process_each_with_its_index(source: Path) 
     results = [s["result"] for s in statuses]
     assert len({r["pid"] for r in results}) == 1
     assert sorted(r["index"] for r in results) == ["0", "1", "2"]
+
+
+@pytest.mark.parametrize("one_request", [True, False], ids=["one-list", "one-each"])
+def test_each_item_gets_the_environment_it_was_submitted_from(
+    source: Path, monkeypatch: pytest.MonkeyPatch, one_request: bool
+) -> None:
+    from gpulayer.sdk import submission
+
+    monkeypatch.setenv("WARM_LEAK", "from-the-shell")
+    if not one_request:
+        # A list over the request's size budget goes one job a request, as it did before.
+        monkeypatch.setattr(submission, "_LIST_BUDGET", 0)
+    jobs = launched(source, "seen", [(i,) for i in range(3)])
+    statuses = [job.wait(timeout=120) for job in jobs]
+    assert [s["state"] for s in statuses] == ["succeeded"] * 3, statuses
+    assert [s["result"]["leaked"] for s in statuses] == ["from-the-shell"] * 3
+    assert len({s["result"]["pid"] for s in statuses}) == 1
