@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from gpulayer.cloud.protocol import GangProvider as GangProvider
     from gpulayer.cloud.protocol import Instance as Instance
     from gpulayer.cloud.protocol import InstanceState as InstanceState
+    from gpulayer.cloud.protocol import JobKeyFile as JobKeyFile
     from gpulayer.cloud.protocol import LaunchRequest as LaunchRequest
     from gpulayer.cloud.protocol import OffersAreMachines as OffersAreMachines
     from gpulayer.cloud.protocol import OutlivesReclaim as OutlivesReclaim
@@ -149,6 +150,7 @@ _EXPORTS = {
     "InstanceState": "gpulayer.cloud.protocol",
     "LaunchRequest": "gpulayer.cloud.protocol",
     "Provider": "gpulayer.cloud.protocol",
+    "JobKeyFile": "gpulayer.cloud.protocol",
     "SshVia": "gpulayer.cloud.protocol",
     "OffersAreMachines": "gpulayer.cloud.protocol",
     "OutlivesReclaim": "gpulayer.cloud.protocol",

@@ -111,6 +111,18 @@ class SshVia(BaseModel):
     """Its SSH host public key when known; None means pin on first use."""
 
 
+class JobKeyFile(BaseModel):
+    """Where a launch wrote the job's public key for the machine's sshd to accept, and the
+    setting that names that file: a refused key is reported against the setting to change."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str
+    """As the setting says it (``~/.ssh/authorized_keys``)."""
+    setting: str
+    """Its place in providers.yaml (``ssh.hosts[host-1].authorized_keys``)."""
+
+
 WorkerStart = Literal["bootstrap", "launcher"]
 """Who starts the worker on a machine: the bootstrap itself, or a launcher of the machine's own
 (a Slurm allocation's step on each node) that the bootstrap hands the start off to."""
@@ -166,6 +178,9 @@ class Instance(BaseModel):
     shared_dir: str | None = None
     """A directory every node of the machine's cluster sees (a shared filesystem): the
     bootstrap keeps the wheels there, so they travel once for all the nodes."""
+    job_key_file: JobKeyFile | None = None
+    """Where the launch wrote the job's key; None: the provider installs it some other way
+    (a cloud's key pair)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -7,6 +7,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpulayer.ssh.errors import (
@@ -57,10 +58,9 @@ def wait_for_ssh(
     is retried ``auth_tries`` times ``auth_spacing`` apart (cloud-init may install it after
     sshd starts), then raises SshKeyRefused; with ``retry_auth`` False the first refusal raises
     SshAuthError. A changed host key is never retried. Raises SshUnreachable carrying the last
-    error when the deadline passes.
-    ``on_progress`` hears every ``progress_seconds`` which attempt runs, for how long the
-    wait has gone on and what the last attempt said, so a long wait is never silent (the
-    default stays under the 5 s a cold path may be quiet, with room for a loaded machine)."""
+    error when the deadline passes. ``on_progress`` hears every ``progress_seconds`` which
+    attempt runs, for how long the wait has gone on and what the last attempt said, so a long
+    wait is never silent (the default stays under the 5 s a cold path may be quiet)."""
     _check_arguments(deadline_seconds, attempt_timeout)
     retryable: tuple[type[SshError], ...] = (
         (SshConnectionError, SshAuthError) if retry_auth else (SshConnectionError,)
@@ -68,7 +68,7 @@ def wait_for_ssh(
     begun = time.monotonic()
     end = begun + deadline_seconds
     attempts = 0
-    refusals: list[float] = []  # when each refused try began
+    refusals = _Refusals(str(target), auth_tries if retry_auth else 0)
     last_error: list[BaseException] = []
 
     def remaining() -> float:
@@ -82,11 +82,7 @@ def wait_for_ssh(
         try:
             return SshSession(target, host_keys=host_keys).connect(timeout=timeout)
         except SshAuthError as exc:
-            refusals.append(began)
-            if retry_auth and len(refusals) >= auth_tries:
-                raise SshKeyRefused(
-                    str(target), len(refusals), time.monotonic() - refusals[0], exc
-                ) from exc
+            refusals.count(exc, began)
             raise
 
     def note(state: tenacity.RetryCallState) -> None:
@@ -121,6 +117,22 @@ def wait_for_ssh(
 
 
 # The helpers below are wait_for_ssh's steps, kept apart so it reads as the wait itself.
+
+
+@dataclass
+class _Refusals:
+    """The tries a host answered and refused the key on; the ``allowed``-th raises
+    SshKeyRefused (0: never, the wait runs to its deadline)."""
+
+    target: str
+    allowed: int
+    began: list[float] = field(default_factory=list)
+
+    def count(self, error: SshAuthError, began: float) -> None:
+        self.began.append(began)
+        if self.allowed and len(self.began) >= self.allowed:
+            seconds = time.monotonic() - self.began[0]
+            raise SshKeyRefused(self.target, len(self.began), seconds, error) from error
 
 
 def _check_arguments(deadline_seconds: float, attempt_timeout: float) -> None:

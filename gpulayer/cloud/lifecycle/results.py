@@ -16,7 +16,10 @@ from gpulayer.cloud.lifecycle.step_result import StepError
 from gpulayer.errors import UsageError
 
 if TYPE_CHECKING:
-    from gpulayer.cloud.protocol import Instance
+    from gpulayer.cloud.protocol import Instance, JobKeyFile
+
+KEY_REFUSED = "key_refused"
+"""A StepError's kind: a host that answered SSH kept refusing the job's key."""
 
 RECLAIM_UPLOAD_MARGIN_SECONDS = 30.0
 """Past a reclaimed job's grace: time for its worker to upload what it wrote and report."""
@@ -45,6 +48,10 @@ def error_of(exc: BaseException) -> StepError:
         return StepError(type(exc).__name__, str(exc), exc.kind, exc.scope, exc.message)
     if isinstance(exc, UsageError):  # ProviderSettingsError, an image release missing, ...
         return StepError(type(exc).__name__, str(exc), "config")
+    from gpulayer.ssh.errors import SshKeyRefused
+
+    if isinstance(exc, SshKeyRefused):
+        return StepError(type(exc).__name__, str(exc), KEY_REFUSED)
     return StepError(type(exc).__name__, str(exc))
 
 
@@ -88,13 +95,44 @@ class PrepareFailed:
     end: planning.TryEnd
     note: str
     """For the job's log."""
+    charge_ends: bool = False
+    """The machine was never usable: its ledger ends now, not when its teardown is done."""
+
+
+def key_refused_line(key_file: JobKeyFile | None) -> str:
+    """The one line a refused job key gets, naming the setting to change."""
+    if key_file is None:
+        return "the host refused the job key; set the file its sshd reads"
+    return (
+        f"{key_file.setting}: the host refused the job key written to {key_file.path}; "
+        "set the file its sshd reads"
+    )
 
 
 def prepare_failed(
-    error: StepError, *, in_gang: bool, node_rank: int, label: str, place: str | None
+    error: StepError,
+    *,
+    in_gang: bool,
+    node_rank: int,
+    label: str,
+    place: str | None,
+    key_file: JobKeyFile | None = None,
 ) -> PrepareFailed:
     """One node of a gang failing is a partial launch: every node goes, and the gang's zone
-    is not tried again for the job; a lone machine's offer counts as failed."""
+    is not tried again for the job; a lone machine's offer counts as failed. A refused job
+    key is a configuration error (the same on every try): its offer is dropped, it counts
+    against the provider's configuration tries, and nothing is charged past the refusal."""
+    if error.kind == KEY_REFUSED:
+        line = key_refused_line(key_file)
+        then = (
+            f"tearing the whole gang down (node {node_rank})" if in_gang else "dropping the offer"
+        )
+        return PrepareFailed(
+            f"could not be made a worker: {line}",
+            planning.misconfigured(line),
+            f"{label}: {line}; {then}",
+            charge_ends=True,
+        )
     reason = f"could not be made a worker: {error.text}"
     if in_gang:
         return PrepareFailed(

@@ -23,6 +23,7 @@ from gpulayer.cloud import (
     DiskCache,
     GangProvider,
     Instance,
+    JobKeyFile,
     LaunchRequest,
     Offer,
     OfferQuery,
@@ -313,6 +314,10 @@ class SshHostsProvider(GangProvider, OffersAreMachines):
             launched_at=dt.datetime.now(dt.timezone.utc),
             install_root=host.install_root,
             python=host.python,
+            job_key_file=JobKeyFile(
+                path=host.authorized_keys,
+                setting=f"{PROVIDER}.hosts[{host.name}].authorized_keys",
+            ),
         )
         return Claim(
             host=host.name,

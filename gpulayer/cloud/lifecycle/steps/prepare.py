@@ -146,6 +146,7 @@ def _failed(ctx: StepContext, r: InstanceRecord, opened: _Opened, exc: Exception
         ctx.links.close(r.request_id)
     elif opened.session is not None:
         opened.session.close()
+    at = time.time()
     error = error_of(exc)
     reading = prepare_failed(
         error,
@@ -153,15 +154,19 @@ def _failed(ctx: StepContext, r: InstanceRecord, opened: _Opened, exc: Exception
         node_rank=r.node_rank,
         label=_label(r),
         place=r.zone or r.region,
+        key_file=Instance.model_validate(r.machine).job_key_file if r.machine else None,
     )
+    columns = reading.end.columns()
+    if reading.charge_ends:
+        columns["ended_at"] = at  # its teardown keeps this end: the ledger stops here
     current = ctx.fresh(r.request_id)
     moved = None
     if current.state in ("booting", "bootstrapping") and ctx.move(
-        current, "draining", reading.reason, **reading.end.columns()
+        current, "draining", reading.reason, **columns
     ):
         moved = "draining"
     ctx.note(r.job_id, reading.note)
-    return step_result.failed("prepare", time.time(), error, move_to=moved)
+    return step_result.failed("prepare", at, error, move_to=moved)
 
 
 def _clear_earlier_bootstrap(

@@ -43,7 +43,8 @@ def terminate(ctx: StepContext, request_id: str) -> StepResult:
         return _later(ctx, r, error_of(exc))
     ended_at = time.time()  # one confirmation ends every node at once
     for node in nodes:
-        ctx.move(node, "terminated", "the provider confirmed", ended_at=ended_at)
+        # A machine never usable (its key refused) was charged only until the refusal.
+        ctx.move(node, "terminated", "the provider confirmed", ended_at=node.ended_at or ended_at)
     for node in nodes:
         ctx.gone(node)
     if ids:
