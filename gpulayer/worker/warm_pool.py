@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Protocol
 
 from gpulayer.protocol.bundle import BundleError, extract_bundle
 from gpulayer.spec.models import FunctionWorkload
@@ -42,7 +42,19 @@ from gpulayer.worker.containment import TAG_VARIABLE, AttemptGroup, Containment
 from gpulayer.worker.process import ProcessTree, RunAs
 
 if TYPE_CHECKING:
-    from gpulayer.worker.runner import RunContext
+    from gpulayer.spec.models import JobSpec
+
+
+class AttemptPlace(Protocol):
+    """What the pool reads of an attempt (the runner's RunContext has it)."""
+
+    spec: JobSpec
+    job_dir: Path
+    bundle: Path | None
+    source_dir: Path | None
+    group: AttemptGroup | None
+    run_as: RunAs | None
+
 
 log = logging.getLogger("gpulayer.worker")
 
@@ -296,7 +308,7 @@ class WarmPool:
 
     def item(
         self,
-        ctx: RunContext,
+        ctx: AttemptPlace,
         *,
         python: str,
         cwd: Path,
@@ -504,7 +516,7 @@ class WarmEntry:
 
     def item(
         self,
-        ctx: RunContext,
+        ctx: AttemptPlace,
         *,
         python: str,
         cwd: Path,
