@@ -6,7 +6,9 @@ out) is repacked from its installed files into a wheel, and pip's wheel is added
 bytecode, to run in place, so the host can install without having pip. Repacking reads a
 distribution's RECORD (the list of files pip installed), zips those files with their
 .dist-info and takes the wheel tags from its WHEEL file; console scripts are left out
-because pip writes them again at install time.
+because pip writes them again at install time. Each module's bytecode rides along in its
+``__pycache__`` (not checked against its source), so a host installs without compiling and
+never writes bytecode into the sealed, read-only worker install.
 
 gpulayer itself, when installed editable, has only a .pth file in its RECORD. Its wheel is
 then made from the source tree instead: the package directory (without bytecode caches) plus
