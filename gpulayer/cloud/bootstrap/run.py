@@ -1,11 +1,13 @@
 """Turn a machine reachable over SSH into a worker of this control plane.
 
 Steps, all within one time budget: ask the host's python for its version and platform (and
-refuse a host the wheelhouse does not fit before anything is installed), upload the wheels the
-host does not already have (same name, size and SHA-256: a second job on the host sends none),
-the bootstrap script and the join token, open a reverse tunnel from the host's loopback to
-the control plane, and run the script, which installs into a venv under the install dir and
-starts the worker detached. The call returns once the worker has joined.
+refuse a host the wheelhouse does not fit before anything is installed) and whether the worker's
+install for this machine and version is there and sound (see :mod:`.worker_install`); when it
+is not, upload the wheels the host does not already have (same name, size and SHA-256) and
+build it. Then upload the bootstrap script and the join token, open a reverse tunnel from the
+host's loopback to the control plane, and run the script, which links the install as the job
+dir's venv and starts the worker detached. The call returns once the worker has joined; while
+it waits, a quiet stretch of a few seconds is filled with a line saying what it waits for.
 
 The join token travels only as a file (0600, in a 0700 directory) that the script reads into
 the worker's environment and then deletes: it never appears in a command line, in output or
