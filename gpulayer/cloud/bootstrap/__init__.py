@@ -1,7 +1,9 @@
 """Turn a machine reachable over SSH into a worker of this control plane: see
 :func:`gpulayer.cloud.bootstrap.run.bootstrap_worker`. The modules: ``plan`` (what to do,
-checked), ``commands`` (the host commands, pure), ``remote`` (a started worker), ``run``
-(the steps), ``errors``."""
+checked), ``commands`` (the host commands, pure), ``worker_install`` (the worker's install,
+once per machine and version, and ``host_worker``, its host side), ``output`` (what the
+bootstrap says, never quiet for long), ``remote`` (a started worker), ``run`` (the steps),
+``errors``."""
 
 from gpulayer.cloud.bootstrap.commands import (
     LAUNCH_DIR_VARIABLE,
