@@ -14,22 +14,39 @@ config_app = typer.Typer(
 @config_app.command("check")
 def config_check(
     as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+    no_login: bool = typer.Option(
+        False, "--no-login", help="Only validate the file; log into no host."
+    ),
 ) -> None:
-    """Validate providers.yaml whole, every section; exit 2 with one line per problem."""
+    """Validate providers.yaml whole, every section (exit 2 with one line per problem), then
+    log into every ssh host and Slurm login node and check that its sshd accepts a key written
+    where the job key goes (exit 1 when one does not)."""
     from gpulayer.cloud.config import check_config
+    from gpulayer.cloud.key_check import check_all, configured_logins
     from gpulayer.control.paths import home
 
     checked = check_config(home().root)
     enabled = sorted(checked.providers)
+    logins = check_all(configured_logins(checked)) if not no_login else []
+    failed = any(not c.ok for c in logins)
     if as_json:
         print_json(
-            {"path": str(checked.path), "exists": checked.exists, "valid": True, "enabled": enabled}
+            {
+                "path": str(checked.path),
+                "exists": checked.exists,
+                "valid": True,
+                "enabled": enabled,
+                "logins": [{"name": c.name, "ok": c.ok, "problem": c.problem} for c in logins],
+            }
         )
-        return
-    if not checked.exists:
+    elif not checked.exists:
         typer.echo(f"{checked.path}: no such file; no provider is enabled (defaults apply)")
-        return
-    typer.echo(f"{checked.path}: valid; enabled: {', '.join(enabled) or 'none'}")
+    else:
+        typer.echo(f"{checked.path}: valid; enabled: {', '.join(enabled) or 'none'}")
+        for check in logins:
+            typer.echo(f"{check.name}: {check.problem or 'ok (the job key file is read)'}")
+    if failed:
+        raise typer.Exit(1)
 
 
 @config_app.command("show")

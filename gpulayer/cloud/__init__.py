@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from gpulayer.cloud.images import ImageRelease as ImageRelease
     from gpulayer.cloud.images import bootstrap_script as bootstrap_script
     from gpulayer.cloud.images import resolve_release as resolve_release
+    from gpulayer.cloud.key_check import JobKeyLogin as JobKeyLogin
     from gpulayer.cloud.offer import Hardware as Hardware
     from gpulayer.cloud.offer import MemoryKind as MemoryKind
     from gpulayer.cloud.offer import Offer as Offer
@@ -151,6 +152,7 @@ _EXPORTS = {
     "LaunchRequest": "gpulayer.cloud.protocol",
     "Provider": "gpulayer.cloud.protocol",
     "JobKeyFile": "gpulayer.cloud.protocol",
+    "JobKeyLogin": "gpulayer.cloud.key_check",
     "SshVia": "gpulayer.cloud.protocol",
     "OffersAreMachines": "gpulayer.cloud.protocol",
     "OutlivesReclaim": "gpulayer.cloud.protocol",

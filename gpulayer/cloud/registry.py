@@ -69,6 +69,18 @@ def settings_model(name: str) -> Any:
     return factory.settings_model if isinstance(factory, HasSettingsModel) else None
 
 
+def factory_has(name: str, attribute: str) -> bool:
+    """Whether the installed plugin's factory has ``attribute`` (an optional ability), known
+    without constructing it; False when it is not installed or cannot be imported."""
+    ep = _entry_points().get(name)
+    if ep is None:
+        return False
+    try:
+        return hasattr(_factory(ep), attribute)
+    except ImportError:
+        return False
+
+
 def get_provider(name: str, settings: Mapping[str, Any] | None = None) -> Provider:
     """Construct the provider registered as ``name`` with its settings mapping."""
     from gpulayer.cloud.contract import check_plugin_class

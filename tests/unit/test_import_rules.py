@@ -76,6 +76,8 @@ ONLY_INTO: dict[tuple[str, str], frozenset[str]] = {
             "gpulayer.cloud.registry",
             "gpulayer.cloud.orchestrator_settings",
             "gpulayer.cloud.ranking",
+            # `config check` logs into the hosts a launch writes job keys on.
+            "gpulayer.cloud.key_check",
         }
     ),
     ("cli", "protocol"): frozenset({"gpulayer.protocol.client"}),

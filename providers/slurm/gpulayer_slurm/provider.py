@@ -28,6 +28,8 @@ from gpulayer.cloud import (
     GangProvider,
     Instance,
     InstanceState,
+    JobKeyFile,
+    JobKeyLogin,
     LaunchRequest,
     Offer,
     OfferQuery,
@@ -47,7 +49,7 @@ from gpulayer_slurm.ending import ENDED, JOB_NAME_PREFIX, POLL_SECONDS, Ending
 from gpulayer_slurm.errors import PROVIDER, ClusterUnreachable, SlurmCommandError
 from gpulayer_slurm.login import LoginNode
 from gpulayer_slurm.offers import PartitionShape, offered_partitions, partition_shapes
-from gpulayer_slurm.settings import SlurmProviderSettings
+from gpulayer_slurm.settings import SlurmCluster, SlurmProviderSettings
 
 log = logging.getLogger("gpulayer.providers.slurm")
 
@@ -93,6 +95,22 @@ class SlurmProvider(GangProvider, FinishingProvider, OutlivesReclaim):
             connect_timeout=self.settings.connect_timeout_seconds,
             command_timeout=self.settings.command_timeout_seconds,
         )
+
+    def job_key_logins(self) -> list[JobKeyLogin]:
+        """Each cluster's login node (not `local`), with the file a launch writes the job key
+        to there for the nodes to accept (`gpulayer config check` tries a key written there)."""
+        from gpulayer.cloud import SshTarget
+
+        return [
+            JobKeyLogin(
+                f"{PROVIDER} {name} login node",
+                SshTarget(c.login, c.port, c.user, key_path=c.key_file, host_key=c.host_key),
+                _job_key_file(name, c),
+                self._state / "host-keys",
+            )
+            for name, c in self.settings.clusters.items()
+            if not c.local and c.user is not None and c.key_file is not None
+        ]
 
     # --- offers -------------------------------------------------------------------------------
 
@@ -343,6 +361,7 @@ class SlurmProvider(GangProvider, FinishingProvider, OutlivesReclaim):
                     # The allocation's step on the node starts the worker (batch.node_launcher).
                     worker_start="launcher",
                     shared_dir=cluster.shared_dir,
+                    job_key_file=_job_key_file(record.cluster, cluster),
                 )
             )
         return instances
@@ -538,4 +557,10 @@ def _unrecorded(cluster: str, slurm_job_id: str) -> Allocation:
         instance_type="",
         nodes=1,
         slurm_job_id=slurm_job_id,
+    )
+
+
+def _job_key_file(name: str, cluster: SlurmCluster) -> JobKeyFile:
+    return JobKeyFile(
+        path=cluster.authorized_keys, setting=f"{PROVIDER}.clusters[{name}].authorized_keys"
     )

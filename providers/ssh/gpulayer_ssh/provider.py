@@ -24,6 +24,7 @@ from gpulayer.cloud import (
     GangProvider,
     Instance,
     JobKeyFile,
+    JobKeyLogin,
     LaunchRequest,
     Offer,
     OfferQuery,
@@ -225,6 +226,21 @@ class SshHostsProvider(GangProvider, OffersAreMachines):
 
     # --- for the orchestrator -----------------------------------------------------------------
 
+    def job_key_logins(self) -> list[JobKeyLogin]:
+        """Each host, as logged into to probe it, with the file a launch writes the job key
+        to there (`gpulayer config check` tries a key written there)."""
+        from gpulayer.cloud import SshTarget
+
+        return [
+            JobKeyLogin(
+                f"{PROVIDER} {h.name}",
+                SshTarget(h.address, h.port, h.user, key_path=h.key_path, host_key=h.host_key),
+                _job_key_file(h),
+                self._host_keys_dir,
+            )
+            for h in self.settings.hosts
+        ]
+
     def host(self, name: str) -> SshHost:
         """The settings of a configured host (its python, install root and labels)."""
         return self._configured(name)
@@ -314,10 +330,7 @@ class SshHostsProvider(GangProvider, OffersAreMachines):
             launched_at=dt.datetime.now(dt.timezone.utc),
             install_root=host.install_root,
             python=host.python,
-            job_key_file=JobKeyFile(
-                path=host.authorized_keys,
-                setting=f"{PROVIDER}.hosts[{host.name}].authorized_keys",
-            ),
+            job_key_file=_job_key_file(host),
         )
         return Claim(
             host=host.name,
@@ -358,6 +371,12 @@ class SshHostsProvider(GangProvider, OffersAreMachines):
                 remove_authorized_key_command(str(conn["authorized_keys"]), claim.request_id),
                 f"cannot remove the key of request {claim.request_id} on {claim.host}",
             )
+
+
+def _job_key_file(host: SshHost) -> JobKeyFile:
+    return JobKeyFile(
+        path=host.authorized_keys, setting=f"{PROVIDER}.hosts[{host.name}].authorized_keys"
+    )
 
 
 def _alike(offer: Offer, found: HostHardware | str, host: SshHost) -> bool:

@@ -54,7 +54,8 @@ class SshHost(BaseModel):
     install_root: str = "/var/tmp/gpulayer"
     """Each job installs into ``install_root/<job id>``; only that directory is removed."""
     authorized_keys: str = "~/.ssh/authorized_keys"
-    """Where the login user's sshd reads keys from; ``~/`` is the user's home on the host."""
+    """The file each job's key is added to: the one the host's sshd reads keys from (its
+    AuthorizedKeysFile; `gpulayer config check` tries it); ``~/`` is the user's home on the host."""
     hardware: HostHardware | None = None
     """Described by hand: not probed."""
 
