@@ -181,7 +181,7 @@ def instances_table(instances: list[dict[str, Any]]) -> None:
                 item["provider"],
                 item.get("instance_type") or "-",
                 where,
-                item["state"],
+                item.get("state_label") or item["state"],
                 _duration(item.get("age_in_state_seconds")),
                 price,
                 cost,

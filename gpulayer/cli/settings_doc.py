@@ -26,7 +26,9 @@ Generated from the settings models by `python -m gpulayer.cli.settings_doc --wri
 docs/settings.md`; do not edit by hand.
 
 `providers.yaml` in the gpulayer home (`GPULAYER_PROVIDERS_FILE` moves it) enables a provider by
-naming it and holds its settings; the `gpulayer:` section holds the orchestrator's own.
+naming it and holds its settings; the `gpulayer:` section holds the orchestrator's own. Every
+provider's section also takes `idle_seconds` (as the `gpulayer:` section's, which it overrides
+for that provider's machines).
 `gpulayer config check` validates the file whole (unknown keys are refused, with the closest
 valid one) and `gpulayer config show` prints it with every default filled in. A job that may go
 to a cloud is refused at submit (exit 2, no job made) while the file does not validate.

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from gpulayer.cloud.protocol import Provider
 
 ORCHESTRATOR_KEY = "gpulayer"
+IDLE_KEY = "idle_seconds"
+"""A key of every provider's section that the orchestrator reads itself (how long that
+provider's machines stay warm after their job); the plugin never sees it."""
 
 
 class ConfigError(SpecError):
@@ -64,7 +67,17 @@ def provider_settings(root: Path) -> dict[str, Mapping[str, Any]]:
 
 def provider_sections(data: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     """The provider sections of providers.yaml's mapping: name -> its settings mapping."""
-    return {name: settings or {} for name, settings in data.items() if name != ORCHESTRATOR_KEY}
+    return {
+        name: _plugin_keys(settings or {})
+        for name, settings in data.items()
+        if name != ORCHESTRATOR_KEY
+    }
+
+
+def _plugin_keys(section: Mapping[str, Any]) -> Mapping[str, Any]:
+    if not isinstance(section, Mapping) or IDLE_KEY not in section:
+        return section
+    return {key: value for key, value in section.items() if key != IDLE_KEY}
 
 
 def orchestrator_settings(root: Path) -> Mapping[str, Any]:
@@ -100,6 +113,13 @@ class CheckedConfig:
     publishes no settings model but accepted the settings)."""
     data: dict[str, Any] = field(default_factory=dict)
     """The file's mapping as read, each section as written."""
+    idle_seconds: dict[str, float] = field(default_factory=dict)
+    """Provider -> its own ``idle_seconds``, for those that set one."""
+
+    def idle_seconds_of(self, provider: str) -> float:
+        """How long the provider's machines stay warm after their job (0: not at all)."""
+        found = self.idle_seconds.get(provider)
+        return float(self.orchestrator.idle_seconds if found is None else found)
 
     def shown(self) -> dict[str, Any]:
         """Every section as JSON, defaults filled in."""
@@ -111,6 +131,8 @@ class CheckedConfig:
                 sections[name] = settings.model_dump(mode="json")
             else:
                 sections[name] = dict(settings)
+            if name in self.idle_seconds:
+                sections[name][IDLE_KEY] = self.idle_seconds[name]
         sections[ORCHESTRATOR_KEY] = self.orchestrator.model_dump(mode="json")
         return sections
 
@@ -156,7 +178,13 @@ def check_text(path: Path, text: str | None) -> CheckedConfig:
 
             problems.append(f"{name}: {not_installed_line(name, installed, [ORCHESTRATOR_KEY])}")
             continue
-        found = _check_provider(name, section)
+        if IDLE_KEY in section:
+            idle = _idle_seconds(section[IDLE_KEY])
+            if isinstance(idle, str):
+                problems.append(f"{name}.{IDLE_KEY}: {idle}")
+            else:
+                checked.idle_seconds[name] = idle
+        found = _check_provider(name, _plugin_keys(section))
         if isinstance(found, list):
             problems.extend(f"{name}.{line}" for line in found)
         else:
@@ -164,6 +192,18 @@ def check_text(path: Path, text: str | None) -> CheckedConfig:
     if problems:
         raise ConfigError([f"{path}: {line}" for line in problems])
     return checked
+
+
+def _idle_seconds(value: Any) -> float | str:
+    """A provider's idle_seconds, validated as the ``gpulayer:`` section's; else the problem."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from gpulayer.cloud.orchestrator_settings import IdleSeconds
+
+    try:
+        return float(TypeAdapter(IdleSeconds).validate_python(value))
+    except ValidationError as exc:
+        return str(exc.errors(include_url=False)[0]["msg"])
 
 
 def _check_provider(name: str, section: Mapping[str, Any]) -> Any:

@@ -6,6 +6,11 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
+from gpulayer.cloud.lifecycle.states import MAX_IDLE_SECONDS
+
+IdleSeconds = Annotated[float, Strict(), Field(ge=0, le=MAX_IDLE_SECONDS)]
+"""Type of an ``idle_seconds`` setting (the ``gpulayer:`` section's and each provider's)."""
+
 
 class OrchestratorSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
@@ -46,6 +51,12 @@ class OrchestratorSettings(BaseModel):
     thread), launching (900), booting (900), bootstrapping (900), draining (120). Unset states
     keep those limits."""
 
+    idle_seconds: IdleSeconds = 0
+    """How long a rented machine stays up, its worker running, after its job ends, so the next
+    job that fits it takes it without a launch or bootstrap; its idle time is charged. 0: it is
+    torn down when its job ends. At most 86400 (a day). A provider's own `idle_seconds` overrides
+    this one."""
+
     @field_validator("ssh_cidr")
     @classmethod
     def _cidr(cls, value: str | None) -> str | None:
@@ -56,11 +67,11 @@ class OrchestratorSettings(BaseModel):
     @field_validator("state_timeouts")
     @classmethod
     def _states(cls, value: dict[str, float]) -> dict[str, float]:
-        from gpulayer.cloud.lifecycle.states import STUCK_STATES
+        from gpulayer.cloud.lifecycle.states import SETTABLE_LIMITS
 
-        unknown = sorted(set(value) - STUCK_STATES)
+        unknown = sorted(set(value) - SETTABLE_LIMITS)
         if unknown:
-            allowed = ", ".join(sorted(STUCK_STATES))
+            allowed = ", ".join(sorted(SETTABLE_LIMITS))
             raise ValueError(f"{', '.join(unknown)}: not a state with a limit ({allowed})")
         return value
 

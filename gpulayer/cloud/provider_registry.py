@@ -60,8 +60,13 @@ class ProviderRegistry:
         return checked
 
     def orchestrator(self) -> Mapping[str, Any]:
-        """The ``gpulayer:`` section, validated, every default filled in."""
-        return dict(self.checked().orchestrator.model_dump())
+        """The ``gpulayer:`` section, validated, every default filled in, with each
+        provider's own ``idle_seconds`` (``provider_idle_seconds``)."""
+        checked = self.checked()
+        return {
+            **checked.orchestrator.model_dump(),
+            "provider_idle_seconds": dict(checked.idle_seconds),
+        }
 
     def enabled(self, only: Sequence[str] = ()) -> dict[str, Provider]:
         """The enabled providers (those named in ``only`` when given), each the one built

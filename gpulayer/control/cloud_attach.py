@@ -88,6 +88,14 @@ class ProviderCloud:
     def silence_excused(self) -> set[str]:
         return self.lifecycle.reconnecting_workers() if self.lifecycle is not None else set()
 
+    def idle_seconds(self, provider: str) -> float:
+        from gpulayer.errors import GpulayerError
+
+        try:
+            return self.registry.checked().idle_seconds_of(provider)
+        except GpulayerError:  # an invalid file keeps nothing warm (the lifecycle reads 0)
+            return 0.0
+
     def reap(self, *, dry_run: bool) -> list[dict[str, Any]] | None:
         if self.lifecycle is None:
             return None

@@ -28,6 +28,10 @@ class CloudGate(Protocol):
         """Workers whose silence is the control plane's own (their tunnel is being reopened)."""
         ...
 
+    def idle_seconds(self, provider: str) -> float:
+        """How long the provider's machines stay warm after their job (0: not at all)."""
+        ...
+
     def reap(self, *, dry_run: bool) -> list[dict[str, Any]] | None:
         """Machines tagged as this controller's that no record explains, ended (None: no
         lifecycle runs here)."""
@@ -48,6 +52,9 @@ class NoCloud:
 
     def silence_excused(self) -> set[str]:
         return set()
+
+    def idle_seconds(self, provider: str) -> float:
+        return 0.0
 
     def reap(self, *, dry_run: bool) -> list[dict[str, Any]] | None:
         return None

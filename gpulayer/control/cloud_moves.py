@@ -88,6 +88,15 @@ class CloudJobMoves:
         self.states.move_job(job_id, "queued", only_from=["provisioning"], message=None)
         self.dispatcher.dispatch()
 
+    def hand_to_warm_machine(self, job_id: str, note: str) -> None:
+        """The job took an idle machine (its reservation is bound to the machine's worker):
+        it is dispatched there now, with no provisioning; what it waited for no longer holds."""
+        self.states.move_job(
+            job_id, "queued", only_from=["provisioning"], message=None
+        ) or self.store.update_job(job_id, expect_states=["queued"], message=None)
+        self.changes.log_system(job_id, 0, [note])
+        self.dispatcher.dispatch()
+
     def move_to_target(self, job_id: str, target: str, why: str | None = None) -> None:
         """The cloud cannot run it: the next fallback target in its chain may. ``why`` replaces
         the job's message (the cloud's last word, "waiting for capacity", no longer holds)."""

@@ -22,7 +22,9 @@ WORKER_TRANSITIONS: dict[str, frozenset[str]] = {
 
 RESERVATION_TRANSITIONS: dict[str, frozenset[str]] = {
     "pending": frozenset({"bound", "released"}),
-    "bound": frozenset({"released"}),
+    # A warm machine: its job ended, its worker is held for no job until one takes it.
+    "bound": frozenset({"idle", "released"}),
+    "idle": frozenset({"bound", "released"}),
     "released": frozenset(),
 }
 

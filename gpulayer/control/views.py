@@ -125,8 +125,25 @@ def instance_view(record: InstanceRecord, now: float) -> dict[str, Any]:
     }
 
 
+def idle_left(record: InstanceRecord, idle_seconds: float, now: float) -> float | None:
+    """Seconds until an idle (warm) instance drains, read from its provider's idle_seconds as
+    the lifecycle reads them; None when it is not idle."""
+    from gpulayer.cloud.lifecycle.states import idle_limit
+
+    if record.state != "idle":
+        return None
+    limit = idle_limit(idle_seconds)
+    since = record.state_since or record.created_at
+    return None if limit is None else max(0.0, since + limit - now)
+
+
+def state_label(state: str, left: float | None) -> str:
+    """``idle (42 s left)`` for a warm machine; the state itself otherwise."""
+    return state if left is None else f"{state} ({left:.0f} s left)"
+
+
 def lifecycle_view(
-    record: InstanceRecord, history: list[TransitionRecord], now: float
+    record: InstanceRecord, history: list[TransitionRecord], now: float, idle_seconds: float = 0.0
 ) -> dict[str, Any]:
     """One rented instance for `gpulayer instances` and `status`: where it is, since when, and
     the phases it went through."""
@@ -136,6 +153,9 @@ def lifecycle_view(
     since = record.state_since or record.created_at
     view["state_since"] = iso(since)
     view["age_in_state_seconds"] = round(max(0.0, now - since), 3)
+    left = idle_left(record, idle_seconds, now)
+    view["idle_seconds_left"] = None if left is None else round(left, 1)
+    view["state_label"] = state_label(record.state, left)
     view["phases"] = [
         {**row, "started_at": iso(row["started_at"]), "ended_at": iso(row["ended_at"])}  # type: ignore[arg-type]
         for row in phase_rows(history, now)

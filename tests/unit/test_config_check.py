@@ -91,8 +91,30 @@ def test_a_valid_file_shows_every_default(tmp_path: Path, monkeypatch: pytest.Mo
         "cloud_wait_seconds": 30.0,
         "parallel_launches": 8,
         "state_timeouts": {},
+        "idle_seconds": 0.0,
     }
     assert orchestrator_settings(root)["deadman_seconds"] == 120.0
+
+
+def test_a_provider_section_takes_idle_seconds_over_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """idle_seconds in a provider's section is the orchestrator's to read (the plugin never
+    sees it) and overrides the ``gpulayer:`` section's; a bad one names its key."""
+    root = _write(
+        tmp_path,
+        "aws:\n  regions: [us-west-2]\n  idle_seconds: 45\ngcp: {}\n"
+        "gpulayer:\n  idle_seconds: 20\n",
+        monkeypatch,
+    )
+    checked = check_config(root)
+    assert checked.idle_seconds_of("aws") == 45.0
+    assert checked.idle_seconds_of("gcp") == 20.0
+    assert checked.shown()["aws"]["idle_seconds"] == 45.0
+    bad = _write(tmp_path, "aws:\n  idle_seconds: -1\n", monkeypatch)
+    with pytest.raises(ConfigError) as raised:
+        check_config(bad)
+    assert "aws.idle_seconds: Input should be greater than or equal to 0" in str(raised.value)
 
 
 def test_no_file_means_defaults_and_nothing_enabled(

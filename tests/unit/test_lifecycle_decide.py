@@ -20,6 +20,7 @@ from gpulayer.cloud.lifecycle.decide import (
     Move,
     Release,
     RememberReclaim,
+    Rest,
     Submit,
     decide,
     jobs_to_plan,
@@ -34,6 +35,7 @@ from gpulayer.cloud.lifecycle.states import (
 )
 from gpulayer.cloud.offer import Offer
 
+IDLE_MAX = 2_000.0
 DEADMAN = 600.0
 LIVE = [s for s in STATES if s not in GONE]
 WORKER_ACTIONS = (
@@ -44,6 +46,7 @@ WORKER_ACTIONS = (
     MarkReachable,
     MarkUnreachable,
     RememberReclaim,
+    Rest,
 )
 
 facts_strategy = st.builds(
@@ -70,6 +73,7 @@ facts_strategy = st.builds(
     gang_still_runs=st.booleans(),
     ended_by_reclaim=st.booleans(),
     checked_at=st.floats(0, 20_000),
+    idle_seconds=st.just(0.0) | st.floats(1, IDLE_MAX),
 )
 
 
@@ -118,6 +122,8 @@ class World:
                 self.move(action.to, now)
             elif isinstance(action, (Release, LoseWorker, EndGangNode)):
                 self.move("draining", now)
+            elif isinstance(action, Rest):
+                self.move("idle", now)
             elif isinstance(action, MarkUnreachable):
                 self.facts = replace(self.facts, unreachable_since=action.at)
             elif isinstance(action, MarkReachable):
@@ -151,9 +157,12 @@ class World:
 
 
 def _passes_past_every_limit(tick: float, budget: float) -> int:
-    """Enough passes for the clock to pass two of the longest limits and the job's budget."""
-    longest = max(limit for limit in STATE_TIMEOUTS.values() if limit is not None)
-    return int((2 * longest + budget + 1_000) / tick) + 20
+    """Enough passes for the clock to pass two of the longest limits, the job's budget and the
+    longest idle_seconds drawn (idle's own limit in the table is a day)."""
+    longest = max(
+        limit for state, limit in STATE_TIMEOUTS.items() if limit is not None and state != "idle"
+    )
+    return int((2 * longest + budget + IDLE_MAX + 1_000) / tick) + 20
 
 
 def _run(world: World, now: float, *, passes: int, tick: float, end_job_at: int) -> float:
@@ -301,9 +310,11 @@ LIMITED = [state for state, limit in LIMITS.items() if limit is not None]
 UNBOUNDED = {state for state in LIVE if LIMITS[state] is None}
 
 
-def _longest_stay(state: str, budget: float) -> float:
+def _longest_stay(state: str, budget: float, idle_seconds: float) -> float:
     limit = LIMITS[state]
     assert limit is not None
+    if state == "idle":  # its provider's idle_seconds, within the table's limit
+        return min(limit, idle_seconds)
     return max(limit, budget) if state in PROVISIONING_STATES else limit
 
 
@@ -346,7 +357,8 @@ def test_no_state_outlasts_its_limit_whichever_steps_hang(
             break
         if current.state in LIMITS and LIMITS[current.state] is not None:
             stayed = now - current.since
-            assert stayed <= _longest_stay(current.state, start.provisioning_budget) + tick, (
+            longest = _longest_stay(current.state, start.provisioning_budget, start.idle_seconds)
+            assert stayed <= longest + tick, (
                 f"{current.state} held {stayed:g} s",
                 current,
             )
@@ -528,3 +540,53 @@ def test_only_cloud_jobs_without_a_machine_past_their_wait_are_planned() -> None
     planned = jobs_to_plan(waiting, {"j-busy"}, {"j-wait": 105.0}, now=100.0)
     assert planned == ["j-cloud"]
     assert jobs_to_plan(waiting, {"j-busy"}, {"j-wait": 105.0}, now=105.0) == ["j-cloud", "j-wait"]
+
+
+# --- warm machines (idle_seconds) ----------------------------------------------------------------
+
+
+def _done_on(state: str, **values: object) -> InstanceFacts:
+    """An instance whose job's attempt ran on its worker and ended."""
+    base: dict[str, object] = {
+        "link_alive": True,
+        "worker_id": "w-1",
+        "worker_ran_attempt": True,
+        "idle_seconds": 30.0,
+    }
+    return _facts(state, **{**base, **values})
+
+
+@pytest.mark.parametrize("state", ["ready", "in_use"])
+def test_a_lone_healthy_machine_rests_when_its_provider_keeps_machines_warm(state: str) -> None:
+    assert _decide(_done_on(state), 10.0) == [Rest("its job's attempt ended")]
+    assert _decide(_done_on(state, job_ended=True), 10.0) == [Rest("its job ended")]
+    # idle_seconds 0 is today's behaviour: it drains.
+    assert _decide(_done_on(state, idle_seconds=0.0), 10.0) == [Release("its job's attempt ended")]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"in_gang": True},  # a gang's machines go together
+        {"outcome": "failed"},
+        {"ended_by_reclaim": True},
+        {"job_ended": True, "link_alive": False},  # a machine not reached is not kept
+    ],
+)
+def test_a_machine_not_fit_to_keep_drains_even_with_idle_seconds(values: dict[str, object]) -> None:
+    actions = _decide(_done_on("in_use", **values), 10.0)
+    assert any(isinstance(a, Release) for a in actions), actions
+    assert not any(isinstance(a, Rest) for a in actions), actions
+
+
+def test_an_idle_machine_waits_its_idle_seconds_then_drains() -> None:
+    idle = _done_on("idle", job_ended=True, since=100.0)
+    assert _decide(idle, 130.0) == []
+    assert _decide(idle, 130.5) == [Move("draining", "idle for 30 s: no job took it")]
+
+
+def test_an_idle_machine_keeps_its_link_or_loses_its_worker_at_the_deadman() -> None:
+    idle = _done_on("idle", job_ended=True, idle_seconds=5_000.0, link_alive=False)
+    assert _decide(idle, 10.0) == [MarkUnreachable(10.0), Submit("reconnect")]
+    (lose,) = _decide(replace(idle, unreachable_since=10.0), 10.0 + DEADMAN + 1)
+    assert isinstance(lose, LoseWorker) and lose.reason == "worker_lost"

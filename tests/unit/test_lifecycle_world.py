@@ -22,6 +22,7 @@ from gpulayer.cloud.lifecycle.decide import (
     MarkUnreachable,
     Move,
     Release,
+    Rest,
     Submit,
     decide,
 )
@@ -93,6 +94,8 @@ class Model:
             self._move(node, action.to, now)
         elif isinstance(action, (Release, LoseWorker, EndGangNode)):
             self._move(node, "draining", now)
+        elif isinstance(action, Rest):
+            self._move(node, "idle", now)
         elif isinstance(action, MarkUnreachable):
             node.facts = replace(node.facts, unreachable_since=action.at)
         elif isinstance(action, MarkReachable):
@@ -159,33 +162,36 @@ class Model:
             self._move(node, "terminated", now)
 
 
-def _start(state: str, index: int, budget: float) -> Node:
+def _start(state: str, index: int, budget: float, idle: float = 0.0) -> Node:
     facts = InstanceFacts(
         state=state,
         since=0.0,
         link_alive=True,
         provisioning_budget=budget,
         job_provisioning=True,
+        idle_seconds=idle,
     )
     return Node(f"r-{index}", f"j-{index}", facts)
 
 
-def _passes(budget: float) -> float:
-    longest = max(limit for limit in LIMITS.values() if limit is not None)
-    return 2 * longest + budget + 1_000
+def _passes(budget: float, idle: float) -> float:
+    longest = max(limit for s, limit in LIMITS.items() if limit is not None and s != "idle")
+    return 2 * longest + budget + idle + 1_000
 
 
-def _drive(model: Model, tick_cap: float, budget: float) -> None:
+def _drive(model: Model, tick_cap: float, budget: float, idle: float = 0.0) -> None:
     """Passes as the loop runs them: each sleeps as the decision says (no longer than the
     usual wake-up, here stretched to ``tick_cap`` to keep the run short), and every node's
     stay in a limited state is checked against its limit at each pass."""
-    now, end = 1.0, _passes(budget)
+    now, end = 1.0, _passes(budget, idle)
     while now < end:
         for node in model.nodes.values():
             state = node.facts.state
             limit = LIMITS.get(state)
             if limit is not None and state not in GONE:
                 longest = max(limit, budget) if state in PROVISIONING_STATES else limit
+                if state == "idle":  # its provider's idle_seconds, within the table's limit
+                    longest = min(limit, node.facts.idle_seconds)
                 stayed = now - node.facts.since
                 assert stayed <= longest + tick_cap + 1e-6, (f"{state} held {stayed:g} s", node)
         decision = decide_pass(model.world([], {}), now)
@@ -205,18 +211,26 @@ world_states = st.lists(st.sampled_from(LIVE), min_size=1, max_size=5)
     fail_at=st.frozensets(st.sampled_from(LIVE)),
     budget=st.floats(0, 1_000),
     tick=st.floats(5, 400),
+    idle=st.just(0.0) | st.floats(1, 1_000),
 )
 def test_no_state_outlasts_its_limit_in_a_world_whichever_steps_hang(
-    states: list[str], hang_at: frozenset[str], fail_at: frozenset[str], budget: float, tick: float
+    states: list[str],
+    hang_at: frozenset[str],
+    fail_at: frozenset[str],
+    budget: float,
+    tick: float,
+    idle: float,
 ) -> None:
     """Many instances at once, each in any live state, and the steps begun in any chosen states
     hang for good (SSH never answering among them) or fail: the one decision per pass holds no
     instance in a state past that state's limit (a provisioning state: or the job's budget)
     and one pass, and each ends gone or where only its job or the reaper moves it on."""
     model = Model(
-        [_start(state, i, budget) for i, state in enumerate(states)], hang_at, fail_at - hang_at
+        [_start(state, i, budget, idle) for i, state in enumerate(states)],
+        hang_at,
+        fail_at - hang_at,
     )
-    _drive(model, tick, budget)
+    _drive(model, tick, budget, idle)
     for node in model.nodes.values():
         assert node.facts.state in GONE | UNBOUNDED, node
 
@@ -272,6 +286,7 @@ facts_strategy = st.builds(
     active_attempt=st.none() | st.integers(1, 3),
     worker_ran_attempt=st.booleans(),
     checked_at=st.floats(0, 20_000),
+    idle_seconds=st.just(0.0) | st.floats(1, 2_000),
 )
 
 
@@ -331,3 +346,27 @@ def test_a_step_result_round_trips_through_its_stored_form() -> None:
     assert result.columns()["next_step_at"] == 15.0 and result.columns()["last_step"] == "reconnect"
     assert StepResult.from_json('{"step": "launch", "shape": "newer"}') is None
     assert StepResult.from_json(None) is None
+
+
+def test_a_job_whose_only_machine_is_idle_is_planned_and_the_idle_limit_is_followed_up() -> None:
+    """A job queued again (a retry) while its last machine is idle is planned (it may take the
+    machine back); a job whose machine runs it is not; the idle machine's follow-up is the end
+    of its idle_seconds."""
+    idle = InstanceFacts(
+        state="idle", since=0.0, idle_seconds=60.0, link_alive=True, job_ended=True
+    )
+    running = InstanceFacts(
+        state="in_use", since=0.0, link_alive=True, active_attempt=1, checked_at=0.9
+    )
+    world = World(
+        [Live("r-1", "j-1", idle), Live("r-2", "j-2", running)],
+        [
+            ("j-1", "cloud"),
+            ("j-2", "cloud"),
+        ],
+    )
+    decision = decide_pass(world, 1.0)
+    assert decision.plan == ("j-1",)
+    assert not decision.instances.get("r-1")
+    (follow_up,) = [f for f in decision.follow_ups if f.key == "r-1"]
+    assert follow_up.not_before == 60.0

@@ -30,6 +30,9 @@ STATE_WRITERS = {
     ),  # WORKER_TRANSITIONS: lost -> ready
     ("control/store/instances.py", "InstanceLedger.bind_reservation"),  # RESERVATION_TRANSITIONS
     ("control/store/instances.py", "InstanceLedger.release_reservation"),  # RESERVATION_TRANSITIONS
+    ("control/store/instances.py", "InstanceLedger.rest_reservation"),  # RESERVATION_TRANSITIONS
+    # A job takes a warm machine: TRANSITIONS (idle -> ready) and RESERVATION_TRANSITIONS.
+    ("control/store/instances.py", "InstanceLedger._take_idle"),
 }
 # Store methods that take any column, state included: only the job table's mover may pass it.
 GENERIC_UPDATES = {"update_job", "update_attempt", "update_instance", "update_worker"}
@@ -130,4 +133,6 @@ def test_every_state_can_reach_the_final_one_and_the_final_one_is_final(
 
 def test_a_gone_worker_only_comes_back_by_registering() -> None:
     assert sources(WORKER_TRANSITIONS, "ready") == ["lost"]
-    assert sources(RESERVATION_TRANSITIONS, "bound") == ["pending"]
+    # A released reservation is never bound again; an idle one (a warm machine) is, by the job
+    # that takes it.
+    assert sources(RESERVATION_TRANSITIONS, "bound") == ["idle", "pending"]

@@ -17,6 +17,8 @@ from gpulayer.cloud.lifecycle.states import (
     GONE,
     HOLDS_WORKER,
     PROVISIONING_STATES,
+    STATE_TIMEOUTS,
+    idle_limit,
     stuck_move,
     timed_out,
 )
@@ -67,6 +69,8 @@ class InstanceFacts:
     ended_by_reclaim: bool = False
     """The last attempt on its worker ended preempted (the worker said its machine went)."""
     checked_at: float = 0.0
+    idle_seconds: float = 0.0
+    """How long its provider keeps a machine warm after its job (0: it drains at once)."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,14 @@ class Submit:
 @dataclass(frozen=True)
 class Release:
     """No one may be dispatched to its worker now; the instance drains."""
+
+    why: str
+
+
+@dataclass(frozen=True)
+class Rest:
+    """Its job is done with it, but it stays warm: no one may be dispatched to its worker until
+    a job takes it, and it is idle (its worker runs on) until its idle_seconds pass."""
 
     why: str
 
@@ -143,6 +155,7 @@ Action = (
     Move
     | Submit
     | Release
+    | Rest
     | LoseWorker
     | EndGangNode
     | MarkUnreachable
@@ -167,6 +180,8 @@ def decide(
         return [stuck]
     if (facts.next_step_at or 0) > now:
         return ()  # its failed step waits for its backoff
+    if facts.state == "idle":
+        return () if facts.step_in_flight else _idle_step(facts, now, deadman_seconds)
     if facts.state in ("draining", "terminating"):
         # Teardown waits for its own step only: not for a bootstrap, nor for a gang's launch
         # call (what that call creates after the terminate is found by its tags and reaped).
@@ -184,7 +199,21 @@ def decide(
     return _next(facts, now, deadman_seconds)
 
 
+def limit_of(facts: InstanceFacts, limits: Mapping[str, float]) -> float | None:
+    """The time limit of the instance's state: the settings' over the table's; an idle one's
+    is its provider's idle_seconds."""
+    if facts.state == "idle":
+        return idle_limit(facts.idle_seconds)
+    return limits.get(facts.state, STATE_TIMEOUTS.get(facts.state))
+
+
 def _stuck(facts: InstanceFacts, now: float, limits: Mapping[str, float]) -> Move | None:
+    if facts.state == "idle":
+        limit = idle_limit(facts.idle_seconds)
+        idle = stuck_move("idle", facts.since, now, {} if limit is None else {"idle": limit})
+        if limit is None or idle is None:
+            return None
+        return Move(idle.to, f"idle for {limit:g} s: no job took it")
     if facts.state == "requested" and facts.launch_in_flight:
         # Its launch waits for a thread behind launches that wait on their provider (Slurm
         # allocations pending in a busy queue): queued, not stuck.
@@ -250,13 +279,24 @@ def _next(facts: InstanceFacts, now: float, deadman_seconds: float) -> Sequence[
     return ()
 
 
-def _worker_step(facts: InstanceFacts, now: float, deadman_seconds: float) -> list[Action]:
-    actions: list[Action] = []
-    if facts.job_ended:
-        # The worker may have said its machine was going before this pass saw the job end.
-        if facts.outcome != "reclaimed" and facts.ended_by_reclaim:
-            actions.append(RememberReclaim())
-        return [*actions, Release("its job ended")]
+def _let_go(facts: InstanceFacts, why: str) -> Release | Rest:
+    """Its job is done with it: a healthy lone machine whose provider keeps machines warm
+    rests (idle) for the next job; any other drains."""
+    warm = (
+        facts.idle_seconds > 0
+        and not facts.in_gang
+        and facts.link_alive
+        and facts.outcome is None
+        and not facts.ended_by_reclaim
+    )
+    return Rest(why) if warm else Release(why)
+
+
+def _link_step(
+    facts: InstanceFacts, now: float, deadman_seconds: float, actions: list[Action]
+) -> list[Action] | None:
+    """A lost link: reopen it until the dead-man time runs out, then the worker is lost (the
+    actions to return); None when the link is up."""
     if not facts.link_alive:
         first = facts.unreachable_since
         if first is None:
@@ -268,6 +308,27 @@ def _worker_step(facts: InstanceFacts, now: float, deadman_seconds: float) -> li
         return [*actions, _SUBMIT["reconnect"]]
     if facts.unreachable_since is not None:
         actions.append(MarkReachable())
+    return None
+
+
+def _idle_step(facts: InstanceFacts, now: float, deadman_seconds: float) -> list[Action]:
+    """A warm machine waits for a job (the plan step takes it) or its idle limit (the stuck
+    pass); its worker's link is kept, or the worker lost, as while it runs a job."""
+    actions: list[Action] = []
+    lost = _link_step(facts, now, deadman_seconds, actions)
+    return actions if lost is None else lost
+
+
+def _worker_step(facts: InstanceFacts, now: float, deadman_seconds: float) -> list[Action]:
+    actions: list[Action] = []
+    if facts.job_ended:
+        # The worker may have said its machine was going before this pass saw the job end.
+        if facts.outcome != "reclaimed" and facts.ended_by_reclaim:
+            actions.append(RememberReclaim())
+        return [*actions, _let_go(facts, "its job ended")]
+    lost = _link_step(facts, now, deadman_seconds, actions)
+    if lost is not None:
+        return lost
     if facts.state == "ready":
         return actions + _ready_step(facts, now)
     if facts.active_attempt is None:
@@ -275,7 +336,7 @@ def _worker_step(facts: InstanceFacts, now: float, deadman_seconds: float) -> li
             return actions  # its node is done; the gang's machines go together when all are
         if facts.ended_by_reclaim:
             actions.append(RememberReclaim())
-        return [*actions, Release("its job's attempt ended")]
+        return [*actions, _let_go(facts, "its job's attempt ended")]
     if now - facts.checked_at > CHECK_EVERY_SECONDS:
         actions.append(_SUBMIT["check"])
     return actions
@@ -287,7 +348,7 @@ def _ready_step(facts: InstanceFacts, now: float) -> list[Action]:
     if facts.worker_ran_attempt:
         if facts.in_gang and facts.gang_still_runs:
             return []  # its part ran between two passes; the others still run theirs
-        return [Release("its job's attempt ended")]
+        return [_let_go(facts, "its job's attempt ended")]
     # A gang's nodes are handed over together, once the last one is ready.
     if facts.gang_all_ready and timed_out("ready", facts.since, now):
         return [Release("its job was not dispatched to its worker in time")]

@@ -21,6 +21,11 @@ class Candidates:
     fitting: list[Offer] = field(default_factory=list)
     busy: list[str] = field(default_factory=list)
     """"<offer>: in use by job <id>" for other jobs' machines that would fit."""
+    freeing: list[str] = field(default_factory=list)
+    """Those of ``busy`` that are idle or being torn down: they free within a teardown."""
+    warm: list[str] = field(default_factory=list)
+    """Request ids of idle (warm) instances that fit the job, cheapest first: it takes one
+    of them rather than launching."""
     never: str | None = None
     """Why no offer can ever fit (set only when nothing fits and nothing is busy)."""
 
@@ -60,19 +65,30 @@ def candidates(
     gathered = gather(providers, query, note=note, wait_seconds=wait)
     ranked = gathered.ranked
     fitting = select(ranked, query, placement)
-    holders: dict[planning.OfferKey, str] = {}
+    holders: dict[planning.OfferKey, list[InstanceRecord]] = {}
     theirs = []
     for record in live:
-        if record.job_id != job_id and record.offer:
+        # An idle machine is no job's, its last job's included (a retry may take it back).
+        if record.offer and (record.job_id != job_id or record.state == "idle"):
             offer = Offer.model_validate(record.offer)
             theirs.append(offer)
-            holders[planning.offer_key(offer)] = record.job_id
-    busy = [
-        f"{o.label}: in use by job {holders[planning.offer_key(o)]}"
-        for o in select(rank(theirs), query, placement).offers
-    ]
+            holders.setdefault(planning.offer_key(offer), []).append(record)
+    busy: list[str] = []
+    freeing: list[str] = []
+    warm: list[str] = []
+    for offer in select(rank(theirs), query, placement).offers:
+        for record in holders.pop(planning.offer_key(offer), []):
+            if record.state == "idle":
+                busy.append(f"{offer.label}: idle, kept warm")
+                freeing.append(busy[-1])
+                warm.append(record.request_id)
+            else:
+                ending = " (being torn down)" if record.state in gangs.ENDING_OR_GONE else ""
+                busy.append(f"{offer.label}: in use by job {record.job_id}{ending}")
+                if ending:
+                    freeing.append(busy[-1])
     if fitting.offers or busy:
-        return Candidates(fitting=list(fitting.offers), busy=busy)
+        return Candidates(list(fitting.offers), busy, freeing=freeing, warm=warm)
     # With no offer from anyone, the providers' own failures (a timeout, missing credentials)
     # say more than "no offers at all".
     why = "; ".join(gathered.failed) if not len(ranked) and gathered.failed else None

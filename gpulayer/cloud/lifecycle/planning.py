@@ -167,6 +167,7 @@ def choose(
     capacity_freed_at: float = 0.0,
     held_offers: Mapping[OfferKey, str] | None = None,
     busy: Sequence[str] = (),
+    freeing: Sequence[str] = (),
     queue: bool = True,
     wait_limit: float | None = None,
     wait_started: float | None = None,
@@ -175,7 +176,9 @@ def choose(
 
     ``held_offers`` are offers blocked for every job for a while (a spot offer just
     reclaimed), with why; ``busy`` says which machines that would fit are in use by other
-    jobs (an ssh pool does not offer them); ``capacity_freed_at`` is when an instance last
+    jobs (an ssh pool does not offer them), and ``freeing`` those of them that are idle or
+    being torn down: the job waits for those even when it does not queue, as they free within
+    a teardown; ``capacity_freed_at`` is when an instance last
     ended, which ends every capacity block from before it; ``wait_limit`` bounds the whole
     wait for capacity, counted from ``wait_started`` (or the first capacity refusal)."""
     tries = list(tries)
@@ -196,7 +199,7 @@ def choose(
     started = min([t.created_at for t in capacity] + [wait_started or now])
     return _wait_or_give_up(
         list(dict.fromkeys(waiting)),
-        queue=queue,
+        queue=queue or bool(freeing),
         waited=now - started,
         wait_limit=wait_limit,
         backoff=backoff,
@@ -274,6 +277,10 @@ def _wait_or_give_up(
             give_up=f"no capacity within provisioning_timeout_seconds ({wait_limit:g} s): " + shown
         )
     return Decision(wait=f"waiting for capacity: {what}", retry_in=backoff)
+
+
+FREEING_RETRY_SECONDS = 2.0
+"""How soon a job waiting for machines that are idle or being torn down is planned again."""
 
 
 def _every_offer_failed(tries: Sequence[PastTry]) -> Decision:

@@ -385,18 +385,26 @@ class Reconciler:
             link = self.links.get(request_id)
             return link is not None and link.alive
 
-        return Local(leased.__contains__, link_alive)
+        return Local(leased.__contains__, link_alive, self.steps.idle_seconds)
 
     # --- the reaper -------------------------------------------------------------------------
 
     def reap(self, *, dry_run: bool = False) -> list[dict[str, Any]]:
-        """What is (or would be) ended: instances of ended jobs, and owned instances no record
-        knows of. Without dry_run it drives them now rather than at the next pass."""
-        ended = [
-            reap.entry(r.request_id, r.provider, r.instance_id, r.job_id)
+        """What is (or would be) ended: instances of ended jobs (warm idle ones included: a
+        reap does not wait for their idle_seconds), and owned instances no record knows of.
+        Without dry_run it drives them now rather than at the next pass."""
+        records = [
+            r
             for r in self.store.list_instances(live_only=True)
-            if self.store.get_job(r.job_id).terminal or r.state in ("draining", "terminating")
+            if self.store.get_job(r.job_id).terminal
+            or r.state in ("idle", "draining", "terminating")
         ]
+        ended = [reap.entry(r.request_id, r.provider, r.instance_id, r.job_id) for r in records]
+        if not dry_run:
+            for record in records:
+                if record.state == "idle":
+                    # Not released first: a job taking it meanwhile keeps it (the move fails).
+                    self.steps.move(record, "draining", "reaped while idle")
         ended += reap.reap_unknown(self.steps, dry_run=dry_run)
         if not dry_run:
             self.store.clear_step_retries()

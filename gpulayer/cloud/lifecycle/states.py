@@ -20,6 +20,7 @@ InstanceState = Literal[
     "bootstrapping",  # installing and starting the worker over SSH
     "ready",  # the worker joined; reserved for its job, which is about to be dispatched
     "in_use",  # the job's attempt runs on its worker
+    "idle",  # its job ended; the worker runs on, reserved for no job, until idle_seconds pass
     "draining",  # the job ended: closing the tunnel, taking the worker off
     "terminating",  # the provider's terminate call, retried until the provider confirms
     "terminated",  # gone, as the provider confirmed
@@ -33,6 +34,7 @@ STATES: tuple[InstanceState, ...] = (
     "bootstrapping",
     "ready",
     "in_use",
+    "idle",
     "draining",
     "terminating",
     "terminated",
@@ -42,7 +44,7 @@ STATES: tuple[InstanceState, ...] = (
 GONE: frozenset[str] = frozenset({"terminated", "never_launched"})
 """Nothing is left in the cloud; the record stays as the ledger."""
 
-HOLDS_WORKER: frozenset[str] = frozenset({"ready", "in_use"})
+HOLDS_WORKER: frozenset[str] = frozenset({"ready", "in_use", "idle"})
 """States in which a worker runs on the instance and needs its SSH tunnel."""
 
 _ENDING: tuple[InstanceState, ...] = ("draining", "terminating")
@@ -54,13 +56,19 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     "booting": frozenset({"bootstrapping", *_ENDING}),
     # A controller restart mid-bootstrap goes back to waiting for SSH and starts over.
     "bootstrapping": frozenset({"booting", "ready", *_ENDING}),
-    "ready": frozenset({"in_use", *_ENDING}),
-    "in_use": frozenset({*_ENDING}),
+    "ready": frozenset({"in_use", "idle", *_ENDING}),
+    "in_use": frozenset({"idle", *_ENDING}),
+    # A warm machine: the next job it fits takes it (back to ready, its worker kept), or its
+    # idle_seconds pass and it drains.
+    "idle": frozenset({"ready", *_ENDING}),
     "draining": frozenset({"terminating"}),
     "terminating": frozenset({"terminated"}),
     "terminated": frozenset(),
     "never_launched": frozenset(),
 }
+
+MAX_IDLE_SECONDS = 86_400.0
+"""The longest idle_seconds a setting may ask for: a forgotten warm machine bills a day at most."""
 
 # How long an instance may stay in a state before the reconciler gives up on it. None: as long
 # as needed (a running job, a terminate the reaper keeps retrying). Provisioning states are also
@@ -72,6 +80,9 @@ STATE_TIMEOUTS: dict[str, float | None] = {
     "bootstrapping": 900.0,
     "ready": 300.0,
     "in_use": None,
+    # The most any idle_seconds may keep a machine idle; each instance's own limit is its
+    # provider's idle_seconds (see idle_limit).
+    "idle": MAX_IDLE_SECONDS,
     "draining": 120.0,
     "terminating": None,
     "terminated": None,
@@ -113,12 +124,23 @@ _STUCK: dict[str, tuple[InstanceState, str, bool]] = {
     "booting": ("draining", "the wait for SSH", True),
     "bootstrapping": ("draining", "the bootstrap", True),
     "draining": ("terminating", "draining", False),
+    "idle": ("draining", "idle", False),
 }
 
 STUCK_STATES: frozenset[str] = frozenset(_STUCK)
 
+SETTABLE_LIMITS: frozenset[str] = STUCK_STATES - {"idle"}
+"""States whose limit state_timeouts may change (idle's is idle_seconds)."""
+
 PROVISIONING_STATES: frozenset[str] = frozenset({"launching", "booting", "bootstrapping"})
 """States a job's own provisioning_timeout_seconds may hold an instance in beyond the table."""
+
+
+def idle_limit(idle_seconds: float) -> float | None:
+    """How long an instance whose provider keeps machines ``idle_seconds`` stays idle: that,
+    within the table's limit for idle (None: the table sets none)."""
+    table = STATE_TIMEOUTS["idle"]
+    return None if table is None else min(table, idle_seconds)
 
 
 @dataclass(frozen=True)

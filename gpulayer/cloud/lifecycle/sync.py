@@ -42,6 +42,8 @@ class Local:
 
     in_flight: Callable[[str], bool]
     link_alive: Callable[[str], bool]
+    idle_seconds: Callable[[str], float] = lambda provider: 0.0
+    """How long a provider's machines stay warm after their job (the settings in effect)."""
 
 
 def provisioning_budget(job: JobView) -> float:
@@ -117,11 +119,14 @@ def _facts(
         step_in_flight=local.in_flight(rid),
         teardown_in_flight=local.in_flight(end_key(rid)),
         checked_at=r.checked_at or 0.0,
+        idle_seconds=local.idle_seconds(r.provider) if r.state in HOLDS_WORKER else 0.0,
     )
     if job is not None and stuck_soon(facts, now, limits):
         facts = replace(facts, provisioning_budget=provisioning_budget(job))
     if r.state in ("draining", "terminating"):
         return facts
+    if r.state == "idle":  # its job is over; only its link and its idle limit bear on it
+        return replace(facts, job_ended=True, link_alive=local.link_alive(rid), worker_id=worker_id)
     ended = job is None or job.terminal or released
     facts = replace(
         facts,

@@ -21,6 +21,7 @@ from gpulayer.cloud.lifecycle.decide import (
     Step,
     Submit,
     decide,
+    limit_of,
 )
 from gpulayer.cloud.lifecycle.states import (
     GONE,
@@ -29,6 +30,10 @@ from gpulayer.cloud.lifecycle.states import (
     STATE_TIMEOUTS,
     STUCK_STATES,
 )
+
+HELD_FOR_NO_JOB = frozenset({"idle"})
+"""An instance in these states is its last job's record but no job's machine: that job, when
+it is queued again, is planned (and may take it back)."""
 
 
 class Live(NamedTuple):
@@ -113,7 +118,7 @@ def decide_pass(world: World, now: float) -> PassDecision:
             due = next_change(facts, now, limits, deadman)
             if due is not None:
                 follow_ups.append(FollowUp(request_id, due[0], due[1]))
-    busy = {live.job_id for live in world.instances}
+    busy = {live.job_id for live in world.instances if live.facts.state not in HELD_FOR_NO_JOB}
     waits = world.capacity_waits
     plan: list[str] = []
     for job_id, target in world.waiting:
@@ -144,7 +149,7 @@ def next_change(
     if facts.next_step_at is not None and facts.next_step_at > now:
         times.append((facts.next_step_at, "its step's backoff ends"))
     if state in STUCK_STATES:
-        limit = limits.get(state, STATE_TIMEOUTS[state])
+        limit = limit_of(facts, limits)
         if limit is not None:
             if state in PROVISIONING_STATES:
                 limit = max(limit, facts.provisioning_budget)

@@ -15,7 +15,12 @@ def instances_detail(
 ) -> list[dict[str, Any]]:
     now = time.time()
     return [
-        lifecycle_view(r, service.store.instance_history(r.request_id), now)
+        lifecycle_view(
+            r,
+            service.store.instance_history(r.request_id),
+            now,
+            service.cloud.idle_seconds(r.provider),
+        )
         for r in service.store.list_instances(job_id=job_id, live_only=live_only)
     ]
 

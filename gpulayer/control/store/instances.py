@@ -18,6 +18,7 @@ from sqlalchemy import (
 )
 
 from gpulayer.cloud.lifecycle.records import INSTANCE_GONE_STATES, InstanceRecord
+from gpulayer.cloud.lifecycle.states import check_transition
 from gpulayer.control import tables as t
 from gpulayer.control.record_states import RESERVATION_TRANSITIONS, sources
 from gpulayer.control.store.engine import StoreBase
@@ -29,6 +30,10 @@ from gpulayer.control.store.records import (
     instance_from_row,
 )
 from gpulayer.errors import NotFoundError
+
+
+class _NotIdle(Exception):
+    """An idle instance's reservation was not idle: the take is undone."""
 
 
 class InstanceLedger(StoreBase):
@@ -133,7 +138,9 @@ class InstanceLedger(StoreBase):
         condition = and_(
             t.reservations.c.request_id == request_id,
             or_(
-                t.reservations.c.state.in_(sources(RESERVATION_TRANSITIONS, "bound")),
+                # Only a job taking an idle machine binds an idle reservation (see
+                # take_idle_instance): a worker registering again leaves it idle.
+                t.reservations.c.state == "pending",
                 and_(t.reservations.c.state == "bound", t.reservations.c.worker_id == worker_id),
             ),
         )
@@ -158,6 +165,66 @@ class InstanceLedger(StoreBase):
                 .where(condition)
                 .values(state="released", released_at=time.time())
             )
+
+    def rest_reservation(self, request_id: str) -> bool:
+        """The job is done with the instance's worker, which is kept for the next job: True
+        when its bound reservation is idle now."""
+        condition = and_(
+            t.reservations.c.request_id == request_id,
+            t.reservations.c.state.in_(sources(RESERVATION_TRANSITIONS, "idle")),
+        )
+        with self._begin() as conn:
+            return bool(
+                conn.execute(update(t.reservations).where(condition).values(state="idle")).rowcount
+                == 1
+            )
+
+    def take_idle_instance(self, request_id: str, job_id: str, *, reason: str) -> bool:
+        """``job_id`` takes the idle instance and its worker, in one transaction: the instance
+        moves idle -> ready as the job's record (its cost goes on accruing there) and its
+        reservation is bound to the job. False when it is not idle any more (another job took
+        it, or it began to drain)."""
+        now = time.time()
+        try:
+            return self._take_idle(request_id, job_id, reason, now)
+        except _NotIdle:  # the instance's move is rolled back with the reservation's
+            return False
+
+    def _take_idle(self, request_id: str, job_id: str, reason: str, now: float) -> bool:
+        # Both moves are the tables' own: idle -> ready, and a reservation idle -> bound.
+        check_transition("idle", "ready")
+        if "idle" not in sources(RESERVATION_TRANSITIONS, "bound"):
+            raise _NotIdle(request_id)
+        with self._begin() as conn:
+            moved = conn.execute(
+                update(t.instances)
+                .where(and_(t.instances.c.request_id == request_id, t.instances.c.state == "idle"))
+                .values(state="ready", state_since=now, job_id=job_id)
+            ).rowcount
+            if moved != 1:
+                return False
+            bound = conn.execute(
+                update(t.reservations)
+                .where(
+                    and_(
+                        t.reservations.c.request_id == request_id,
+                        t.reservations.c.state == "idle",
+                    )
+                )
+                .values(state="bound", job_id=job_id, bound_at=now)
+            ).rowcount
+            if bound != 1:
+                raise _NotIdle(request_id)
+            conn.execute(
+                insert(t.instance_transitions).values(
+                    request_id=request_id,
+                    from_state="idle",
+                    to_state="ready",
+                    reason=reason,
+                    at=now,
+                )
+            )
+        return True
 
     def update_instance(self, request_id: str, **values: Any) -> None:
         if "tags" in values:

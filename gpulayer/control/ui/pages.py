@@ -24,7 +24,7 @@ from gpulayer.control.service import ControlService
 from gpulayer.control.store import InstanceRecord
 from gpulayer.control.ui.charts import Interval, daily_bars_svg, daily_totals, timeline_svg
 from gpulayer.control.ui.timeline import cloud_phases, job_segments
-from gpulayer.control.views import job_view
+from gpulayer.control.views import idle_left, job_view, state_label
 from gpulayer.errors import UsageError
 from gpulayer.protocol.messages import SETUP_LOG_PREFIX
 
@@ -187,9 +187,11 @@ def instances_context(service: ControlService) -> dict[str, Any]:
         if since is None:  # a record from before the lifecycle, which kept state_since
             marks = (instance.launched_at, instance.ready_at, instance.ended_at)
             since = max([instance.created_at, *(m for m in marks if m is not None)])
+        left = idle_left(instance, service.cloud.idle_seconds(instance.provider), now)
         rows.append(
             {
                 "record": instance,
+                "state_label": state_label(instance.state, left),
                 "age_in_state": now - since,
                 "age": now - instance.created_at,
                 "cost": instance.cost(now),

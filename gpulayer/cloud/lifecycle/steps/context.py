@@ -24,6 +24,7 @@ from gpulayer.cloud.lifecycle.decide import (
     Move,
     Release,
     RememberReclaim,
+    Rest,
     Step,
     Submit,
 )
@@ -96,6 +97,11 @@ class StepContext:
     def deadman_seconds(self) -> float:
         return float(self.settings.get("deadman_seconds", DEFAULT_DEADMAN_SECONDS))
 
+    def idle_seconds(self, provider: str) -> float:
+        """How long the provider's machines stay warm after their job (0: not at all)."""
+        own = (self.settings.get("provider_idle_seconds") or {}).get(provider)
+        return float(self.settings.get("idle_seconds", 0) if own is None else own)
+
     def deadman_action(self, provider: str) -> str:
         configured = os.environ.get("GPULAYER_DEADMAN_ACTION") or self.settings.get(
             "deadman_action"
@@ -130,6 +136,14 @@ class StepContext:
         """The job is done with the instance: no one may be dispatched to its worker now."""
         self.store.release_reservation(r.request_id)
         self.move(r, "draining", why)
+
+    def rest(self, r: InstanceRecord, why: str) -> None:
+        """The job is done with the instance, which stays warm: its worker runs on, reserved
+        for no job, until a job takes it or its idle_seconds pass."""
+        if self.store.rest_reservation(r.request_id):
+            self.move(r, "idle", f"{why}; kept warm for {self.idle_seconds(r.provider):g} s")
+        else:  # released meanwhile (the job's end raced the pass): it drains
+            self.release(r, why)
 
     def lose(self, r: InstanceRecord, worker_id: str | None, reason: str, why: str) -> None:
         if worker_id is not None:
@@ -219,6 +233,8 @@ class StepContext:
                 start(r, action.step, now)
             elif isinstance(action, Release):
                 self.release(r, action.why)
+            elif isinstance(action, Rest):
+                self.rest(r, action.why)
             elif isinstance(action, LoseWorker):
                 self.lose(r, worker_id, action.reason, action.why)
             elif isinstance(action, EndGangNode):

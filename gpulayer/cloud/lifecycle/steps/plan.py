@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from gpulayer.cloud.lifecycle import gangs, planning
 from gpulayer.cloud.lifecycle.placement import candidates
 from gpulayer.cloud.lifecycle.steps.terminate import REQUEST_TAG
+from gpulayer.cloud.lifecycle.world import HELD_FOR_NO_JOB
 from gpulayer.cloud.protocol import OffersAreMachines
 
 if TYPE_CHECKING:
@@ -39,7 +40,9 @@ def plan_job(ctx: StepContext, job_id: str, start_launch: StartLaunch) -> None:
     job = ctx.store.get_job(job_id)
     if job.target != "cloud" or job.state not in ("queued", "provisioning"):
         return
-    if ctx.store.list_instances(job_id=job_id, live_only=True):
+    live = ctx.store.list_instances(live_only=True)
+    # Its own idle machine (it is queued again for a retry) is no job's: it may take it back.
+    if any(r.job_id == job_id and r.state not in HELD_FOR_NO_JOB for r in live):
         return
     spec = JobSpec.model_validate(job.spec)
     placement = spec.placement
@@ -47,13 +50,15 @@ def plan_job(ctx: StepContext, job_id: str, start_launch: StartLaunch) -> None:
     found = candidates(
         spec,
         providers,
-        ctx.store.list_instances(live_only=True),
+        live,
         job_id,
         lambda text: ctx.note(job_id, text),
         wait_seconds=ctx.settings.get("cloud_wait_seconds"),
     )
     if found.never is not None:
         return next_target_or_fail(ctx, job, spec, found.never)
+    if found.warm and gangs.nodes_of(spec) == 1 and _take_warm(ctx, job, found.warm):
+        return
     now = time.time()
     tries = planning.tries_of(ctx.store.list_instances(job_id=job_id))
     held = planning.held_offers(ctx.store.instances_holding_offers(now), now)
@@ -68,6 +73,7 @@ def plan_job(ctx: StepContext, job_id: str, start_launch: StartLaunch) -> None:
             capacity_freed_at=freed_at,
             held_offers={**held, **unavailable},
             busy=found.busy,
+            freeing=found.freeing,
             queue=placement.on_unschedulable == "queue",
             wait_limit=provisioning.provisioning_timeout_seconds if provisioning else None,
             wait_started=job.created_at,
@@ -85,10 +91,31 @@ def plan_job(ctx: StepContext, job_id: str, start_launch: StartLaunch) -> None:
                 return
     if decision.wait is not None:
         retry_in = decision.retry_in or planning.backoff_seconds(1)
+        if found.freeing:  # machines that free within a teardown, or idle ones a race took
+            retry_in = min(retry_in, planning.FREEING_RETRY_SECONDS)
         ctx.store.wait_for_capacity_until(job_id, now + retry_in)
         ctx.service.wait_for_capacity(job_id, decision.wait)
     else:
         next_target_or_fail(ctx, job, spec, decision.give_up or "no offer left")
+
+
+def _take_warm(ctx: StepContext, job: JobView, warm: list[str]) -> bool:
+    """The job takes the first of the idle machines that fit it that is still idle: no launch
+    and no bootstrap, its worker bound to the job and the job dispatched to it now."""
+    with _PLACING:
+        for request_id in warm:
+            if ctx.store.take_idle_instance(request_id, job.id, reason=f"taken by job {job.id}"):
+                break
+        else:
+            return False
+    record = ctx.store.get_instance(request_id)
+    ctx.store.end_capacity_waits([job.id])
+    label = f"{record.provider}/{record.zone or record.region}/{record.instance_type}"
+    ctx.service.hand_to_warm_machine(
+        job.id, f"on warm instance {request_id} ({label}): no launch and no bootstrap"
+    )
+    ctx.wake()
+    return True
 
 
 def _machines_taken(
