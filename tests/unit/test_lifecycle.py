@@ -184,6 +184,23 @@ def test_the_wait_for_capacity_ends_at_the_provisioning_timeout() -> None:
     assert late.give_up.startswith("no capacity within provisioning_timeout_seconds (60 s)")
 
 
+def test_a_job_that_does_not_queue_waits_for_machines_idle_or_being_torn_down() -> None:
+    """The 2-node break: a gang submitted right after another, whose hosts are still being torn
+    down, waits for them (they free within a teardown) rather than failing unschedulable; a
+    machine another job runs on still ends it at once."""
+    ending = ["ssh/lab/h0: in use by job j-1 (being torn down)", "ssh/lab/h1: idle, kept warm"]
+    waits = planning.choose([], [], now=10, busy=ending, freeing=ending, queue=False)
+    assert waits.wait is not None and "being torn down" in waits.wait
+    running = ["ssh/lab/h0: in use by job j-1"]
+    fails = planning.choose([], [], now=10, busy=running, queue=False)
+    assert fails.give_up is not None and fails.give_up.startswith("no capacity: 1 offer(s)")
+    # The provisioning timeout still bounds that wait.
+    late = planning.choose(
+        [], [], now=200, busy=ending, freeing=ending, queue=False, wait_limit=60, wait_started=1
+    )
+    assert late.give_up is not None
+
+
 def test_credentials_refused_block_the_whole_provider_and_give_up() -> None:
     a, b = offer("a", 0.1, "z1"), offer("b", 0.2, "z2")
     tries = [past(a, planning.refused("auth", "provider", "credentials rejected"))]
