@@ -13,7 +13,7 @@ own /etc/slurm or /etc/munge is read or touched:
   authorized_keys of the shared home and refuses logins from this machine, which reaches it
   through the login node;
 * a login node: a host of the same kind with Slurm's commands, munged and /etc/slurm of its
-  own, as users log into;
+  own, as users log into; its sshd reads the shared home's authorized_keys too;
 * the cluster's shared filesystem: one folder of this machine mounted at ``/shared`` on every
   node (the users' home, a shared software area), as NFS is on a lab's cluster.
 
@@ -193,6 +193,12 @@ class SlurmCluster:
         self.wait_nodes_idle([n.name for n in self.nodes])
         login = self._add_node_host("login")
         self._install_slurm(login, None)
+        # The login node reads the shared home's keys as the nodes do (as on a cluster whose
+        # home is NFS), besides its own.
+        login.configure(
+            f"AuthorizedKeysFile {self.on_nodes(self.shared_authorized_keys)} "
+            f"{login.authorized_keys}"
+        )
         login.start()
         self.login = login
 
