@@ -157,3 +157,25 @@ def test_config_check_says_ok_for_the_file_sshd_reads(tmp_path: Path, ssh_host: 
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ssh host-1: ok" in done.stdout, done.stdout
     assert ssh_host.read_text(ssh_host.authorized_keys) == before  # its line taken out again
+
+
+def test_config_check_says_which_host_it_cannot_log_into_and_checks_the_others(
+    tmp_path: Path, ssh_hosts: Any
+) -> None:
+    up, down = ssh_hosts(2, start=False)
+    up.start()
+    up.wait_ready()
+    home = _home(tmp_path, up, str(up.authorized_keys))
+    config = yaml.safe_load((home / "providers.yaml").read_text())
+    other = {**config["ssh"]["hosts"][0], "name": "host-2", "address": down.address}
+    other.update(port=down.port, key_path=str(down.client_key))
+    config["ssh"]["hosts"].append(other)
+    (home / "providers.yaml").write_text(yaml.safe_dump(config))
+    begun = time.monotonic()
+    done = _cli(home, "config", "check", timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert "ssh host-1: ok (the job key file is read)" in lines, done.stdout
+    [problem] = [line for line in lines if line.startswith("ssh host-2: ")]
+    assert f"cannot log in with {down.client_key}" in problem, problem
+    assert time.monotonic() - begun < 60
