@@ -397,7 +397,6 @@ class WorkerAgent:
             if uid is not None and self.uid_pool is not None:
                 take_back(attempt_dir)  # the uid's next attempt finds nothing of this one's
                 self.uid_pool.release(uid, all_ended=all_ended)
-            self._attempt_over(attempt_dir)
         report = self._ended_by_the_stop(assignment, report)
         if attempt_id not in self._fenced:
             send_report(
@@ -409,6 +408,7 @@ class WorkerAgent:
             )
         with self._runs_lock:
             self._held.discard(attempt_id)
+        self._attempt_over(attempt_dir)  # once reported: the job's room frees sooner
 
     # _run_assignment's parts: the attempt's run itself, and how the worker's own stop
     # rewrites its end. Methods of their own so _run_assignment reads as the attempt's
