@@ -6,7 +6,9 @@ read the ratios).
 Rows, each through the real command line and an embedded control plane:
 - submit to the job's first output line on an ssh-provider host, cold (the host holds no
   wheelhouse) and warm (a second job on the same host), and on moto (an EC2 instance that
-  boots as a namespace sshd host);
+  boots as a namespace sshd host); on each, a job that takes an idle machine (`idle_seconds`
+  set: the machine and its worker outlived the job before, no launch and no bootstrap); and a
+  local job beside them;
 - the same for a project: `submit -f job.yaml` from a 20 MB folder whose job has a
   `setup.pip` of one small package (from a package index on the hosts' network), cold (a fresh
   host: nothing installed) and warm (the same host, the same setup: the environment reused);
@@ -199,6 +201,35 @@ def one_ssh_host(home: Path, base: Path, host: SshdHost, name: str) -> None:
     )
 
 
+def keep_warm(home: Path, provider: str, seconds: float) -> None:
+    """Set the provider's own idle_seconds in providers.yaml."""
+    path = home / "providers.yaml"
+    config = yaml.safe_load(path.read_text())
+    config[provider]["idle_seconds"] = seconds
+    path.write_text(yaml.safe_dump(config))
+
+
+def on_idle_machine(controller: Controller, provider: str, *submit: str) -> float:
+    """With idle_seconds set: a job that leaves its machine idle, then the measured one, which
+    takes it; the machine is reaped after. Seconds from submit to first line."""
+    keep_warm(controller.home, provider, 120)
+    _, first = controller.first_line_seconds(*submit)
+
+    def idle() -> bool:
+        return any(i["state"] == "idle" for i in controller.json("instances"))
+
+    wait_for(idle, 120, "the machine to go idle")
+    seconds, job_id = controller.first_line_seconds(*submit)
+    taken = [i for i in controller.json("cost", "--job", job_id)["instances"]]
+    assert len(taken) == 1 and not controller.json("cost", "--job", first)["instances"], taken
+    wait_for(lambda: controller.json("status", job_id)["state"] == "succeeded", 120, "the job")
+    wait_for(idle, 120, "the machine to go idle again")
+    controller.run("reap")
+    controller.wait_torn_down(job_id)
+    keep_warm(controller.home, provider, 0)
+    return seconds
+
+
 def project(base: Path, index: PackageIndex) -> Path:
     """A 20 MB folder (code and data files) whose job needs one small package."""
     folder = base / "project"
@@ -247,7 +278,7 @@ def measure_ssh(
     home.mkdir()
     folder = project(base, index)
     rows: dict[str, list[float]] = {
-        "cold": [], "warm": [], "cpu": [], "tunnel": [], "rejoin": [],
+        "cold": [], "warm": [], "cpu": [], "tunnel": [], "rejoin": [], "idle": [], "local": [],
         "project cold": [], "project warm": [], "baseline cold": [], "baseline warm": [],
     }  # fmt: skip
     for round_ in range(repeat):
@@ -265,6 +296,8 @@ def measure_ssh(
             controller.wait_torn_down(job_id)
             rows[kind].append(seconds)
             rows["cpu"].append(cpu_seconds(controller.pid) - before)
+        rows["idle"].append(on_idle_machine(controller, "ssh", "--target", "cloud"))
+        rows["local"].append(controller.first_line_seconds("--target", "local")[0])
         tunnel, rejoin = measure_restart(controller, host, f"/tmp/gate-{round_}")
         rows["tunnel"].append(tunnel)
         rows["rejoin"].append(rejoin)
@@ -332,7 +365,7 @@ def measure_restart(controller: Controller, host: SshdHost, gate: str) -> tuple[
 def measure_moto(base: Path, lab: SshdLab, repeat: int) -> dict[str, list[float]]:
     home = base / "aws-home"
     home.mkdir()
-    rows: dict[str, list[float]] = {"moto": [], "cpu": []}
+    rows: dict[str, list[float]] = {"moto": [], "cpu": [], "idle": []}
     with moto_server() as moto:
         assert lab.subnet is not None
         ec2 = ec2_client(moto.url)
@@ -382,6 +415,9 @@ def measure_moto(base: Path, lab: SshdLab, repeat: int) -> dict[str, list[float]
                 controller.wait_torn_down(job_id)
                 rows["moto"].append(seconds)
                 rows["cpu"].append(cpu_seconds(controller.pid) - before)
+                rows["idle"].append(
+                    on_idle_machine(controller, "aws", "--target", "cloud", "--provider", "aws")
+                )
         finally:
             controller.stop()
             emulator.stop()
@@ -417,6 +453,9 @@ def main() -> None:
         ("ssh host, cold wheelhouse", cold),
         ("ssh host, warm wheelhouse", warm),
         ("moto instance", moto),
+        ("ssh host, idle machine (idle_seconds)", median(ssh["idle"])),
+        ("moto instance, idle machine (idle_seconds)", median(aws["idle"])),
+        ("local job (no machine to rent)", median(ssh["local"])),
     ):
         print(f"  {label:<42}{value:>10.2f}{value / cold:>13.2f}x")
     project_cold, project_warm = median(ssh["project cold"]), median(ssh["project warm"])
