@@ -78,9 +78,10 @@ def main() -> None:
         shutil.rmtree(home, ignore_errors=True)
     floor = max(rate for name, rate in rows if name.startswith("multiprocessing"))
     print(f"{args.items} items of a trivial function, {os.cpu_count()} cores")
-    print(f"{'what':<44}{'items/s':>10}{'ms an item':>12}{'vs Pool.map':>14}")
+    print(f"{'what':<44}{'items/s':>10}{'ms an item':>12}{'vs Pool.map':>18}")
     for name, rate in rows:
-        print(f"{name:<44}{rate:>10.1f}{1000 / rate:>12.3f}{floor / rate:>13.0f}x slower")
+        versus = "floor" if rate == floor else f"{floor / rate:.1f}x slower"
+        print(f"{name:<44}{rate:>10.1f}{1000 / rate:>12.3f}{versus:>18}")
 
 
 if __name__ == "__main__":
