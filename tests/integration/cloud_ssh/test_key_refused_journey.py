@@ -179,3 +179,46 @@ def test_config_check_says_which_host_it_cannot_log_into_and_checks_the_others(
     [problem] = [line for line in lines if line.startswith("ssh host-2: ")]
     assert f"cannot log in with {down.client_key}" in problem, problem
     assert time.monotonic() - begun < 60
+
+
+def test_a_stock_setting_on_a_host_whose_sshd_reads_other_keys(
+    tmp_path: Path, sshd_lab: Any, ssh_hosts: Any
+) -> None:
+    """The issue's host: sshd_config says `AuthorizedKeysFile .ssh/other_keys`, the provider
+    writes the job key to the default ~/.ssh/authorized_keys."""
+    if sshd_lab.mode != "rootfs":
+        pytest.skip("needs a host with a home of its own (root, network namespaces)")
+    (host,) = ssh_hosts(1, start=False)
+    host.configure("AuthorizedKeysFile .ssh/other_keys")
+    host.start()
+    host.wait_ready()
+    key = host.client_public_key.strip()
+    host.run(
+        f"export HOME=~{host.user} && mkdir -p -m 700 ~/.ssh && echo '{key}' >> ~/.ssh/other_keys",
+        check=True,
+    )
+    home = _home(tmp_path, host, "~/.ssh/authorized_keys")
+    line = (
+        "ssh.hosts[host-1].authorized_keys: the host refused the job key written to "
+        "~/.ssh/authorized_keys; set the file its sshd reads"
+    )
+    try:
+        checked = _cli(home, "config", "check", timeout=120)
+        assert checked.returncode == 1, checked.stdout + checked.stderr
+        assert f"ssh host-1: {line}" in checked.stdout, checked.stdout
+        begun = time.monotonic()
+        submit = _cli(
+            home, "submit", "--target", "cloud", "--provider", "ssh", "--", "true", timeout=240
+        )
+        assert submit.returncode != 0 and time.monotonic() - begun < 90
+        assert line in submit.stdout + submit.stderr, submit.stdout + submit.stderr
+        # Nothing of the job's or the check's is left in the file it wrote, once torn down.
+        deadline = time.monotonic() + 60
+        while True:
+            left = host.run(f"cat ~{host.user}/.ssh/authorized_keys 2>/dev/null || true").stdout
+            if "gpulayer-request:" not in left or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert "gpulayer-request:" not in left, left
+    finally:
+        stop_local_control_plane(home)
