@@ -349,3 +349,48 @@ def test_offers_page_plans_a_pasted_spec_and_creates_nothing(plane: Any) -> None
     )
     assert invalid.status_code == 400 and "workload.command" in invalid.text
     assert service.store.list_jobs(limit=10) == []
+
+
+def test_an_idle_machine_shows_its_time_left_on_the_dashboard_and_in_the_api(
+    tmp_path: Path,
+) -> None:
+    """The time left is read from providers.yaml's idle_seconds as the lifecycle reads it."""
+    from fastapi.testclient import TestClient
+
+    from gpulayer.control.api import create_app
+    from gpulayer.control.cloud_attach import ProviderCloud
+
+    layout = HomeLayout(tmp_path / "home").ensure()
+    (layout.root / "providers.yaml").write_text("gpulayer:\n  idle_seconds: 90\n")
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    service = ControlService(store, layout, cloud=ProviderCloud(layout.root, store))
+    app = create_app(service, TokenAuthority(store, local_admin_token=ADMIN), embedded=False)
+    try:
+        with TestClient(app, base_url="http://127.0.0.1") as client:
+            log_in(client)
+            job_id = queued_job(service)
+            now = time.time()
+            store.record_instance(
+                request_id="req-idle-1",
+                job_id=job_id,
+                owner="me",
+                provider="aws",
+                region="us-east-1",
+                instance_type="g5.xlarge",
+                instance_id="i-0idle",
+                state="idle",
+                state_since=now - 30,
+                hourly_price=1.0,
+                created_at=now - 600,
+                launched_at=now - 590,
+            )
+            page = client.get("/ui/instances").text
+            left = re.search(r"idle \((\d+) s left\)", page)
+            assert left and 55 <= int(left.group(1)) <= 60, page
+            headers = {"Authorization": f"Bearer {ADMIN}"}
+            (view,) = client.get("/v1/instances", headers=headers).json()
+            assert (
+                view["state_label"].startswith("idle (") and 55 <= view["idle_seconds_left"] <= 60
+            )
+    finally:
+        store.close()
