@@ -503,6 +503,8 @@ class JobRun:
             item = ctx.warm.item(ctx, python=argv[0], cwd=cwd, env=env, note=self._system)
             if item is not None:
                 return item
+        if ctx.warm is not None:
+            ctx.warm.make_room(env)  # no idle interpreter keeps this job's GPUs from it
         return ProcessTree.spawn(argv, cwd=cwd, env=env, group=ctx.group, run_as=ctx.run_as)
 
     def _wait(self, tree: ProcessTree | WarmItem) -> Literal["exited", "timeout", "cancelled"]:

@@ -95,6 +95,20 @@ def start_environment(env: Mapping[str, str], attempt_dir: Path) -> dict[str, st
     }
 
 
+# What a job is given of the machine's GPUs (see attempt_env.device_env).
+_DEVICE_NAMES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+
+
+def devices_of(env: Mapping[str, str]) -> frozenset[str]:
+    """The GPUs an environment gives its process ("cuda:0", ...); none for a CPU job."""
+    return frozenset(
+        f"{name}:{index.strip()}"
+        for name in _DEVICE_NAMES
+        for index in env.get(name, "").split(",")
+        if index.strip()
+    )
+
+
 def _digest(env: Mapping[str, str]) -> str:
     return hashlib.sha256(json.dumps(sorted(env.items())).encode()).hexdigest()
 
@@ -140,6 +154,7 @@ class WarmProcess:
         self.folder = folder
         self.cgroup = cgroup
         self.items = 0
+        self.devices: frozenset[str] = frozenset()
         self.idle_since = time.monotonic()
         self._replies = b""
         self._pidfd: int | None = None
@@ -333,6 +348,7 @@ class WarmPool:
         key = WarmKey(
             python, run_as.uid if run_as else None, source_key, workload.entrypoint, _digest(base)
         )
+        self.make_room(env, keep=key)
         for _ in range(2):  # an idle process may have died meanwhile: once more, fresh
             process = self._take(key)
             fresh = process is None
@@ -431,6 +447,7 @@ class WarmPool:
             child.close()
         cgroup = self._own_cgroup(number, popen.pid)
         process = WarmProcess(key, ProcessTree(popen, cgroup), parent, folder, cgroup)
+        process.devices = devices_of(base)
         with self._lock:
             self._busy.add(process)
         self._start_reaper()
@@ -475,6 +492,20 @@ class WarmPool:
                 self._idle.remove(process)
         process.end(grace)
 
+    def make_room(self, env: Mapping[str, str], keep: WarmKey | None = None) -> None:
+        """End the idle processes that hold any GPU this environment gives its job: a model
+        an earlier item left loaded there must not leave the next job short of memory. Those
+        of ``keep``, the job's own key, stay for it to reuse."""
+        wanted = devices_of(env)
+        if not wanted:
+            return
+        with self._lock:
+            holding = [p for p in self._idle if p.devices & wanted and p.key != keep]
+            for process in holding:
+                self._idle.remove(process)
+        for process in holding:
+            process.end(1.0)
+
     def pids(self) -> set[int]:
         with self._lock:
             return {p.pid for p in [*self._idle, *self._busy]}
@@ -513,6 +544,9 @@ class WarmEntry:
     def __init__(self, pool: WarmPool, bundle_digest: str | None) -> None:
         self.pool = pool
         self.bundle_digest = bundle_digest
+
+    def make_room(self, env: Mapping[str, str]) -> None:
+        self.pool.make_room(env)
 
     def item(
         self,
