@@ -423,6 +423,51 @@ def test_a_node_that_fails_to_bootstrap_takes_its_gang_down_and_blocks_its_zone(
     assert not list((cloud_home / "keys").glob("r-*"))
 
 
+@pytest.mark.slow
+def test_a_node_that_refuses_the_job_key_ends_its_gang_in_seconds_charged_to_the_refusal(
+    ssh_hosts: Any, cloud_home: Path, tmp_path: Path
+) -> None:
+    import datetime as dt
+    import time
+
+    first, second = ssh_hosts(2)
+    root = tmp_path / "installs"
+    unread = tmp_path / "keys-sshd-does-not-read"
+    write_providers(
+        cloud_home,
+        [
+            host_entry(first, "ok", 0.4, root),
+            host_entry(second, "wrong-keys", 0.4, root, authorized_keys=str(unread)),
+        ],
+    )
+    job_file = gang_job(tmp_path / "src")
+    begun = time.monotonic()
+    result = run_cli(["submit", "-f", str(job_file)], cwd=job_file.parent, timeout=400)
+    took = time.monotonic() - begun
+    assert result.returncode == 1, why_it_failed(result.stdout + result.stderr)
+    line = (
+        f"ssh.hosts[wrong-keys].authorized_keys: the host refused the job key written to "
+        f"{unread}; set the file its sshd reads"
+    )
+    assert line in result.stderr, why_it_failed(result.stderr)
+    assert "tearing the whole gang down" in result.stderr
+    assert took < 120, took  # not the 600 s window, per try
+    job = last_job()
+    assert job["state"] == "failed"
+    instances = teardown_done(job["id"])
+    assert instances and {i["state"] for i in instances} <= {"terminated", "never_launched"}
+    for instance in instances:
+        if instance["launched_at"] is None:
+            continue
+        launched = dt.datetime.fromisoformat(instance["launched_at"]).timestamp()
+        ended = dt.datetime.fromisoformat(instance["ended_at"]).timestamp()
+        # Every node of a gang that never had this node is charged to the refusal at most.
+        assert 0 <= ended - launched < 20, instance
+    assert free_hosts() == ["ok", "wrong-keys"]
+    assert job_processes(root, first, second) == []
+    assert installs_left(root, job["id"], first, second) == []
+
+
 def test_a_gang_no_offer_could_ever_take_is_refused_at_submit(
     ssh_hosts: Any, cloud_home: Path, tmp_path: Path
 ) -> None:

@@ -165,6 +165,11 @@ def _failed(ctx: StepContext, r: InstanceRecord, opened: _Opened, exc: Exception
         current, "draining", reading.reason, **columns
     ):
         moved = "draining"
+    if reading.charge_ends and r.launch_id is not None:
+        # A gang without this node was never usable: none of its nodes is charged on.
+        for node in ctx.gang(r):
+            if node.ended_at is None and not node.gone:
+                ctx.store.update_instance(node.request_id, ended_at=at)
     ctx.note(r.job_id, reading.note)
     return step_result.failed("prepare", at, error, move_to=moved)
 
