@@ -288,11 +288,6 @@ def test_a_job_that_waited_for_capacity_no_longer_says_so_once_it_ran(
     wait_until(lambda: no_job_keys(slurm_cluster), timeout=30, what="the job's key to go")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the cloud lifecycle does not yet pass the job's name (LaunchRequest.job_name) nor "
-    "call FinishingProvider.finish for a job that ended by itself",
-)
 def test_a_finished_jobs_allocation_is_named_after_it_and_ends_completed(
     slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
 ) -> None:

@@ -95,6 +95,7 @@ def _request(
             else DEFAULT_PROVISIONING_SECONDS
         ),
         count=count,
+        job_name=spec.name,
         progress=lambda text: _progress(ctx, r.job_id, text),
     )
 

@@ -12,6 +12,7 @@ from gpulayer.backoff import CLOUD_TERMINATE_RETRY
 from gpulayer.cloud.lifecycle import gangs, step_result
 from gpulayer.cloud.lifecycle.results import error_of
 from gpulayer.cloud.lifecycle.step_result import StepError
+from gpulayer.cloud.protocol import FinishingProvider
 
 if TYPE_CHECKING:
     from gpulayer.cloud.lifecycle.records import InstanceRecord
@@ -38,7 +39,7 @@ def terminate(ctx: StepContext, request_id: str) -> StepResult:
         why = f"provider {r.provider} is not enabled"
         return _later(ctx, r, StepError("ProviderNotEnabled", why))
     try:
-        ids = _end_machines(provider, r, nodes)
+        ids = _end_machines(provider, r, nodes, finished=_ended_by_itself(ctx, r))
     except Exception as exc:
         return _later(ctx, r, error_of(exc))
     ended_at = time.time()  # one confirmation ends every node at once
@@ -63,14 +64,30 @@ def terminate(ctx: StepContext, request_id: str) -> StepResult:
     )
 
 
-def _end_machines(provider: Provider, r: InstanceRecord, nodes: list[InstanceRecord]) -> list[str]:
+def _ended_by_itself(ctx: StepContext, r: InstanceRecord) -> bool:
+    """The instance ends because its job ended by itself (it succeeded, or its workload
+    failed), not by a cancel, a timeout, a lost machine or a launch that went wrong."""
+    job = ctx.store.get_job(r.job_id)
+    if r.outcome is not None or not job.terminal:
+        return False
+    return job.state == "succeeded" or (
+        job.state == "failed" and job.reason not in ("timeout", "worker_lost", "preempted")
+    )
+
+
+def _end_machines(
+    provider: Provider, r: InstanceRecord, nodes: list[InstanceRecord], *, finished: bool = False
+) -> list[str]:
     ids = [n.instance_id for n in nodes if n.instance_id]
     if len(ids) < len(nodes):
         # The launch may have gone through without an answer: find it by its tag.
         tag = r.launch_id or r.request_id
         ids += [i.id for i in provider.list_owned({REQUEST_TAG: tag}) if i.id not in ids]
     if ids:
-        provider.terminate(ids)
+        if finished and isinstance(provider, FinishingProvider):
+            provider.finish(ids)
+        else:
+            provider.terminate(ids)
         still = [i.id for i in provider.describe(ids) if i.state != "terminated"]
         if still:
             raise RuntimeError(f"{', '.join(still)} not terminated yet")
