@@ -113,6 +113,10 @@ def _digest(env: Mapping[str, str]) -> str:
     return hashlib.sha256(json.dumps(sorted(env.items())).encode()).hexdigest()
 
 
+class OutOfTurn(Exception):
+    """A warm process answered for an item it was not given: its channel is not trusted."""
+
+
 class _ProcessGroup(AttemptGroup):
     """A warm process's cgroup, made as an attempt's is, under a name no attempt has."""
 
@@ -188,15 +192,19 @@ class WarmProcess:
     def reply(self, item: int) -> int | None:
         """The item's exit code once the process answered, else None (never blocks). An
         answer for another item means the channel cannot be trusted: the process is ended."""
-        with contextlib.suppress(BlockingIOError, InterruptedError):
+        # A reset channel is a process that ended: its exit code tells the item's end.
+        with contextlib.suppress(BlockingIOError, InterruptedError, ConnectionError):
             self._replies += self.channel.recv(4096, socket.MSG_DONTWAIT)
         if b"\n" not in self._replies:
             return None
         line, _, self._replies = self._replies.partition(b"\n")
         fields = line.split()
         if len(fields) != 2 or fields[0] != str(item).encode() or self._replies:
-            raise OSError("the warm process answered out of turn")
-        return int(fields[1])
+            raise OutOfTurn("the warm process answered out of turn")
+        try:
+            return int(fields[1])
+        except ValueError:
+            raise OutOfTurn("the warm process answered out of turn") from None
 
     def wait(self, timeout: float, wake_fd: int | None) -> None:
         poller = select.poll()
@@ -249,8 +257,8 @@ class WarmItem:
         if not self._ended:
             try:
                 answer = self.process.reply(self._item)
-            except OSError:
-                self._ended = True  # out of turn: it is ended, never given back
+            except OutOfTurn:
+                self._ended = True  # it is ended, never given back
                 answer = None
             if answer is not None:
                 self._answered = True
