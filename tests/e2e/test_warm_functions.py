@@ -216,3 +216,12 @@ def test_each_item_gets_the_environment_it_was_submitted_from(
     assert [s["state"] for s in statuses] == ["succeeded"] * 3, statuses
     assert [s["result"]["leaked"] for s in statuses] == ["from-the-shell"] * 3
     assert len({s["result"]["pid"] for s in statuses}) == 1
+
+
+def test_an_item_that_forges_an_answer_fails_and_its_process_is_not_reused(
+    source: Path,
+) -> None:
+    jobs = launched(source, "forge", [(i,) for i in range(3)])
+    statuses = [job.wait(timeout=120) for job in jobs]
+    assert [s["state"] for s in statuses] == ["succeeded", "failed", "succeeded"], statuses
+    assert statuses[0]["result"]["pid"] != statuses[2]["result"]["pid"]

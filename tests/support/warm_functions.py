@@ -71,3 +71,15 @@ def leaves(item: int, marker: str = "") -> dict[str, Any]:
         child = subprocess.Popen(["sleep", "300"], start_new_session=True)
         Path(marker).write_text(str(child.pid))
     return {"item": item, "pid": os.getpid()}
+
+
+def forge(item: int) -> dict[str, Any]:
+    """Item 1 writes an answer for an item it is not into every socket it holds."""
+    if item == 1:
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                    os.write(int(fd), b"999 0\n")
+            except OSError:
+                pass
+    return {"item": item, "pid": os.getpid()}
