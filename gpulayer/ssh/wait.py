@@ -68,7 +68,7 @@ def wait_for_ssh(
     begun = time.monotonic()
     end = begun + deadline_seconds
     attempts = 0
-    refusals = _Refusals(str(target), auth_tries if retry_auth else 0)
+    refusals = _Refusals(str(target), auth_tries if retry_auth else 0, auth_spacing)
     last_error: list[BaseException] = []
 
     def remaining() -> float:
@@ -98,7 +98,7 @@ def wait_for_ssh(
             f"{time.monotonic() - begun:.0f} s of {deadline_seconds:.0f} s{said}"
         )
 
-    retrying = _retrying(remaining, retryable, note, first_backoff, max_backoff, auth_spacing)
+    retrying = _retrying(remaining, retryable, note, first_backoff, max_backoff, refusals.pause)
     done = threading.Event()
     ticker = _start_ticker(on_progress, progress_seconds, report, done)
     try:
@@ -126,7 +126,13 @@ class _Refusals:
 
     target: str
     allowed: int
+    spacing: float
     began: list[float] = field(default_factory=list)
+
+    def pause(self) -> float:
+        """Until the next try is ``spacing`` after the last refused one began: tries on a
+        slow host are no further apart than on a quick one."""
+        return max(0.0, self.spacing - (time.monotonic() - self.began[-1])) if self.began else 0.0
 
     def count(self, error: SshAuthError, began: float) -> None:
         self.began.append(began)
@@ -150,9 +156,9 @@ def _retrying(
     note: Callable[[tenacity.RetryCallState], None],
     first_backoff: float,
     max_backoff: float,
-    auth_spacing: float,
+    auth_pause: Callable[[], float],
 ) -> tenacity.Retrying:
-    """Exponential backoff between tries (a refused key waits ``auth_spacing``), never
+    """Exponential backoff between tries (after a refused key, ``auth_pause()``), never
     sleeping past the deadline, stopping at it; a key refused for good is not retried."""
     import tenacity
 
@@ -162,7 +168,7 @@ def _retrying(
 
     def wait(state: tenacity.RetryCallState) -> float:
         error = state.outcome.exception() if state.outcome else None
-        pause = auth_spacing if isinstance(error, SshAuthError) else backoff(state)
+        pause = auth_pause() if isinstance(error, SshAuthError) else backoff(state)
         return max(0.0, min(pause, remaining()))
 
     def retry(error: BaseException) -> bool:
