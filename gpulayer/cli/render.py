@@ -155,7 +155,8 @@ def last_step_line(instance: dict[str, Any]) -> str | None:
 
 def _phases_table(instance: dict[str, Any]) -> Table:
     name = instance.get("instance_id") or instance["request_id"]
-    title = f"instance {name} ({instance['provider']}, {instance['state']})"
+    state = instance.get("state_label") or instance["state"]
+    title = f"instance {name} ({instance['provider']}, {state})"
     table = Table(box=None, header_style="bold", title=title, title_justify="left")
     for column in ("PHASE", "STARTED", "DURATION"):
         table.add_column(column)

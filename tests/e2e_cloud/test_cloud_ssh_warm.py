@@ -134,3 +134,26 @@ def test_a_controller_killed_while_a_host_is_idle_leaves_nothing_after_the_deadm
     (instance,) = status(job_id)["instances"]
     assert ("idle", "draining") in [(h["from"], h["to"]) for h in instance["history"]]
     assert_nothing_left(cloud_home, job_id, root, sshd_lab, host)
+
+
+def test_a_gang_submitted_as_the_last_one_ends_waits_for_its_hosts_being_torn_down(
+    ssh_hosts: Any, sshd_lab: SshdLab, cloud_home: Path, tmp_path: Path, torch_index: Any
+) -> None:
+    """The 2-node break: a second 2-node job (on_unschedulable: fail) submitted right after
+    the first ended, while the first's hosts are still being torn down, waits for them and
+    runs, rather than failing `unschedulable` with `ssh/h0: in use by job ...`."""
+    from tests.e2e_cloud.test_cloud_ssh_gang import gang_job, teardown_done, two_hosts
+
+    root, hosts = two_hosts(ssh_hosts, cloud_home, tmp_path, ("h0", "h1"))
+    first_file = gang_job(tmp_path / "first", torch=torch_index)
+    first = run_cli(["submit", "-f", str(first_file)], cwd=first_file.parent, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    second_file = gang_job(tmp_path / "second", torch=torch_index)
+    second = run_cli(["submit", "-f", str(second_file)], cwd=second_file.parent, timeout=600)
+    assert second.returncode == 0, second.stderr[-3000:]
+    listed = run_cli(["ls", "--json", "-n", "2"])
+    jobs = [job["id"] for job in yaml.safe_load(listed.stdout)]
+    assert [status(job_id)["state"] for job_id in jobs] == ["succeeded", "succeeded"]
+    for job_id in jobs:
+        assert {i["state"] for i in teardown_done(job_id)} == {"terminated"}
+    assert_nothing_left(cloud_home, jobs, root, sshd_lab, *hosts)

@@ -32,6 +32,7 @@ PHASE_OF_STATE: dict[str, str | None] = {
     "bootstrapping": "bootstrap",
     "ready": "dispatch",
     "in_use": "run",
+    "idle": "idle",  # a warm machine between jobs: it bills, as a phase shows
     "draining": "teardown",
     "terminating": "teardown",
     "terminated": None,

@@ -102,6 +102,15 @@ def plan_job(ctx: StepContext, job_id: str, start_launch: StartLaunch) -> None:
 def _take_warm(ctx: StepContext, job: JobView, warm: list[str]) -> bool:
     """The job takes the first of the idle machines that fit it that is still idle: no launch
     and no bootstrap, its worker bound to the job and the job dispatched to it now."""
+    # Its teardown calls the provider with the credentials of the job that holds it: a job
+    # sent with other credentials (another account) does not take it.
+    mine = ctx.service.cloud_environment(job.id)
+    held_by = {r.request_id: r.job_id for r in ctx.store.list_instances(live_only=True)}
+    warm = [
+        rid
+        for rid in warm
+        if rid in held_by and ctx.service.cloud_environment(held_by[rid]) == mine
+    ]
     with _PLACING:
         for request_id in warm:
             if ctx.store.take_idle_instance(request_id, job.id, reason=f"taken by job {job.id}"):
