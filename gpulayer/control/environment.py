@@ -50,8 +50,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "GPULAYER_WHEELHOUSE_DIR",
         "next_job",
-        "Where the worker's wheelhouse is built and kept instead of the home's cache: homes "
-        "that set the same dir (~/.cache/gpulayer/wheelhouse, say) share one build.",
+        "Where the worker's wheelhouse is built and kept instead of the user cache "
+        "(~/.cache/gpulayer/wheelhouse, shared by every GPULAYER_HOME of the user).",
     ),
     Variable(
         "GPULAYER_DEADMAN_ACTION",

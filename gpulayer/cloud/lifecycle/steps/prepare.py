@@ -105,7 +105,9 @@ def _bootstrap(
     from gpulayer.cloud.wheelhouse import build_wheelhouse
 
     machine = r.machine or {}
-    wheelhouse = build_wheelhouse(ctx.service.layout.root / "cache" / "wheelhouse")
+    # One wheelhouse per gpulayer version and platform in the user cache, shared by every
+    # GPULAYER_HOME; a first build says what it builds into the job's log as it goes.
+    wheelhouse = build_wheelhouse(on_progress=lambda line: ctx.note(r.job_id, line))
     plan = BootstrapPlan(
         install_dir=install_dir,
         control_plane_port=ctx.control_port,
