@@ -220,8 +220,9 @@ def on_idle_machine(controller: Controller, provider: str, *submit: str) -> floa
 
     wait_for(idle, 120, "the machine to go idle")
     seconds, job_id = controller.first_line_seconds(*submit)
-    taken = [i for i in controller.json("cost", "--job", job_id)["instances"]]
-    assert len(taken) == 1 and not controller.json("cost", "--job", first)["instances"], taken
+    taken = controller.json("cost", "--job", job_id)["instances"]
+    shares = controller.json("cost", "--job", first)["instances"]
+    assert len(taken) == 1 and [i["state"] for i in shares] == ["handed_over"], (taken, shares)
     wait_for(lambda: controller.json("status", job_id)["state"] == "succeeded", 120, "the job")
     wait_for(idle, 120, "the machine to go idle again")
     controller.run("reap")

@@ -107,7 +107,13 @@ def test_the_next_job_takes_the_idle_host_and_its_worker_without_a_bootstrap(
     reasons = [h["reason"] for h in ended["history"] if h["from"] == "idle"]
     assert reasons[-1] == "idle for 30 s: no job took it"
     assert ended["cost"] is not None and ended["cost"] > 0  # idle time is on the ledger
-    assert_nothing_left(cloud_home, [first, second], root, sshd_lab, host)
+    # Each job's share of the one machine: the first job's entry ends when the second took it.
+    (share,) = ledger(first)["instances"]
+    assert share["state"] == "handed_over" and share["instance_id"] == ended["instance_id"]
+    assert share["ended_at"] and share["cost"] > 0
+    assert share["ended_at"] <= ended["launched_at"]
+    assert_nothing_left(cloud_home, second, root, sshd_lab, host)
+    assert not host.exists(root / first)  # the worker's install dir, named after the first job
 
 
 def test_a_controller_killed_while_a_host_is_idle_leaves_nothing_after_the_deadman_and_reap(

@@ -37,6 +37,7 @@ PHASE_OF_STATE: dict[str, str | None] = {
     "terminating": "teardown",
     "terminated": None,
     "never_launched": None,
+    "handed_over": None,
 }
 
 

@@ -25,6 +25,9 @@ InstanceState = Literal[
     "terminating",  # the provider's terminate call, retried until the provider confirms
     "terminated",  # gone, as the provider confirmed
     "never_launched",  # the provider refused the launch: nothing was created
+    # A ledger entry: the job's share of a warm machine another job took (the machine goes on
+    # as that job's record); written so, never moved into.
+    "handed_over",
 ]
 
 STATES: tuple[InstanceState, ...] = (
@@ -39,10 +42,12 @@ STATES: tuple[InstanceState, ...] = (
     "terminating",
     "terminated",
     "never_launched",
+    "handed_over",
 )
 
-GONE: frozenset[str] = frozenset({"terminated", "never_launched"})
-"""Nothing is left in the cloud; the record stays as the ledger."""
+GONE: frozenset[str] = frozenset({"terminated", "never_launched", "handed_over"})
+"""Nothing is left in the cloud for this record (a handed-over one: its machine is another
+record's now); the record stays as the ledger."""
 
 HOLDS_WORKER: frozenset[str] = frozenset({"ready", "in_use", "idle"})
 """States in which a worker runs on the instance and needs its SSH tunnel."""
@@ -65,6 +70,7 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     "terminating": frozenset({"terminated"}),
     "terminated": frozenset(),
     "never_launched": frozenset(),
+    "handed_over": frozenset(),
 }
 
 MAX_IDLE_SECONDS = 86_400.0
@@ -87,6 +93,7 @@ STATE_TIMEOUTS: dict[str, float | None] = {
     "terminating": None,
     "terminated": None,
     "never_launched": None,
+    "handed_over": None,
 }
 
 

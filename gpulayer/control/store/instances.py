@@ -196,13 +196,23 @@ class InstanceLedger(StoreBase):
         if "idle" not in sources(RESERVATION_TRANSITIONS, "bound"):
             raise _NotIdle(request_id)
         with self._begin() as conn:
+            row = conn.execute(
+                select(t.instances).where(
+                    and_(t.instances.c.request_id == request_id, t.instances.c.state == "idle")
+                )
+            ).first()
+            if row is None:
+                return False
+            # The ledger keeps each job's share: the job that held it keeps an entry of its own,
+            # from the launch to now; the machine's record is the taker's from now on.
             moved = conn.execute(
                 update(t.instances)
                 .where(and_(t.instances.c.request_id == request_id, t.instances.c.state == "idle"))
-                .values(state="ready", state_since=now, job_id=job_id)
+                .values(state="ready", state_since=now, job_id=job_id, launched_at=now)
             ).rowcount
             if moved != 1:
                 return False
+            self._hand_over_entry(conn, dict(row._mapping), job_id, now)
             bound = conn.execute(
                 update(t.reservations)
                 .where(
@@ -225,6 +235,38 @@ class InstanceLedger(StoreBase):
                 )
             )
         return True
+
+    @staticmethod
+    def _hand_over_entry(conn: Any, held: dict[str, Any], taker: str, now: float) -> None:
+        """The ledger entry of the job a warm machine was taken from: the machine's price from
+        its (last) launch to ``now``, under a request id of its own, in a final state."""
+        from gpulayer.ids import new_id
+
+        why = f"taken by job {taker}; the machine went on as instance {held['request_id']}"
+        entry = {
+            **held,
+            "request_id": new_id("r", 12),
+            "state": "handed_over",
+            "state_since": now,
+            "ended_at": now,
+            "note": why,
+            # Nothing of the machine is this entry's to end: no key, token, tunnel or link.
+            "key_path": None,
+            "token_hash": None,
+            "tunnel_port": None,
+            "install_dir": None,
+            "launch_id": None,
+        }
+        conn.execute(insert(t.instances).values(**entry))
+        conn.execute(
+            insert(t.instance_transitions).values(
+                request_id=entry["request_id"],
+                from_state=None,
+                to_state="handed_over",
+                reason=why,
+                at=now,
+            )
+        )
 
     def update_instance(self, request_id: str, **values: Any) -> None:
         if "tags" in values:
