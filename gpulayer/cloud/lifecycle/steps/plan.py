@@ -109,7 +109,9 @@ def _take_warm(ctx: StepContext, job: JobView, warm: list[str]) -> bool:
     warm = [
         rid
         for rid in warm
-        if rid in held_by and ctx.service.cloud_environment(held_by[rid]) == mine
+        if rid in held_by
+        and ctx.service.cloud_environment(held_by[rid]) == mine
+        and _worker_answers(ctx, rid)
     ]
     with _PLACING:
         for request_id in warm:
@@ -125,6 +127,20 @@ def _take_warm(ctx: StepContext, job: JobView, warm: list[str]) -> bool:
     )
     ctx.wake()
     return True
+
+
+def _worker_answers(ctx: StepContext, request_id: str) -> bool:
+    """Whether the idle machine's worker is heartbeating (ready): one that went silent (its
+    dead-man switch stopped it while no controller ran) is left to its idle limit."""
+    from gpulayer.errors import NotFoundError
+
+    worker_id = ctx.worker_of(request_id)
+    if worker_id is None:
+        return False
+    try:
+        return ctx.store.get_worker(worker_id).state == "ready"
+    except NotFoundError:
+        return False
 
 
 def _machines_taken(
