@@ -138,6 +138,11 @@ def _facts(
     if r.state not in HOLDS_WORKER:
         return facts
     on_worker = ran.get((r.job_id, worker_id), []) if worker_id is not None else []
+    if r.state == "ready":
+        # Only attempts made since it became the job's machine: a job taking back its own warm
+        # machine for a retry ran its earlier attempt on the same worker.
+        became = r.state_since or r.created_at
+        on_worker = [a for a in on_worker if a.created_at >= became]
     running = active.get((r.job_id, worker_id)) if worker_id is not None else None
     still_runs = False
     if r.launch_id is not None and running is None and not ended:
