@@ -35,7 +35,6 @@ controller keeps it cached between jobs.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import signal
@@ -142,8 +141,22 @@ class Controller:
         )
 
     def stop(self) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            os.kill(self.pid, signal.SIGTERM)
+        """SIGTERM, then wait for it to go: a next round's controller on this home is a new
+        process, not this one on its way out."""
+        try:
+            pid = self.pid
+            os.kill(pid, signal.SIGTERM)
+        except (OSError, ValueError):
+            return
+
+        def gone() -> bool:
+            stat = Path(f"/proc/{pid}/stat")
+            try:
+                return "Z" in stat.read_text().rsplit(")", 1)[1][:3]
+            except OSError:
+                return True
+
+        wait_for(gone, 60, "the controller to stop")
 
     def prebuild_wheelhouse(self) -> None:
         """As a controller keeps it cached between jobs: built before timing starts."""
