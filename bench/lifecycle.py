@@ -163,10 +163,10 @@ class Controller:
         code = (
             "import sys, pathlib\n"
             "from gpulayer.cloud.wheelhouse import build_wheelhouse\n"
-            "build_wheelhouse(pathlib.Path(sys.argv[1]))\n"
+            "build_wheelhouse()\n"
         )
-        target = str(self.home / "cache" / "wheelhouse")
-        command = [sys.executable, "-c", code, target]
+        # Where the prepare step takes it: the user cache every GPULAYER_HOME shares.
+        command = [sys.executable, "-c", code]
         subprocess.run(command, env=self.env, cwd=self.folder, check=True)
 
 
@@ -455,7 +455,9 @@ def main() -> None:
         try:
             if not lab.namespaced:
                 raise SystemExit("needs root and iproute2: instances are network namespaces")
-            make_wheel(base / "wheels", "gltest-greeting", "1.0", {"gltest_greeting.py": "WORDS = 1\n"})
+            make_wheel(
+                base / "wheels", "gltest-greeting", "1.0", {"gltest_greeting.py": "WORDS = 1\n"}
+            )
             with PackageIndex(base / "wheels", address=lab.gateway) as index:
                 ssh = measure_ssh(base, lab, args.repeat, index, baseline)
             aws = measure_moto(base, lab, args.repeat)
@@ -474,8 +476,12 @@ def main() -> None:
         print(f"  {label:<42}{value:>10.2f}{value / cold:>13.2f}x")
     project_cold, project_warm = median(ssh["project cold"]), median(ssh["project warm"])
     print(f"{'20 MB project with setup.pip -> first line':<44}{'seconds':>10}{'vs plain':>14}")
-    print(f"  {'fresh host (nothing installed)':<42}{project_cold:>10.2f}{project_cold / cold:>13.2f}x")
-    print(f"  {'same host, same setup (reused)':<42}{project_warm:>10.2f}{project_warm / warm:>13.2f}x")
+    print(
+        f"  {'fresh host (nothing installed)':<42}{project_cold:>10.2f}{project_cold / cold:>13.2f}x"
+    )
+    print(
+        f"  {'same host, same setup (reused)':<42}{project_warm:>10.2f}{project_warm / warm:>13.2f}x"
+    )
     cpu_ssh, cpu_aws = median(ssh["cpu"]), median(aws["cpu"])
     print(f"{'controller CPU-seconds per provisioned job':<44}{'seconds':>10}{'vs ssh':>14}")
     print(f"  {'ssh host (submit to teardown)':<42}{cpu_ssh:>10.2f}{1.0:>13.2f}x")
@@ -487,10 +493,14 @@ def main() -> None:
     print(f"  {'tunnel reopened':<42}{tunnel:>10.2f}{tunnel / rejoin:>13.2f}x")
     print(f"  {'worker heartbeating again':<42}{rejoin:>10.2f}{1.0:>13.2f}x")
     if baseline is not None:
-        print(f"{'plain job on an ssh host, beside --baseline':<44}{'baseline':>10}{'now':>8}{'ratio':>8}")
+        print(
+            f"{'plain job on an ssh host, beside --baseline':<44}{'baseline':>10}{'now':>8}{'ratio':>8}"
+        )
         for kind in ("cold", "warm"):
             before, now = median(ssh[f"baseline {kind}"]), median(ssh[kind])
-            print(f"  {kind + ' (submit -> first line, s)':<42}{before:>10.2f}{now:>8.2f}{now / before:>7.2f}x")
+            print(
+                f"  {kind + ' (submit -> first line, s)':<42}{before:>10.2f}{now:>8.2f}{now / before:>7.2f}x"
+            )
     print(f"(medians of {args.repeat} run(s); {os.cpu_count()} CPUs shared with the hosts)")
     decisions_report(args.instances, 100)
 

@@ -154,12 +154,10 @@ class Gpulayer:
         code = (
             "import sys, pathlib\n"
             "from gpulayer.cloud.wheelhouse import build_wheelhouse\n"
-            "build_wheelhouse(pathlib.Path(sys.argv[1]))\n"
+            "build_wheelhouse()\n"
         )
-        target = str(self.home / "cache" / "wheelhouse")
-        subprocess.run(
-            [sys.executable, "-c", code, target], env=self.env, cwd=self.folder, check=True
-        )
+        # Where the prepare step takes it: the user cache every GPULAYER_HOME shares.
+        subprocess.run([sys.executable, "-c", code], env=self.env, cwd=self.folder, check=True)
         listed = self.run("offers", "--provider", "slurm", "--json")
         if listed.returncode != 0 or not json.loads(listed.stdout):
             raise SystemExit(f"gpulayer sees no slurm offer: {listed.stderr.strip()[-500:]}")
