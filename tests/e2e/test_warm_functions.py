@@ -24,6 +24,7 @@ import pytest
 
 import gpulayer as gl
 from gpulayer.sdk.job import Job
+from tests.support.procs import process_ended
 
 SUPPORT = Path(__file__).resolve().parent.parent / "support" / "warm_functions.py"
 ONE_AT_A_TIME = os.cpu_count() or 1
@@ -121,19 +122,6 @@ def _pid_in(marker: Path, timeout: float) -> int:
     raise AssertionError(f"the item never wrote {marker}")
 
 
-def _gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-        except (OSError, IndexError):
-            return True
-        if state in ("Z", "X"):
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_a_timeout_kills_only_its_item(source: Path, tmp_path: Path) -> None:
     marker = tmp_path / "slow.pid"
     jobs = launched(
@@ -144,7 +132,7 @@ def test_a_timeout_kills_only_its_item(source: Path, tmp_path: Path) -> None:
     assert statuses[1]["reason"] == "timeout"
     killed = _pid_in(marker, 5)
     assert killed == statuses[0]["result"]["pid"]  # item 1 ran in item 0's warm process
-    assert _gone(killed, 10)
+    assert process_ended(killed, 10)
     assert statuses[2]["result"]["pid"] != killed
 
 
@@ -156,7 +144,7 @@ def test_cancel_ends_only_its_item(source: Path, tmp_path: Path) -> None:
     statuses = [job.wait(timeout=120) for job in jobs]
     assert [s["state"] for s in statuses] == ["succeeded", "cancelled", "succeeded"], statuses
     assert killed == statuses[0]["result"]["pid"]
-    assert _gone(killed, 10)
+    assert process_ended(killed, 10)
     assert statuses[2]["result"]["pid"] != killed
 
 
@@ -167,11 +155,11 @@ def test_what_an_item_leaves_running_ends_with_it_and_its_process(
     jobs = launched(source, "leaves", [(i, str(marker)) for i in range(3)])
     statuses = [job.wait(timeout=120) for job in jobs]
     assert [s["state"] for s in statuses] == ["succeeded"] * 3, statuses
-    assert _gone(_pid_in(marker, 5), 10)
+    assert process_ended(_pid_in(marker, 5), 10)
     # The process it was started from is not trusted with the next item.
     first, second, third = (s["result"]["pid"] for s in statuses)
     assert first == second and third != second
-    assert _gone(second, 10)
+    assert process_ended(second, 10)
 
 
 def test_an_arrays_items_share_a_warm_process_each_with_its_index(source: Path) -> None:

@@ -10,7 +10,6 @@ import os
 import pwd
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import pytest
 
 import gpulayer as gl
+from tests.support.procs import process_ended
 from tests.support.servers import (
     ADMIN_TOKEN,
     ServerProcess,
@@ -82,15 +82,6 @@ def run_items(source: Path, name: str, calls: list[tuple[Any, ...]]) -> list[dic
     return [job.wait(timeout=120) for job in gl.launch_many(builders)]
 
 
-def _gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not Path(f"/proc/{pid}").exists():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 @pytest.mark.parametrize("cgroups", [True, False], ids=["cgroup", "subreaper"])
 def test_items_share_a_process_and_a_crash_or_a_leftover_ends_only_its_own(
     open_dir: Path, monkeypatch: pytest.MonkeyPatch, cgroups: bool
@@ -114,7 +105,7 @@ def test_items_share_a_process_and_a_crash_or_a_leftover_ends_only_its_own(
         marker = open_dir / "left.pid"
         left = run_items(source, "leaves", [(i, str(marker)) for i in range(3)])
         assert [s["state"] for s in left] == ["succeeded"] * 3, left
-        assert _gone(int(marker.read_text()), 10)
+        assert process_ended(int(marker.read_text()), 10)
         assert left[0]["result"]["pid"] == left[1]["result"]["pid"] != left[2]["result"]["pid"]
 
 

@@ -4,12 +4,12 @@ was handed GPUs (no GPU is needed: what holds a GPU is what the environment name
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from gpulayer.spec import JobSpec
 from gpulayer.worker.runner import JobRun, RunContext, RunOutcome
 from gpulayer.worker.warm_pool import WarmPool, devices_of
+from tests.support.procs import process_ended
 
 
 def run(
@@ -26,15 +26,6 @@ def run(
         warm=pool.entry(None),
     )
     return JobRun(ctx, on_log=lambda stream, text: None).run()
-
-
-def _gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not Path(f"/proc/{pid}").exists():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_devices_of_reads_what_a_job_is_given() -> None:
@@ -62,6 +53,6 @@ def test_a_job_given_an_idle_interpreters_gpu_ends_that_interpreter(tmp_path: Pa
         same = run(pool, tmp_path, "d", {"kind": "command", "command": ["true"]}, "0")
         assert same.state == "succeeded"
         assert pool.pids() == set()
-        assert _gone(warm, 10)
+        assert process_ended(warm, 10)
     finally:
         pool.close()

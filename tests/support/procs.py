@@ -48,3 +48,19 @@ def wait_until(condition: Callable[[], object], timeout: float, what: str) -> No
             return
         time.sleep(0.05)
     raise AssertionError(f"after {timeout} s: {what}")
+
+
+def process_ended(pid: int, timeout: float) -> bool:
+    """Whether the process ends within ``timeout``: no longer there, or a zombie (dead, waiting
+    for whichever process it was handed to, here or an init that reaps slowly, to collect it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
