@@ -82,7 +82,8 @@ def test_a_remote_job_naming_worker_paths_is_refused_at_submit_and_reads_nothing
     worker = cluster.add_worker("rooted", None, *flag, "--work-dir", str(open_work_dir))
     wait_for_workers(client, 1)
     identity = worker.home / "worker-identity.json"
-    assert identity.is_file()
+    # Written just after the server lists the worker: waited for, as the other test here does.
+    wait_until(identity.is_file, 30, "the worker's identity file")
     credential = json.loads(identity.read_text())["token"]
     shadow = Path("/etc/shadow").read_bytes()[:40]
     named = [
