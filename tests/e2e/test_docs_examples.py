@@ -180,14 +180,18 @@ def test_install_and_ci_commands_name_what_the_repository_has() -> None:
     assert run.startswith("#!/usr/bin/env bash") and "bash .ci/install" in run
     assert "mkdocs build --strict" in run and "python3 -m pytest" in run
 
-    (compile_lock,) = example("readme-lock-update").commands()
-    args = shlex.split(compile_lock)
-    assert args[:3] == ["uv", "pip", "compile"]
-    source, output = args[3], args[args.index("-o") + 1]
-    assert (ROOT / source).is_file() and (ROOT / output).is_file()
-    assert f"-r {output}" in (ROOT / ".ci" / "install").read_text()  # what CI installs from
-    python = args[args.index("--python-version") + 1]
+    compile_lock, pins, compile_torch = example("readme-lock-update").commands()
+    for command in (compile_lock, compile_torch):
+        args = shlex.split(command)
+        assert args[:3] == ["uv", "pip", "compile"]
+        source, output = args[3], args[args.index("-o") + 1]
+        assert (ROOT / source).is_file() and (ROOT / output).is_file()
+        assert f"-r {output}" in (ROOT / ".ci" / "install").read_text()  # what CI installs from
+    python = shlex.split(compile_lock)[shlex.split(compile_lock).index("--python-version") + 1]
     assert f'requires-python = ">={python}"' in pyproject
+    # The torch lock is held to the main lock's pins, read without its editable lines.
+    assert pins.startswith("grep -v '^-e' .ci/dev.lock > ")
+    assert shlex.split(pins)[-1] in shlex.split(compile_torch)
 
     apt, service = example("clouds-try-ssh-setup").commands()[:2]
     assert (apt, service) == tuple(line for ex, line in STATIC if ex == "clouds-try-ssh-setup")

@@ -66,9 +66,10 @@ def installed_by_ci() -> set[str]:
     names |= {
         f"{requirement_name(r)}[{extra}]" for r in requirements for extra in requirement_extras(r)
     }
-    # `.ci/install` pins a few packages outside the extras (torch: a build that lies on the disk).
-    for quoted in re.findall(r'pip install -q "([^"]+)"', (ROOT / ".ci" / "install").read_text()):
-        names.add(requirement_name(quoted))
+    # `.ci/install` installs torch (a build that lies on the disk) from a lock of its own.
+    for line in (ROOT / ".ci" / "torch.lock").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            names.add(requirement_name(line))
     return names
 
 
