@@ -8,10 +8,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 from gpulayer.cloud.bootstrap.commands import PHASE_PREFIX
+from gpulayer.cloud.quiet_reminder import QUIET_SECONDS, QuietReminder
 
 if TYPE_CHECKING:
     from gpulayer.ssh.session import Stream
@@ -19,8 +19,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("gpulayer.bootstrap")
 
 TAIL_LINES = 40
-PROGRESS_SECONDS = 4.0
-"""Below the 5 s a cold path may stay silent, with room for a loaded machine."""
+PROGRESS_SECONDS = QUIET_SECONDS
 
 
 class Lines:
@@ -67,33 +66,14 @@ class Lines:
                 self._partial[stream] = ""
 
 
-class Ticker:
+class Ticker(QuietReminder):
     """While open, says ``still: <last phase> (N s)`` whenever ``lines`` were quiet for
     ``every`` seconds."""
 
     def __init__(self, lines: Lines, every: float = PROGRESS_SECONDS) -> None:
         self._lines = lines
-        self._every = every
-        self._stop = threading.Event()
-        self._begun = time.monotonic()
-        self._thread = threading.Thread(target=self._run, name="bootstrap-progress", daemon=True)
+        super().__init__(lambda: lines.last_said, self._still, every, name="bootstrap-progress")
 
-    def __enter__(self) -> Ticker:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(min(0.5, self._every / 4)):
-            now = time.monotonic()
-            if now - self._lines.last_said >= self._every:
-                waited = now - self._begun
-                self._lines.emit(f"{PHASE_PREFIX} still: {self._lines.doing} ({waited:.0f} s in)")
+    def _still(self) -> None:
+        waited = time.monotonic() - self.begun
+        self._lines.emit(f"{PHASE_PREFIX} still: {self._lines.doing} ({waited:.0f} s in)")

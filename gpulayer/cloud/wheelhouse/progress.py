@@ -13,10 +13,11 @@ from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any
 
+from gpulayer.cloud.quiet_reminder import QUIET_SECONDS, QuietReminder
+
 log = logging.getLogger("gpulayer.wheelhouse")
 
-PROGRESS_SECONDS = 4.0
-"""Below the 5 s a cold path may stay silent, with room for a loaded machine."""
+PROGRESS_SECONDS = QUIET_SECONDS
 
 
 class BuildProgress:
@@ -27,13 +28,13 @@ class BuildProgress:
         self, on_progress: Callable[[str], None] | None, every: float = PROGRESS_SECONDS
     ) -> None:
         self._on_progress = on_progress
-        self._every = every
         self._begun = time.monotonic()
         self._last = self._begun
         self._doing = ""
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._tick, name="wheelhouse-progress", daemon=True)
+        self._reminder = QuietReminder(
+            lambda: self._last, self._again, every, name="wheelhouse-progress"
+        )
         self._status: Any = None
 
     def __enter__(self) -> BuildProgress:
@@ -42,7 +43,7 @@ class BuildProgress:
 
             self._status = Console(stderr=True).status("")
             self._status.start()
-        self._thread.start()
+        self._reminder.__enter__()
         return self
 
     def __exit__(
@@ -51,8 +52,7 @@ class BuildProgress:
         error: BaseException | None,
         trace: TracebackType | None,
     ) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+        self._reminder.__exit__(kind, error, trace)
         if self._status is not None:
             self._status.stop()
 
@@ -75,13 +75,11 @@ class BuildProgress:
         else:
             log.info("%s", line)
 
-    def _tick(self) -> None:
-        while not self._stop.wait(min(0.5, self._every / 4)):
-            with self._lock:
-                quiet = time.monotonic() - self._last
-                doing = self._doing
-            if doing and quiet >= self._every:
-                self._emit(doing)
+    def _again(self) -> None:
+        with self._lock:
+            doing = self._doing
+        if doing:
+            self._emit(doing)
 
 
 @contextlib.contextmanager
