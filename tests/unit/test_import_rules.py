@@ -32,18 +32,20 @@ ALLOWED: dict[str, frozenset[str]] = {
         "protocol": {"errors", "backoff"},
         "schedules": {"spec", "errors"},
         "scheduler": {"spec", "errors", "hardware"},
+        # The team queue's order, quotas and budgets: pure, it imports nothing of the project.
+        "admission": set(),
         "ssh": {"errors", "backoff"},
         "ids": set(),
         "cloud": {"spec", "ssh", "errors", "backoff", "hardware", "protocol", "ids"},
         "control": {
             "spec", "protocol", "scheduler", "schedules", "cloud", "errors", "backoff", "procs",
-            "ids",
+            "ids", "admission",
         },
         "worker": {"spec", "protocol", "hardware", "errors", "backoff", "procs"},
         "sdk": {"spec", "protocol", "schedules", "control", "errors"},
         "cli": {
             "sdk", "spec", "protocol", "schedules", "errors", "control", "cloud", "worker",
-            "hardware",
+            "hardware", "admission",
         },
         # The embedded daemon: the local control plane and its worker in one process. The one
         # module that joins the two (see gpulayer/embedded.py).
