@@ -15,7 +15,9 @@ own /etc/slurm or /etc/munge is read or touched:
 * a login node: a host of the same kind with Slurm's commands, munged and /etc/slurm of its
   own, as users log into; its sshd reads the shared home's authorized_keys too;
 * the cluster's shared filesystem: one folder of this machine mounted at ``/shared`` on every
-  node (the users' home, a shared software area), as NFS is on a lab's cluster.
+  node (the users' home, a shared software area), as NFS is on a lab's cluster;
+* accounting: slurmdbd over a MariaDB of the cluster's own (``tests/support/slurm_accounting``),
+  so ``sacct`` (:meth:`SlurmCluster.ended_as`) tells how every allocation ended.
 
 GPU nodes have no GPUs: their GRES names device files on the node (plain files), which 22.05's
 gres/gpu plugin accepts; ``Count`` without ``File`` leaves a node ``inval``.
@@ -42,6 +44,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from tests.support import rootfs
+from tests.support.slurm_accounting import SlurmAccounting, accounting_installed
 from tests.support.sshd_hosts import MARKER, SshdHost, SshdLab, netns_usable
 
 _READY_SECONDS = 30.0
@@ -70,6 +73,8 @@ def usable() -> str | None:
     """Why no cluster can be started here, or None."""
     if not slurm_installed():
         return "slurm-wlm is not installed (apt-get install -y slurm-wlm)"
+    if not accounting_installed():
+        return "Slurm accounting is not installed (apt-get install -y slurmdbd mariadb-server)"
     if not netns_usable():
         return "network namespaces are not usable here (needs root and iproute2)"
     if not rootfs.available():
@@ -115,6 +120,7 @@ class SlurmCluster:
     _slurmd: dict[str, _Daemon] = field(default_factory=dict, init=False)
     _on_nodes: list[_Daemon] = field(default_factory=list, init=False)
     ctld_port: int = field(default=0, init=False)
+    accounting: SlurmAccounting | None = field(default=None, init=False)
     # munged (not root) must reach its files: outside the private temp dirs of pytest.
     _munge_dir: Path = field(
         default_factory=lambda: Path(tempfile.mkdtemp(prefix="gpulayer-test-munge-", dir="/run")),
@@ -169,8 +175,21 @@ class SlurmCluster:
         for node in self.nodes:
             self.hosts[node.name] = self._add_node_host(node.name)
         self.ctld_port = _free_port(self.lab.gateway)
+        accounting = SlurmAccounting(self.base_dir, self.lab.gateway)
+        accounting.choose_ports()
+        self.accounting = accounting
         self._write_config()
+        spawn, wait = self._spawned, self._waited
+        accounting.start_database(spawn, wait)
         self._start_munged()
+        accounting.start_slurmdbd(
+            spawn,
+            wait,
+            conf_dir=self.etc,
+            controller_host=_controller_host(),
+            munge_socket=self.munge_socket,
+        )
+        accounting.register(self.command, self.name, ["root", _login_user()])
         self._start_slurmctld()
         for node in self.nodes:
             host = self.hosts[node.name]
@@ -252,7 +271,8 @@ class SlurmCluster:
         state.mkdir(exist_ok=True)
         logs = self.base_dir / "log"
         logs.mkdir(exist_ok=True)
-        controller_host = socket.gethostname().split(".")[0]
+        controller_host = _controller_host()
+        assert self.accounting is not None
         lines = [
             f"ClusterName={self.name}",
             f"SlurmctldHost={controller_host}({self.lab.gateway})",
@@ -273,7 +293,7 @@ class SlurmCluster:
             "ProctrackType=proctrack/linuxproc",
             "TaskPlugin=task/none",
             "JobAcctGatherType=jobacct_gather/none",
-            "AccountingStorageType=accounting_storage/none",
+            *self.accounting.slurm_conf_lines(self.munge_socket),
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_Core_Memory",
             # The test machine has fewer cores than the nodes claim.
@@ -328,12 +348,19 @@ class SlurmCluster:
             lines.append(f"NodeName={node.name} Name=gpu{typed} File={files}")
         return "\n".join(lines) + "\n"
 
-    def _spawn(self, what: str, argv: list[str], log: Path, **kwargs: object) -> _Daemon:
+    def _spawn(
+        self,
+        what: str,
+        argv: list[str],
+        log: Path,
+        env_extra: dict[str, str] | None = None,
+        **kwargs: object,
+    ) -> _Daemon:
         with log.open("ab") as out:
             process = subprocess.Popen(  # type: ignore[call-overload]
                 argv,
                 # The lab's marker: a crashed run's daemons are found and ended with its hosts.
-                env={**os.environ, MARKER: f"{self.lab.run_id}:slurm"},
+                env={**os.environ, **(env_extra or {}), MARKER: f"{self.lab.run_id}:slurm"},
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -343,6 +370,14 @@ class SlurmCluster:
         daemon = _Daemon(what, process, log)
         self._daemons.append(daemon)
         return daemon
+
+    def _spawned(self, what: str, argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+        # slurmdbd finds its slurmdbd.conf beside the slurm.conf SLURM_CONF names.
+        return self._spawn(what, argv, log, env_extra={"SLURM_CONF": str(self.conf_path)}).process
+
+    def _waited(self, ready: object, process: subprocess.Popen[bytes], what: str) -> None:
+        daemon = next(d for d in self._daemons if d.process is process)
+        self._wait(ready, daemon, what)
 
     def _spawn_on(self, host: SshdHost, what: str, argv: list[str]) -> _Daemon:
         """A daemon on a node, in its namespaces and root; it ends with the node."""
@@ -452,6 +487,16 @@ class SlurmCluster:
             "sbatch", "--parsable", "--chdir=/tmp", "--output=/dev/null", *argv
         ).strip()
 
+    def ended_as(self, slurm_job: str) -> str:
+        """The state an allocation ended in, as Slurm's accounting records it (``sacct``);
+        "" while it has not ended (or its end has not reached the database yet)."""
+        out = self.command("sacct", "-a", "-n", "-X", "-P", "-o", "State", "-j", slurm_job)
+        shown = out.strip().split()
+        # "CANCELLED by 0": the state is the first word.
+        state = shown[0] if shown else ""
+        live = ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "SUSPENDED")
+        return "" if state in live else state
+
     def node_states(self) -> dict[str, str]:
         out = self.command("sinfo", "-h", "-N", "-o", "%N %T")
         return dict(line.split() for line in out.splitlines() if line.strip())  # type: ignore[misc]
@@ -498,6 +543,15 @@ class SlurmCluster:
                 raise SlurmClusterError(f"someone else's job {held} did not run: {self.queue()}")
             time.sleep(0.2)
         return held
+
+
+def _controller_host() -> str:
+    return socket.gethostname().split(".")[0]
+
+
+def _login_user() -> str:
+    # Who the login node's jobs run as (the lab's hosts log in as this machine's user).
+    return pwd.getpwuid(os.geteuid()).pw_name
 
 
 def _free_port(address: str) -> int:

@@ -63,3 +63,24 @@ def test_nodes_are_machines_of_their_own_sharing_one_folder(slurm_cluster: Slurm
         assert host.processes_mentioning(f"slurmd -D -f /etc/slurm/slurm.conf -N {name}")
     assert not slurm_cluster.login.processes_mentioning("slurmd")
     probe.unlink()
+
+
+def test_accounting_records_how_each_job_ended(slurm_cluster: SlurmCluster) -> None:
+    """slurmdbd over the cluster's own MariaDB: sacct, here and on the login node, says how a
+    job that returned and one that was cancelled ended, after squeue has let them go."""
+    returned = slurm_cluster.sbatch("-p", "cpu", "-t", "1", "--wrap", "true")
+    cancelled = slurm_cluster.sbatch("-p", "cpu", "-t", "1", "--wrap", "sleep 300")
+    wait_until(lambda: f"{cancelled} wrap RUNNING" in slurm_cluster.queue(), 30, "the sleep to run")
+    slurm_cluster.command("scancel", cancelled)
+    wait_until(lambda: slurm_cluster.ended_as(returned), 30, "sacct to record the first end")
+    wait_until(lambda: slurm_cluster.ended_as(cancelled), 30, "sacct to record the cancel")
+    assert slurm_cluster.ended_as(returned) == "COMPLETED"
+    assert slurm_cluster.ended_as(cancelled) == "CANCELLED"
+    assert slurm_cluster.login is not None
+    shown = slurm_cluster.login.run(
+        f"sacct -n -X -P -o JobID,State -j {returned},{cancelled}", check=True
+    ).stdout
+    assert {line.split()[0] for line in shown.splitlines() if line.strip()} == {
+        f"{returned}|COMPLETED",
+        f"{cancelled}|CANCELLED",
+    }, shown

@@ -402,8 +402,8 @@ def test_a_node_that_fails_under_the_job_is_a_lost_worker(
             what="Slurm to mark the node down",
         )
         wait_until(lambda: slurm_cluster.queue() == [], timeout=30, what="an empty queue")
-        ended = slurm_cluster.command("squeue", "-h", "--states=all", "-o", "%T", "-j", slurm_job)
-        assert ended.strip() in ("NODE_FAIL", "CANCELLED"), ended
+        ended = wait_until(lambda: slurm_cluster.ended_as(slurm_job), timeout=30, what="sacct")
+        assert ended in ("NODE_FAIL", "CANCELLED"), ended
         # Cut off, the worker stops by itself (its dead-man switch), the job's process with it.
         wait_until(
             lambda: not host.processes_mentioning("sleep 300"), timeout=90, what="the job's end"

@@ -1,6 +1,7 @@
 """Slurm as its users know it, on the real cluster: a partition is named like a region, the
 allocation carries the job's name, a job that ended by itself ends its allocation COMPLETED
-(``scancel`` is for a cancel), and the provider keeps one SSH connection to the login node."""
+(``scancel`` is for a cancel) as ``sacct`` records it, and the provider keeps one SSH connection
+to the login node."""
 
 from __future__ import annotations
 
@@ -37,11 +38,16 @@ def _queue_left_empty(slurm_cluster: SlurmCluster) -> Iterator[None]:
         wait_until(lambda: slurm_cluster.queue() == [], timeout=60, what="an empty queue")
 
 
-def ended_as(cluster: SlurmCluster, slurm_job: str) -> str:
-    """The state an allocation ended in, as squeue shows it for MinJobAge after its end; ""
-    while it still runs."""
-    shown = cluster.command("squeue", "-h", "--states=all", "-o", "%T", "-j", slurm_job).strip()
-    return "" if shown in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING") else shown
+def ended_as(cluster: SlurmCluster, slurm_job: str, timeout: float = 60) -> str:
+    """The state an allocation ended in, as Slurm's accounting records it (``sacct``, the
+    witness its users read), once the end has reached the database."""
+    return str(
+        wait_until(
+            lambda: cluster.ended_as(slurm_job),
+            timeout=timeout,
+            what=f"slurm job {slurm_job}'s end in sacct",
+        )
+    )
 
 
 def slurm_job_of(instance: Instance) -> str:
@@ -301,7 +307,6 @@ def test_a_finished_jobs_allocation_is_named_after_it_and_ends_completed(
     (mine,) = wait_until(slurm_cluster.queue, timeout=60, what="the allocation")
     slurm_job, slurm_name = mine.split()[:2]
     wait_until(lambda: status(job_id)["state"] == "succeeded", timeout=120, what="the job")
-    wait_until(lambda: ended_as(slurm_cluster, slurm_job), timeout=60, what="the allocation")
     assert re.fullmatch(r"gpulayer-nightly-eval-r[-0-9a-z]+", slurm_name), mine
     assert ended_as(slurm_cluster, slurm_job) == "COMPLETED"
     wait_until(lambda: no_job_keys(slurm_cluster), timeout=30, what="the job's key to go")
