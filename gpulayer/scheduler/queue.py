@@ -102,15 +102,19 @@ def plan_pass(
     *,
     now: float | None = None,
     starvation_seconds: float = DEFAULT_STARVATION_SECONDS,
+    in_given_order: bool = False,
 ) -> PlanResult:
     """Like :func:`plan`, also saying which job holds the reservation, if any.
+
+    ``in_given_order`` takes the queue as ordered already (by priority and fair share, see
+    :mod:`gpulayer.admission`) instead of first in, first out.
 
     A :class:`WorkerIndex` passed in is updated with the assignments (their GPUs, cores and
     memory are taken), as the control plane will record them; plain snapshots are copied.
     """
     index = workers if isinstance(workers, WorkerIndex) else WorkerIndex(workers)
     clock = time.time() if now is None else now
-    ordered = sorted(queue, key=_FIFO)
+    ordered = list(queue) if in_given_order else sorted(queue, key=_FIFO)
     # Within a pass free capacity only shrinks and the reserved worker only leaves the pool,
     # so a request that found no room finds none later in the pass either.
     memo = not index.has_extra_checks

@@ -51,6 +51,14 @@ def test_equal_enqueue_times_break_ties_by_job_id() -> None:
     assert [a.job_id for a in plan(queue, fleet, now=1.0)] == ["a"]
 
 
+def test_a_queue_in_admission_order_is_placed_in_that_order() -> None:
+    fleet = [worker("w1", cuda_caps(A100_80, 1))]
+    queue = [QueuedJob("urgent-but-late", ONE_GPU, 9.0), QueuedJob("early", ONE_GPU, 1.0)]
+    assert [a.job_id for a in plan(queue, fleet, now=10.0)] == ["early"]
+    given = plan_pass(queue, fleet, now=10.0, in_given_order=True)
+    assert [a.job_id for a in given.assignments] == ["urgent-but-late"]
+
+
 def test_a_big_job_that_does_not_fit_does_not_block_smaller_ones() -> None:
     fleet = [worker("w1", cuda_caps(A100_80, 4), busy_gpus=(0,))]
     queue = [QueuedJob("big", FOUR_GPUS, 0.0), QueuedJob("small", ONE_GPU, 1.0)]
