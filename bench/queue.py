@@ -73,7 +73,7 @@ def queue(rng: random.Random, jobs: int, names: list[str]) -> list[tuple[Waiting
     made = []
     for i in range(jobs):
         spec = random_job(rng)
-        gpus = spec.resources.gpu_count if spec.resources.accelerator == "cuda" else 0
+        gpus = (spec.resources.gpu_count or 1) if spec.resources.accelerator == "cuda" else 0
         at = NOW - rng.uniform(0, 3600)
         job_id = f"job-{i:05d}"
         waiting = WaitingJob(
