@@ -108,7 +108,7 @@ def decide_start(
 
 def _local_midnight(day: datetime, tz: ZoneInfo) -> datetime:
     wall = datetime(day.year, day.month, day.day)
-    return wall_instants(wall, tz, every_hour=False)[0]
+    return wall_instants(wall, tz, wildcard=False)[0]
 
 
 def budget_period(period: Period, tz: ZoneInfo, now: datetime) -> tuple[datetime, datetime]:

@@ -1,14 +1,17 @@
 """Cron ticks as UTC instants, in a schedule's timezone. Pure: no clock, no I/O.
 
 croniter walks naive wall-clock times; zoneinfo turns each into an instant. Two daylight-saving
-cases need a rule, and the rule is the one Vixie cron follows:
+cases need a rule, and the rule is the one Vixie cron follows. It splits expressions in two:
+wildcard ones, whose minute or hour field starts with `*` (`*/15 1 * * *`, `30 * * * *`,
+`@hourly`), and fixed-time ones (`30 2 * * *`, `0,30 1 * * *`):
 
-- A wall time inside a spring-forward gap does not exist. Its tick fires at the end of the gap
-  (the first instant after the change), and several such ticks fold into that one instant, so
-  no tick is lost and none is doubled.
-- A wall time inside a fall-back overlap exists twice. It fires at its first occurrence; the
-  second fires only for expressions whose hour field is every hour (their point is elapsed time,
-  not a time of day), so a job set for 02:30 runs once on that day.
+- A wall time inside a spring-forward gap does not exist. A fixed-time tick fires at the end of
+  the gap (the first instant after the change), several such ticks folding into that one
+  instant, so none is lost and none doubled; a wildcard expression follows the new time, so it
+  fires at its next wall time that exists.
+- A wall time inside a fall-back overlap exists twice. A fixed-time tick fires at its first
+  occurrence only, so a job set for 01:30 runs once on that day; a wildcard expression follows
+  the clock, so it fires in both passes of the repeated hour.
 """
 
 from __future__ import annotations
@@ -64,12 +67,13 @@ def check_expression(expression: str) -> str:
     return text
 
 
-def _every_hour(expression: str) -> bool:
+def is_wildcard(expression: str) -> bool:
+    """Vixie cron's wildcard job: its minute or hour field starts with ``*``."""
     if expression.startswith("@"):
         return expression == "@hourly"
     fields = expression.split(" ")
-    hour = fields[2] if len(fields) == 6 else fields[1]
-    return hour in ("*", "*/1", "0-23")
+    minute, hour = fields[-5], fields[-4]  # six fields put seconds first
+    return minute.startswith("*") or hour.startswith("*")
 
 
 def _walls(expression: str, start: datetime) -> Iterator[datetime]:
@@ -108,13 +112,14 @@ def _gap_end(wall: datetime, tz: ZoneInfo) -> datetime:
     return high.replace(microsecond=0)
 
 
-def wall_instants(wall: datetime, tz: ZoneInfo, every_hour: bool) -> list[datetime]:
-    """The instants one wall-clock match fires at (none, one, or two in an overlap)."""
+def wall_instants(wall: datetime, tz: ZoneInfo, wildcard: bool) -> list[datetime]:
+    """The instants one wall-clock match fires at: none (a wildcard's wall time in a gap), one,
+    or two (a wildcard's in an overlap)."""
     if not _exists(wall, tz):
-        return [_gap_end(wall, tz)]
+        return [] if wildcard else [_gap_end(wall, tz)]
     first = _instant(wall.replace(tzinfo=tz, fold=0))
     second = _instant(wall.replace(tzinfo=tz, fold=1))
-    if second != first and every_hour:
+    if second != first and wildcard:
         return [first, second]
     return [first]
 
@@ -136,12 +141,14 @@ def _expression_ticks(expression: str, tz: ZoneInfo, after: datetime) -> Iterato
     overlap wait. Starting inside an overlap, the walk starts one overlap earlier, since the
     second occurrences of wall times before `after`'s own come after it.
     """
-    every_hour = _every_hour(expression)
+    wildcard = is_wildcard(expression)
     local = after.astimezone(tz).replace(tzinfo=None, fold=0)
     pending: list[datetime] = []
     last: datetime | None = None
     for wall in _walls(expression, local - _overlap(local, tz)):
-        moments = wall_instants(wall, tz, every_hour)
+        moments = wall_instants(wall, tz, wildcard)
+        if not moments:
+            continue
         for moment in moments:
             if moment > after:
                 heapq.heappush(pending, moment)

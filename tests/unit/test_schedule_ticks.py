@@ -62,8 +62,39 @@ DST_TABLE = [
         "2026-10-31T12:00",
         ["2026-11-01T01:30:00-04:00", "2026-11-02T01:30:00-05:00"],
     ),
+    # A `*` in the minute field makes a wildcard job (Vixie cron): it follows the new time, so
+    # both passes of the repeated hour fire.
     (
         "*/20 1 * * *",
+        "America/New_York",
+        "2026-11-01T04:30",
+        [
+            "2026-11-01T01:00:00-04:00",
+            "2026-11-01T01:20:00-04:00",
+            "2026-11-01T01:40:00-04:00",
+            "2026-11-01T01:00:00-05:00",
+            "2026-11-01T01:20:00-05:00",
+            "2026-11-01T01:40:00-05:00",
+            "2026-11-02T01:00:00-05:00",
+        ],
+    ),
+    (
+        "*/15 1 * * *",
+        "America/New_York",
+        "2026-11-01T05:50",
+        ["2026-11-01T01:00:00-05:00", "2026-11-01T01:15:00-05:00"],
+    ),
+    # A fixed minute with a `*` hour is a wildcard job too; in the spring gap it fires by the
+    # new time (03:30), and the skipped 02:30 is not made up at 03:00.
+    (
+        "30 * * * *",
+        "Europe/Berlin",
+        "2026-03-29T00:10",
+        ["2026-03-29T01:30:00+01:00", "2026-03-29T03:30:00+02:00"],
+    ),
+    # A fixed time of day in the repeated hour fires once, whatever its minute list.
+    (
+        "0,20,40 1 * * *",
         "America/New_York",
         "2026-11-01T04:30",
         [
