@@ -181,6 +181,10 @@ class Instance(BaseModel):
     job_key_file: JobKeyFile | None = None
     """Where the launch wrote the job's key; None: the provider installs it some other way
     (a cloud's key pair)."""
+    ends_at: datetime | None = None
+    """When the provider ends the machine whatever runs on it (a Slurm allocation's time
+    limit); None: not before it is terminated. A warm machine takes only a job whose timeout
+    ends before this."""
 
     @model_validator(mode="before")
     @classmethod
@@ -196,6 +200,13 @@ class Instance(BaseModel):
     @property
     def live(self) -> bool:
         return self.state in ("pending", "running")
+
+    def lasts_for(self, seconds: float | None, now: datetime) -> bool:
+        """Whether a job of ``seconds`` (None: no timeout) started ``now`` ends before the
+        provider ends the machine."""
+        if self.ends_at is None:
+            return True
+        return seconds is not None and (self.ends_at - now).total_seconds() > seconds
 
 
 def launch_zone(offer: Offer, request: LaunchRequest, provider: str) -> str:

@@ -120,6 +120,8 @@ def test_squeue_lines_with_hostlists() -> None:
     ]
     assert jobs[0].nodes == () and jobs[1].nodes == ("gpu1",)
     assert jobs[1].comment == "gpulayer:job=abc"
+    # Time left until the limit: none for a pending job.
+    assert jobs[0].time_left is None and jobs[1].time_left == 26 * 3600 + 3 * 60 + 4
 
 
 def test_hostlists_expand() -> None:

@@ -78,6 +78,8 @@ def candidates(
     warm: list[str] = []
     for offer in select(rank(theirs), query, placement).offers:
         for record in holders.pop(planning.offer_key(offer), []):
+            if record.state == "idle" and not _outlasts(record, spec):
+                continue  # its provider ends it before the job could end (a time limit)
             if record.state == "idle":
                 busy.append(f"{offer.label}: idle, kept warm")
                 freeing.append(busy[-1])
@@ -96,6 +98,16 @@ def candidates(
     if nodes > 1:
         why = f"{why} (a gang of {nodes} is priced per node: max_hourly_cost caps each machine)"
     return Candidates(never=why)
+
+
+def _outlasts(record: InstanceRecord, spec: JobSpec) -> bool:
+    import datetime as dt
+
+    from gpulayer.cloud.protocol import Instance
+
+    machine = Instance.model_validate(record.machine) if record.machine else None
+    now = dt.datetime.now(dt.timezone.utc)
+    return machine is None or machine.lasts_for(spec.timeout_seconds, now)
 
 
 def gang_refusal(

@@ -63,7 +63,7 @@ class Share:
     out)."""
 
 
-SQUEUE_FORMAT = "%i|%j|%T|%r|%N|%k"
+SQUEUE_FORMAT = "%i|%j|%T|%r|%N|%L|%k"
 
 
 def comment(tags: Mapping[str, str]) -> str:

@@ -204,19 +204,22 @@ class QueuedJob:
     reason: str
     nodes: tuple[str, ...]
     comment: str
+    time_left: int | None = None
+    """Seconds until Slurm ends it at its time limit (a running job); None: no limit, or
+    not running."""
 
 
 def parse_squeue(text: str) -> list[QueuedJob]:
-    """``squeue -h -o '%i|%j|%T|%r|%N|%k'`` output (the job name and comment are gpulayer's
+    """``squeue -h -o '%i|%j|%T|%r|%N|%L|%k'`` output (the job name and comment are gpulayer's
     own, which never hold ``|``)."""
     found = []
     for line in text.splitlines():
         if not line.strip():
             continue
-        parts = line.split("|", 5)
-        if len(parts) != 6:
-            raise ValueError(f"{line!r} is not a squeue line of 6 fields")
-        job_id, name, state, reason, nodes, comment = (p.strip() for p in parts)
+        parts = line.split("|", 6)
+        if len(parts) != 7:
+            raise ValueError(f"{line!r} is not a squeue line of 7 fields")
+        job_id, name, state, reason, nodes, left, comment = (p.strip() for p in parts)
         found.append(
             QueuedJob(
                 job_id=job_id,
@@ -225,9 +228,18 @@ def parse_squeue(text: str) -> list[QueuedJob]:
                 reason=reason,
                 nodes=tuple(expand_hostlist(nodes)),
                 comment=comment,
+                time_left=_time_left(left),
             )
         )
     return found
+
+
+def _time_left(text: str) -> int | None:
+    # squeue says NOT_SET or INVALID for jobs without one (pending, ended).
+    try:
+        return parse_duration(text)
+    except ValueError:
+        return None
 
 
 def expand_hostlist(text: str) -> list[str]:

@@ -327,6 +327,9 @@ class SlurmProvider(GangProvider, FinishingProvider, OutlivesReclaim):
         user = cluster.user or getpass.getuser()
         assert record.slurm_job_id is not None
         now = dt.datetime.now(dt.timezone.utc)
+        # Slurm ends the allocation at its time limit: a warm one takes only jobs that end
+        # before that.
+        ends_at = None if job.time_left is None else now + dt.timedelta(seconds=job.time_left)
         via = login.ssh_via()
         instances = []
         for rank, node in enumerate(job.nodes):
@@ -362,6 +365,7 @@ class SlurmProvider(GangProvider, FinishingProvider, OutlivesReclaim):
                     worker_start="launcher",
                     shared_dir=cluster.shared_dir,
                     job_key_file=_job_key_file(record.cluster, cluster),
+                    ends_at=ends_at,
                 )
             )
         return instances

@@ -39,11 +39,11 @@ def keep_warm(home: Path, seconds: float) -> None:
     path.write_text(yaml.safe_dump(config))
 
 
-def run_job(marker: str) -> tuple[str, str]:
+def run_job(marker: str, timeout: int = 120) -> tuple[str, str]:
     """An attached Slurm job on the cpu partition: its id and what it said on stderr."""
     result = run_cli(
         ["submit", "--target", "cloud", "--provider", "slurm", "--name", "warm",
-         "--timeout", "120", "--", "python3", "-c", f"print('ran {marker}')"],
+         "--timeout", str(timeout), "--", "python3", "-c", f"print('ran {marker}')"],
         timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -114,3 +114,26 @@ def test_the_next_job_runs_in_the_idle_allocation_without_a_new_sbatch(
     )
     assert gpulayer_allocations(slurm_cluster, since) == [slurm_job]
     wait_until(lambda: no_job_keys(slurm_cluster), timeout=30, what="the job's key to go")
+
+
+def test_a_job_longer_than_the_idle_allocations_time_left_gets_an_allocation_of_its_own(
+    slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
+) -> None:
+    """Slurm ends an allocation at its time limit (the first job's timeout and a margin): a
+    job whose timeout would run past it must not be put in it."""
+    write_providers(slurm_home, slurm_cluster, tmp_path, provider={"time_margin_seconds": 30})
+    keep_warm(slurm_home, IDLE_SECONDS)
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
+    first, _ = run_job("short")  # --timeout 120: a limit of 3 minutes
+    idle = wait_until(
+        lambda: next((i for i in status(first)["instances"] if i["state"] == "idle"), None),
+        timeout=60,
+        what="the allocation to go idle",
+    )
+    second, second_log = run_job("long", timeout=600)
+    assert "no launch and no bootstrap" not in second_log
+    (instance,) = status(second)["instances"]
+    assert slurm_job_of(instance) != slurm_job_of(idle)
+    assert sorted(gpulayer_allocations(slurm_cluster, since)) == sorted(
+        [slurm_job_of(idle), slurm_job_of(instance)]
+    )
