@@ -186,7 +186,8 @@ def instances_table(instances: list[dict[str, Any]]) -> None:
                 _duration(item.get("age_in_state_seconds")),
                 price,
                 cost,
-                item["job_id"],
+                item["job_id"] or "-",
+                item.get("fleet") or "-",
             )
         )
     columns = (
@@ -200,6 +201,7 @@ def instances_table(instances: list[dict[str, Any]]) -> None:
         Column("PRICE/H", drop=1, justify="right"),
         Column("COST", prose=True, drop=4, justify="right"),
         Column("JOB"),
+        Column("FLEET", drop=5),
     )
     console = _console()
     if instances:

@@ -58,6 +58,7 @@ def render_page() -> str:
 
     parts = [INTRO]
     parts.append(_section("gpulayer", OrchestratorSettings, "The orchestrator's own settings."))
+    parts.append(_fleets_section())
     for name in documented_plugins():
         model = _settings_model(name)
         if model is None:
@@ -74,6 +75,17 @@ def render_page() -> str:
     return "\n".join(parts).rstrip() + "\n"
 
 
+def _fleets_section() -> str:
+    from gpulayer.cloud.fleets import FleetSettings
+
+    summary = (
+        "A list of named fleets of warm machines, each kept by the configuration rather than "
+        "by a job (see docs/clouds.md, Fleets). `resources` takes a job's `resources` keys "
+        "(JOBSPEC.md). Each entry:"
+    )
+    return _section("fleets", FleetSettings, summary)
+
+
 def _section(name: str, model: type[BaseModel], summary: str) -> str:
     lines = [f"## `{name}:`", ""]
     if summary:
@@ -87,12 +99,17 @@ def _tables(prefix: str, model: type[BaseModel]) -> list[str]:
     nested: list[tuple[str, type[BaseModel]]] = []
     for key, info in model.model_fields.items():
         inner = _model_inside(info.annotation)
+        if inner is not None and inner.__module__.startswith("gpulayer.spec"):
+            inner = None  # a JobSpec model: its reference is JOBSPEC.md
         if inner is not None:
             origin = typing.get_origin(_unannotated(info.annotation))
             suffix = {list: "[]", dict: ".NAME"}.get(origin, "")
             nested.append((f"{prefix}.{key}{suffix}", inner))
         meaning = " ".join((info.description or "").split()).replace("|", "\\|")
-        lines.append(f"| `{key}` | {_type_name(info.annotation)} | {_default(info)} | {meaning} |")
+        kind = _type_name(info.annotation)
+        if inner is None and kind == "mapping (below)":
+            kind = "mapping"
+        lines.append(f"| `{key}` | {kind} | {_default(info)} | {meaning} |")
     lines.append("")
     for path, inner in nested:
         lines += [f"### `{path}`", ""]
@@ -110,6 +127,8 @@ def _default(info: Any) -> str:
         value = value.value
     if isinstance(value, Path):
         value = str(value)
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json", exclude_unset=True)
     return f"`{json.dumps(value)}`"
 
 

@@ -8,7 +8,8 @@
         - {name: box1, address: 10.0.0.5, key_path: ~/.ssh/id_ed25519, hourly_price: 1.2}
 
 A provider is enabled when it is listed here (and installed). GPULAYER_PROVIDERS_FILE moves the
-file. The orchestrator-wide keys live under `gpulayer:` (e.g. `ssh_cidr`, `deadman_seconds`).
+file. The orchestrator-wide keys live under `gpulayer:` (e.g. `ssh_cidr`, `deadman_seconds`);
+named fleets of warm machines under `fleets:` (see gpulayer.cloud.fleets).
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
     from gpulayer.cloud.protocol import Provider
 
 ORCHESTRATOR_KEY = "gpulayer"
+FLEETS_KEY = "fleets"  # its settings: gpulayer.cloud.fleets
+NOT_PROVIDERS = frozenset({ORCHESTRATOR_KEY, FLEETS_KEY})
+"""Top-level keys of providers.yaml that are the orchestrator's, not a provider's."""
 IDLE_KEY = "idle_seconds"
 """A key of every provider's section that the orchestrator reads itself (how long that
 provider's machines stay warm after their job); the plugin never sees it."""
@@ -70,7 +74,7 @@ def provider_sections(data: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return {
         name: _plugin_keys(settings or {})
         for name, settings in data.items()
-        if name != ORCHESTRATOR_KEY
+        if name not in NOT_PROVIDERS
     }
 
 
@@ -115,11 +119,20 @@ class CheckedConfig:
     """The file's mapping as read, each section as written."""
     idle_seconds: dict[str, float] = field(default_factory=dict)
     """Provider -> its own ``idle_seconds``, for those that set one."""
+    fleets: list[Any] = field(default_factory=list)
+    """The FleetSettings of ``fleets:``, in the file's order."""
 
     def idle_seconds_of(self, provider: str) -> float:
         """How long the provider's machines stay warm after their job (0: not at all)."""
         found = self.idle_seconds.get(provider)
         return float(self.orchestrator.idle_seconds if found is None else found)
+
+    def fleet_rules(self) -> list[Any]:
+        """Each fleet's FleetRule (its idle_seconds resolved from its providers')."""
+        from gpulayer.cloud.fleets import fleet_rules
+
+        idle = {name: self.idle_seconds_of(name) for name in self.providers}
+        return fleet_rules(self.fleets, idle, float(self.orchestrator.idle_seconds))
 
     def shown(self) -> dict[str, Any]:
         """Every section as JSON, defaults filled in."""
@@ -134,6 +147,8 @@ class CheckedConfig:
             if name in self.idle_seconds:
                 sections[name][IDLE_KEY] = self.idle_seconds[name]
         sections[ORCHESTRATOR_KEY] = self.orchestrator.model_dump(mode="json")
+        if self.fleets:
+            sections[FLEETS_KEY] = [fleet.model_dump(mode="json") for fleet in self.fleets]
         return sections
 
 
@@ -161,6 +176,8 @@ def check_text(path: Path, text: str | None) -> CheckedConfig:
     installed = available_providers()
     for name, section in data.items():
         name = str(name)
+        if name == FLEETS_KEY:
+            continue  # checked below, against the provider sections
         if section is None:
             section = {}
         if not isinstance(section, dict):
@@ -189,6 +206,11 @@ def check_text(path: Path, text: str | None) -> CheckedConfig:
             problems.extend(f"{name}.{line}" for line in found)
         else:
             checked.providers[name] = found
+    from gpulayer.cloud.fleets import fleet_problems
+
+    sections = [str(name) for name in data if str(name) not in NOT_PROVIDERS]
+    checked.fleets, wrong = fleet_problems(data.get(FLEETS_KEY), sections)
+    problems.extend(wrong)
     if problems:
         raise ConfigError([f"{path}: {line}" for line in problems])
     return checked

@@ -61,11 +61,14 @@ class ProviderRegistry:
 
     def orchestrator(self) -> Mapping[str, Any]:
         """The ``gpulayer:`` section, validated, every default filled in, with each
-        provider's own ``idle_seconds`` (``provider_idle_seconds``)."""
+        provider's own ``idle_seconds`` (``provider_idle_seconds``) and the fleets
+        (``fleets``: their FleetSettings; ``fleet_rules``: what decisions read of them)."""
         checked = self.checked()
         return {
             **checked.orchestrator.model_dump(),
             "provider_idle_seconds": dict(checked.idle_seconds),
+            "fleets": list(checked.fleets),
+            "fleet_rules": checked.fleet_rules(),
         }
 
     def enabled(self, only: Sequence[str] = ()) -> dict[str, Provider]:

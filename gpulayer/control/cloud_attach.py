@@ -9,7 +9,10 @@ from typing import TYPE_CHECKING, Any
 from gpulayer.cloud.lifecycle.reconciler import Reconciler
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from gpulayer.cloud.lifecycle.ports import InstanceStore, JobPort
+    from gpulayer.cloud.lifecycle.records import InstanceRecord
     from gpulayer.spec import JobSpec
 
 
@@ -95,6 +98,20 @@ class ProviderCloud:
             return self.registry.checked().idle_seconds_of(provider)
         except GpulayerError:  # an invalid file keeps nothing warm (the lifecycle reads 0)
             return 0.0
+
+    def idle_limits(self, records: Sequence[InstanceRecord]) -> dict[str, float | None]:
+        from gpulayer.cloud.fleets import Machine, idle_limits
+        from gpulayer.errors import GpulayerError
+
+        try:
+            rules = self.registry.checked().fleet_rules()
+        except GpulayerError:
+            rules = []
+        providers = {r.request_id: r.provider for r in records}
+        machines = [
+            Machine(r.request_id, r.fleet, r.state, r.state_since or r.created_at) for r in records
+        ]
+        return idle_limits(machines, rules, lambda key: self.idle_seconds(providers[key]))
 
     def reap(self, *, dry_run: bool) -> list[dict[str, Any]] | None:
         if self.lifecycle is None:

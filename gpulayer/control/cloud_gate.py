@@ -7,6 +7,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from gpulayer.cloud.lifecycle.records import InstanceRecord
     from gpulayer.spec import JobSpec
 
 
@@ -32,6 +35,11 @@ class CloudGate(Protocol):
         """How long the provider's machines stay warm after their job (0: not at all)."""
         ...
 
+    def idle_limits(self, records: Sequence[InstanceRecord]) -> dict[str, float | None]:
+        """Each record's idle limit as the lifecycle reads it (request id -> seconds; None: a
+        fleet's machine kept within its min_nodes)."""
+        ...
+
     def reap(self, *, dry_run: bool) -> list[dict[str, Any]] | None:
         """Machines tagged as this controller's that no record explains, ended (None: no
         lifecycle runs here)."""
@@ -55,6 +63,9 @@ class NoCloud:
 
     def idle_seconds(self, provider: str) -> float:
         return 0.0
+
+    def idle_limits(self, records: Sequence[InstanceRecord]) -> dict[str, float | None]:
+        return {r.request_id: 0.0 for r in records}
 
     def reap(self, *, dry_run: bool) -> list[dict[str, Any]] | None:
         return None

@@ -154,7 +154,8 @@ instances = Table(
     "instances",
     metadata,
     Column("request_id", String(64), primary_key=True),
-    Column("job_id", String(32), ForeignKey("jobs.id"), nullable=False),
+    # NULL (schema 14): a fleet's machine no job has taken yet.
+    Column("job_id", String(32), ForeignKey("jobs.id"), nullable=True),
     Column("owner", String(64), nullable=False),
     Column("provider", String(64), nullable=False),
     Column("region", String(64)),
@@ -206,6 +207,8 @@ instances = Table(
     Column("last_step_result", Text),
     Column("step_at", Float),
     Column("relink_since", Float),
+    # Added in schema 14: the named fleet (providers.yaml's fleets:) the machine belongs to.
+    Column("fleet", String(64)),
 )
 Index("ix_instances_state", instances.c.state)
 Index("ix_instances_hold", instances.c.hold_until)
@@ -283,7 +286,7 @@ reservations = Table(
     "reservations",
     metadata,
     Column("request_id", String(64), ForeignKey("instances.request_id"), primary_key=True),
-    Column("job_id", String(32), ForeignKey("jobs.id"), nullable=False),
+    Column("job_id", String(32), ForeignKey("jobs.id"), nullable=True),
     Column("worker_id", String(32)),
     Column("state", String(16), nullable=False),
     Column("created_at", Float, nullable=False),

@@ -105,7 +105,9 @@ def log_view(line: LogLine) -> dict[str, Any]:
 def instance_view(record: InstanceRecord, now: float) -> dict[str, Any]:
     return {
         "request_id": record.request_id,
-        "job_id": record.job_id,
+        # None: a fleet's machine no job has taken yet.
+        "job_id": record.job_id or None,
+        "fleet": record.fleet,
         "provider": record.provider,
         "region": record.region,
         "zone": record.zone,
@@ -125,25 +127,32 @@ def instance_view(record: InstanceRecord, now: float) -> dict[str, Any]:
     }
 
 
-def idle_left(record: InstanceRecord, idle_seconds: float, now: float) -> float | None:
-    """Seconds until an idle (warm) instance drains, read from its provider's idle_seconds as
-    the lifecycle reads them; None when it is not idle."""
+def idle_left(record: InstanceRecord, idle_seconds: float | None, now: float) -> float | None:
+    """Seconds until an idle (warm) instance drains, read from its provider's (or its fleet's)
+    idle_seconds as the lifecycle reads them; None when it is not idle, or is a fleet's
+    machine kept within its min_nodes (``idle_seconds`` None)."""
     from gpulayer.cloud.lifecycle.states import idle_limit
 
-    if record.state != "idle":
+    if record.state != "idle" or idle_seconds is None:
         return None
     limit = idle_limit(idle_seconds)
     since = record.state_since or record.created_at
     return None if limit is None else max(0.0, since + limit - now)
 
 
-def state_label(state: str, left: float | None) -> str:
-    """``idle (42 s left)`` for a warm machine; the state itself otherwise."""
+def state_label(state: str, left: float | None, *, kept: bool = False) -> str:
+    """``idle (42 s left)`` for a warm machine, ``idle (kept: min_nodes)`` for a fleet's
+    machine kept up; the state itself otherwise."""
+    if kept and state == "idle":
+        return f"{state} (kept: min_nodes)"
     return state if left is None else f"{state} ({left:.0f} s left)"
 
 
 def lifecycle_view(
-    record: InstanceRecord, history: list[TransitionRecord], now: float, idle_seconds: float = 0.0
+    record: InstanceRecord,
+    history: list[TransitionRecord],
+    now: float,
+    idle_seconds: float | None = 0.0,
 ) -> dict[str, Any]:
     """One rented instance for `gpulayer instances` and `status`: where it is, since when, and
     the phases it went through."""
@@ -155,7 +164,9 @@ def lifecycle_view(
     view["age_in_state_seconds"] = round(max(0.0, now - since), 3)
     left = idle_left(record, idle_seconds, now)
     view["idle_seconds_left"] = None if left is None else round(left, 1)
-    view["state_label"] = state_label(record.state, left)
+    kept = record.state == "idle" and idle_seconds is None
+    view["idle_kept"] = kept
+    view["state_label"] = state_label(record.state, left, kept=kept)
     view["phases"] = [
         {**row, "started_at": iso(row["started_at"]), "ended_at": iso(row["ended_at"])}  # type: ignore[arg-type]
         for row in phase_rows(history, now)
@@ -199,17 +210,24 @@ def cost_view(records: list[InstanceRecord]) -> dict[str, Any]:
     instances = [instance_view(r, now) for r in records]
     totals: dict[str, float] = {}
     per_job: dict[str, dict[str, float]] = {}
+    per_fleet: dict[str, dict[str, float]] = {}
     unpriced = 0
     for item in instances:
         if item["cost"] is None:
             unpriced += 1
             continue
         totals[item["currency"]] = totals.get(item["currency"], 0.0) + item["cost"]
-        job = per_job.setdefault(item["job_id"], {})
-        job[item["currency"]] = job.get(item["currency"], 0.0) + item["cost"]
+        # A fleet machine's time that no job took is the fleet's.
+        if item["job_id"] is not None:
+            job = per_job.setdefault(item["job_id"], {})
+            job[item["currency"]] = job.get(item["currency"], 0.0) + item["cost"]
+        if item["fleet"] is not None and item["job_id"] is None:
+            fleet = per_fleet.setdefault(item["fleet"], {})
+            fleet[item["currency"]] = fleet.get(item["currency"], 0.0) + item["cost"]
     return {
         "instances": instances,
         "per_job": per_job,
+        "per_fleet": per_fleet,
         "total": totals,
         "unpriced_instances": unpriced,
     }

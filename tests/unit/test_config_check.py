@@ -172,3 +172,38 @@ def test_the_cloud_wait_is_bounded_and_read_past_other_sections_problems(
         with pytest.raises(ConfigError) as caught:
             orchestrator_section(root)
         assert "gpulayer.parallel_launches" in caught.value.lines[0]
+
+
+SSH_HOST = "ssh:\n  hosts:\n    - {name: h0, address: 127.0.0.1, key_path: /nonexistent/key}\n"
+
+
+def test_fleets_are_checked_with_the_file_and_each_problem_names_its_fleet_and_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.support.cli import run_cli
+
+    root = _write(
+        tmp_path,
+        SSH_HOST + "fleets:\n"
+        "  - {name: train, providers: [ssh], min_nodes: 3, max_nodes: 2}\n"
+        "  - {name: infer, providers: [aws], idle_secs: 5}\n",
+        monkeypatch,
+    )
+    with pytest.raises(ConfigError) as caught:
+        check_config(root)
+    where = f"{root / 'providers.yaml'}: "
+    assert caught.value.lines == [
+        where + "fleets[train].min_nodes: must be <= max_nodes (2)",
+        where + "fleets[infer].idle_secs: unknown setting; did you mean 'idle_seconds'?",
+    ]
+    monkeypatch.setenv("GPULAYER_HOME", str(root))
+    checked = run_cli(["config", "check", "--no-login"])
+    assert checked.returncode == 2
+    assert "fleets[train].min_nodes: must be <= max_nodes (2)" in checked.stderr
+    (root / "providers.yaml").write_text(
+        SSH_HOST + "fleets:\n  - {name: train, providers: [ssh], min_nodes: 1}\n"
+    )
+    fleet = check_config(root).fleet_rules()
+    assert [(f.name, f.min_nodes, f.max_nodes, f.idle_seconds) for f in fleet] == [
+        ("train", 1, 1, 0.0)
+    ]

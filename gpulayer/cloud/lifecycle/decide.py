@@ -70,7 +70,16 @@ class InstanceFacts:
     """The last attempt on its worker ended preempted (the worker said its machine went)."""
     checked_at: float = 0.0
     idle_seconds: float = 0.0
-    """How long its provider keeps a machine warm after its job (0: it drains at once)."""
+    """How long its provider keeps a machine warm after its job (0: it drains at once); a
+    fleet's machine: its fleet's idle_seconds."""
+    fleet: str | None = None
+    """The named fleet it belongs to."""
+    no_job: bool = False
+    """A fleet's machine no job has taken yet: it is made a worker, then waits idle."""
+    idle_kept: bool = False
+    """An idle fleet machine within its fleet's min_nodes: no idle limit ends it."""
+    fleet_gone: bool = False
+    """Its fleet is no longer configured: it ends once no job uses it."""
 
 
 @dataclass(frozen=True)
@@ -203,12 +212,14 @@ def limit_of(facts: InstanceFacts, limits: Mapping[str, float]) -> float | None:
     """The time limit of the instance's state: the settings' over the table's; an idle one's
     is its provider's idle_seconds."""
     if facts.state == "idle":
-        return idle_limit(facts.idle_seconds)
+        return None if facts.idle_kept else idle_limit(facts.idle_seconds)
     return limits.get(facts.state, STATE_TIMEOUTS.get(facts.state))
 
 
 def _stuck(facts: InstanceFacts, now: float, limits: Mapping[str, float]) -> Move | None:
     if facts.state == "idle":
+        if facts.idle_kept or facts.fleet_gone:
+            return None  # within its fleet's min_nodes: kept up (a gone fleet's: released)
         limit = idle_limit(facts.idle_seconds)
         idle = stuck_move("idle", facts.since, now, {} if limit is None else {"idle": limit})
         if limit is None or idle is None:
@@ -280,10 +291,12 @@ def _next(facts: InstanceFacts, now: float, deadman_seconds: float) -> Sequence[
 
 
 def _let_go(facts: InstanceFacts, why: str) -> Release | Rest:
-    """Its job is done with it: a healthy lone machine whose provider keeps machines warm
-    rests (idle) for the next job; any other drains."""
+    """Its job is done with it: a healthy lone machine whose provider keeps machines warm, or
+    a fleet's, rests (idle) for the next job (a fleet's past its idle limit drains from
+    there); any other drains."""
     warm = (
-        facts.idle_seconds > 0
+        (facts.idle_seconds > 0 or facts.fleet is not None)
+        and not facts.fleet_gone
         and not facts.in_gang
         and facts.link_alive
         and facts.outcome is None
@@ -314,6 +327,8 @@ def _link_step(
 def _idle_step(facts: InstanceFacts, now: float, deadman_seconds: float) -> list[Action]:
     """A warm machine waits for a job (the plan step takes it) or its idle limit (the stuck
     pass); its worker's link is kept, or the worker lost, as while it runs a job."""
+    if facts.fleet_gone:
+        return [Release(f"its fleet {facts.fleet} is no longer in providers.yaml")]
     actions: list[Action] = []
     lost = _link_step(facts, now, deadman_seconds, actions)
     return actions if lost is None else lost
@@ -343,6 +358,8 @@ def _worker_step(facts: InstanceFacts, now: float, deadman_seconds: float) -> li
 
 
 def _ready_step(facts: InstanceFacts, now: float) -> list[Action]:
+    if facts.no_job:
+        return [Rest(f"made a worker for fleet {facts.fleet}")]
     if facts.active_attempt is not None:
         return [Move("in_use", f"attempt {facts.active_attempt} started on its worker")]
     if facts.worker_ran_attempt:

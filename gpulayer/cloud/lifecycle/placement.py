@@ -84,6 +84,10 @@ def candidates(
                 busy.append(f"{offer.label}: idle, kept warm")
                 freeing.append(busy[-1])
                 warm.append(record.request_id)
+            elif not record.job_id:
+                # A fleet's machine being made a worker: idle (and takeable) once it joins.
+                busy.append(f"{offer.label}: being made ready for fleet {record.fleet}")
+                freeing.append(busy[-1])
             else:
                 ending = " (being torn down)" if record.state in gangs.ENDING_OR_GONE else ""
                 busy.append(f"{offer.label}: in use by job {record.job_id}{ending}")

@@ -32,9 +32,10 @@ from gpulayer.cloud.lifecycle.links import Links
 from gpulayer.cloud.lifecycle.states import GONE, HOLDS_WORKER
 from gpulayer.cloud.lifecycle.steps import check, drain, launch, prepare, reap, reconnect, terminate
 from gpulayer.cloud.lifecycle.steps.context import ProvidersLoader, StepContext
-from gpulayer.cloud.lifecycle.steps.plan import plan_job
+from gpulayer.cloud.lifecycle.steps.fleet import top_up
+from gpulayer.cloud.lifecycle.steps.plan import PLACING, plan_job
 from gpulayer.cloud.lifecycle.sync import Local, end_key, gather, launch_key
-from gpulayer.cloud.lifecycle.world import Live, PassDecision, World, decide_pass
+from gpulayer.cloud.lifecycle.world import Live, PassDecision, World, decide_pass, fleet_wait_key
 
 if TYPE_CHECKING:
     from gpulayer.cloud.lifecycle.decide import Step
@@ -222,7 +223,7 @@ class Reconciler:
     def reconcile_once(self) -> None:
         now = time.time()
         self._renew_leases(now)
-        if self._idle(now):
+        if self._idle(now) and not self._keeps_fleets():
             # Nothing cloud-bound anywhere: no instance and no queued job is read.
             self._sleep = WAKE_EVERY_SECONDS
             if self._reap_due(now):
@@ -232,6 +233,15 @@ class Reconciler:
         decision = decide_pass(world, now)
         self._carry_out(records, world, decision, now)
         self._sleep = decision.sleep_for(time.time(), WAKE_EVERY_SECONDS)
+
+    def _keeps_fleets(self) -> bool:
+        """Whether a fleet is to be kept up (min_nodes above 0): then the pass runs without
+        any job, to top it up."""
+        try:
+            rules = self.settings.get("fleet_rules") or ()
+        except Exception:  # providers.yaml does not validate now: nothing to keep
+            return False
+        return any(rule.min_nodes > 0 for rule in rules)
 
     def _reap_due(self, now: float) -> bool:
         """Whether this process asks the store for the reap lease now (at most once every
@@ -262,6 +272,7 @@ class Reconciler:
             limits,
             self.steps.deadman_seconds(),
             self._reap_due(now),
+            tuple(self.settings.get("fleet_rules") or ()),
         )
         return {r.request_id: r for r in records}, world
 
@@ -284,6 +295,8 @@ class Reconciler:
             self.store.end_capacity_waits(decision.ended_waits)
         for job_id in decision.plan:
             self._submit(f"plan:{job_id}", self._plan, job_id, job_id=job_id)
+        for fleet, _ in decision.top_ups:
+            self._submit(fleet_wait_key(fleet), self._top_up, fleet)
         if decision.reap:
             self._start_reap()
 
@@ -317,6 +330,16 @@ class Reconciler:
             job_id,
             lambda rid, job: self._submit(
                 launch_key(rid), self._run_step, launch.launch, rid, job_id=job, pool="launch"
+            ),
+        )
+
+    def _top_up(self, fleet: str) -> None:
+        top_up(
+            self.steps,
+            fleet,
+            PLACING,
+            lambda rid, _: self._submit(
+                launch_key(rid), self._run_step, launch.launch, rid, pool="launch"
             ),
         )
 
@@ -396,8 +419,8 @@ class Reconciler:
         records = [
             r
             for r in self.store.list_instances(live_only=True)
-            if self.store.get_job(r.job_id).terminal
-            or r.state in ("idle", "draining", "terminating")
+            if r.state in ("idle", "draining", "terminating")
+            or (r.job_id and self.store.get_job(r.job_id).terminal)
         ]
         ended = [reap.entry(r.request_id, r.provider, r.instance_id, r.job_id) for r in records]
         if not dry_run:

@@ -19,6 +19,8 @@ INSTANCE_GONE_STATES = GONE
 class InstanceRecord:
     request_id: str
     job_id: str
+    """The job it is (or was last) the machine of; "" for a fleet's machine no job has taken
+    yet (NULL in the store)."""
     owner: str
     provider: str
     region: str | None
@@ -74,6 +76,8 @@ class InstanceRecord:
     relink_since: float | None = None
     """Set by a restarted controller: its worker's tunnel is to be reopened, so the worker's
     silence until then is the controller's, not the worker's."""
+    fleet: str | None = None
+    """The named fleet (providers.yaml's ``fleets:``) the machine belongs to, if any."""
 
     @property
     def step_result(self) -> StepResult | None:

@@ -120,6 +120,8 @@ def _facts(
         teardown_in_flight=local.in_flight(end_key(rid)),
         checked_at=r.checked_at or 0.0,
         idle_seconds=local.idle_seconds(r.provider) if r.state in HOLDS_WORKER else 0.0,
+        fleet=r.fleet,
+        no_job=not r.job_id,
     )
     if job is not None and stuck_soon(facts, now, limits):
         facts = replace(facts, provisioning_budget=provisioning_budget(job))
@@ -127,7 +129,9 @@ def _facts(
         return facts
     if r.state == "idle":  # its job is over; only its link and its idle limit bear on it
         return replace(facts, job_ended=True, link_alive=local.link_alive(rid), worker_id=worker_id)
-    ended = job is None or job.terminal or released
+    # A fleet's machine that no job took yet has no job to end; only its fleet's removal (read
+    # by the pass) ends it.
+    ended = (job is None and bool(r.job_id)) or (job is not None and job.terminal) or released
     facts = replace(
         facts,
         job_ended=ended,

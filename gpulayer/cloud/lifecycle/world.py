@@ -10,8 +10,8 @@ sleeps no longer than the earliest follow-up.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, NamedTuple
 
 from gpulayer.cloud.lifecycle.decide import (
     CHECK_EVERY_SECONDS,
@@ -30,6 +30,9 @@ from gpulayer.cloud.lifecycle.states import (
     STATE_TIMEOUTS,
     STUCK_STATES,
 )
+
+if TYPE_CHECKING:
+    from gpulayer.cloud.fleets import FleetRule
 
 HELD_FOR_NO_JOB = frozenset({"idle"})
 """An instance in these states is its last job's record but no job's machine: that job, when
@@ -55,6 +58,8 @@ class World:
     """state_timeouts from the settings, over the state table's."""
     deadman_seconds: float = 600.0
     reap_due: bool = False
+    fleets: Sequence[FleetRule] = ()
+    """The named fleets configured now (providers.yaml's ``fleets:``)."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,8 @@ class PassDecision:
     """Waits for capacity of jobs that no longer wait (cancelled, planned elsewhere)."""
     follow_ups: tuple[FollowUp, ...] = ()
     reap: bool = False
+    top_ups: tuple[tuple[str, int], ...] = ()
+    """Fleets below their min_nodes: (fleet, how many machines to launch for it)."""
 
     @property
     def moves(self) -> list[tuple[str, Move]]:
@@ -106,11 +113,18 @@ class PassDecision:
         return max(shortest, min(usual, earliest - now))
 
 
+def fleet_wait_key(fleet: str) -> str:
+    """A fleet's top-up that found no machine waits under this key among the jobs' waits for
+    capacity (so the store keeps its backoff like theirs)."""
+    return f"fleet:{fleet}"
+
+
 def decide_pass(world: World, now: float) -> PassDecision:
     limits, deadman = world.limits, world.deadman_seconds
     acting: dict[str, Sequence[Action]] = {}
     follow_ups: list[FollowUp] = []
-    for request_id, _, facts in world.instances:
+    instances, top_ups = _fleets(world, now, follow_ups)
+    for request_id, _, facts in instances:
         actions = decide(facts, now, limits=limits, deadman_seconds=deadman)
         if actions:
             acting[request_id] = actions
@@ -129,10 +143,57 @@ def decide_pass(world: World, now: float) -> PassDecision:
             plan.append(job_id)
         else:
             follow_ups.append(FollowUp(job_id, not_before, "its wait for capacity ends"))
+    kept = {fleet_wait_key(rule.name) for rule in world.fleets}
     ended = (
-        frozenset(waits.keys() - {job_id for job_id, _ in world.waiting}) if waits else frozenset()
+        frozenset(waits.keys() - {job_id for job_id, _ in world.waiting} - kept)
+        if waits
+        else frozenset()
     )
-    return PassDecision(acting, tuple(plan), ended, tuple(follow_ups), world.reap_due)
+    return PassDecision(
+        acting, tuple(plan), ended, tuple(follow_ups), world.reap_due, tuple(top_ups)
+    )
+
+
+def _fleets(
+    world: World, now: float, follow_ups: list[FollowUp]
+) -> tuple[Sequence[Live], list[tuple[str, int]]]:
+    """The instances with their fleet's rule read into their facts (its idle_seconds, whether
+    it is kept within min_nodes, whether its fleet is gone), and the fleets to top up."""
+    if not world.fleets and not any(live.facts.fleet for live in world.instances):
+        return world.instances, []
+    from gpulayer.cloud.fleets import Machine, count_fleets
+
+    rules = {rule.name: rule for rule in world.fleets}
+    lives = world.instances
+    count = count_fleets(
+        (Machine(i.request_id, i.facts.fleet, i.facts.state, i.facts.since) for i in lives),
+        world.fleets,
+    )
+    kept = count.kept
+    top_ups: list[tuple[str, int]] = []
+    for name, rule in rules.items():
+        missing = rule.min_nodes - count.members[name]
+        if missing <= 0:
+            continue
+        not_before = world.capacity_waits.get(fleet_wait_key(name))
+        if not_before is not None and not_before > now:
+            follow_ups.append(FollowUp(fleet_wait_key(name), not_before, "a fleet's top-up"))
+        else:
+            top_ups.append((name, missing))
+    adjusted = []
+    for live in world.instances:
+        facts = live.facts
+        if facts.fleet is not None:
+            own = rules.get(facts.fleet)
+            if own is None:
+                facts = replace(facts, fleet_gone=True, job_ended=facts.job_ended or facts.no_job)
+            else:
+                facts = replace(
+                    facts, idle_seconds=own.idle_seconds, idle_kept=live.request_id in kept
+                )
+            live = Live(live.request_id, live.job_id, facts)
+        adjusted.append(live)
+    return adjusted, top_ups
 
 
 def next_change(

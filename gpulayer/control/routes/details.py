@@ -14,14 +14,17 @@ def instances_detail(
     service: ControlService, *, job_id: str | None, live_only: bool
 ) -> list[dict[str, Any]]:
     now = time.time()
+    records = service.store.list_instances(job_id=job_id, live_only=live_only)
+    # A fleet's idle limits depend on its other machines: read over every live one.
+    limits = service.cloud.idle_limits(service.store.list_instances(live_only=True))
     return [
         lifecycle_view(
             r,
             service.store.instance_history(r.request_id),
             now,
-            service.cloud.idle_seconds(r.provider),
+            limits.get(r.request_id, service.cloud.idle_seconds(r.provider)),
         )
-        for r in service.store.list_instances(job_id=job_id, live_only=live_only)
+        for r in records
     ]
 
 

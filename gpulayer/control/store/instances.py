@@ -55,6 +55,7 @@ class InstanceLedger(StoreBase):
                 values.setdefault("created_at", now)
                 values.setdefault("state_since", now)
                 values["tags"] = json.dumps(values.get("tags", {}))
+                values["job_id"] = values.get("job_id") or None  # a fleet's: no job yet
                 encode_instance_json(values)
                 conn.execute(insert(t.instances).values(**values))
                 conn.execute(

@@ -245,6 +245,7 @@ def instance_from_row(row: Any) -> InstanceRecord:
     m["offer"] = json.loads(m["offer"]) if m.get("offer") else None
     m["machine"] = json.loads(m["machine"]) if m.get("machine") else None
     m["spot"] = bool(m["spot"])
+    m["job_id"] = m["job_id"] or ""  # NULL: a fleet's machine no job has taken yet
     return InstanceRecord(**m)
 
 

@@ -182,16 +182,19 @@ def gpu_hours_chart(service: ControlService) -> Any:
 def instances_context(service: ControlService) -> dict[str, Any]:
     now = time.time()
     rows = []
-    for instance in reversed(service.store.list_instances()):
+    listed = service.store.list_instances()
+    limits = service.cloud.idle_limits([i for i in listed if not i.gone])
+    for instance in reversed(listed):
         since = instance.state_since
         if since is None:  # a record from before the lifecycle, which kept state_since
             marks = (instance.launched_at, instance.ready_at, instance.ended_at)
             since = max([instance.created_at, *(m for m in marks if m is not None)])
-        left = idle_left(instance, service.cloud.idle_seconds(instance.provider), now)
+        idle = limits.get(instance.request_id, 0.0)
+        left = idle_left(instance, idle, now)
         rows.append(
             {
                 "record": instance,
-                "state_label": state_label(instance.state, left),
+                "state_label": state_label(instance.state, left, kept=idle is None),
                 "age_in_state": now - since,
                 "age": now - instance.created_at,
                 "cost": instance.cost(now),

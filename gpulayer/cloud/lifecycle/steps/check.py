@@ -49,7 +49,7 @@ def look(ctx: StepContext, r: InstanceRecord, step: StepName) -> StepResult:
     if fate == "reclaimed" and worker_id is not None:
         answers = bool(ctx.store.active_attempts(worker_id))
         answers = answers and ctx.store.get_worker(worker_id).state == "ready"
-        if answers:
+        if answers and r.job_id:
             grace = float(ctx.store.get_job(r.job_id).spec.get("grace_seconds", 30))
     reading = after_check(
         fate,

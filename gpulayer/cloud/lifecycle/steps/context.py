@@ -32,10 +32,12 @@ from gpulayer.cloud.lifecycle.links import Links, host_keys_path
 from gpulayer.cloud.lifecycle.states import check_transition
 
 if TYPE_CHECKING:
+    from gpulayer.cloud.fleets import FleetSettings
     from gpulayer.cloud.lifecycle.ports import InstanceStore, JobPort
     from gpulayer.cloud.lifecycle.records import InstanceRecord
     from gpulayer.cloud.lifecycle.step_result import StepResult
     from gpulayer.cloud.protocol import Provider
+    from gpulayer.spec import JobSpec
 
 log = logging.getLogger("gpulayer.lifecycle")
 
@@ -102,6 +104,25 @@ class StepContext:
         own = (self.settings.get("provider_idle_seconds") or {}).get(provider)
         return float(self.settings.get("idle_seconds", 0) if own is None else own)
 
+    def fleet(self, name: str | None) -> FleetSettings | None:
+        """The fleet of that name as configured now (None: not, or no longer)."""
+        for fleet in self.settings.get("fleets") or ():
+            if fleet.name == name:
+                return fleet
+        return None
+
+    def spec_of(self, r: InstanceRecord) -> JobSpec | None:
+        """What the machine was asked for: its job's spec, or a fleet's machine's that no job
+        took yet, its fleet's (None: its fleet is no longer configured)."""
+        from gpulayer.spec import JobSpec
+
+        if r.job_id:
+            return JobSpec.model_validate(self.store.get_job(r.job_id).spec)
+        from gpulayer.cloud.fleets import fleet_spec
+
+        fleet = self.fleet(r.fleet)
+        return None if fleet is None else fleet_spec(fleet)
+
     def deadman_action(self, provider: str) -> str:
         configured = os.environ.get("GPULAYER_DEADMAN_ACTION") or self.settings.get(
             "deadman_action"
@@ -115,6 +136,9 @@ class StepContext:
     # --- effects -------------------------------------------------------------------------------
 
     def note(self, job_id: str, text: str) -> None:
+        if not job_id:  # a fleet's machine no job took yet: the controller's log only
+            log.info("%s", text)
+            return
         self.service.log_system(job_id, 0, [text])
 
     def keep(self, request_id: str, result: StepResult) -> None:
@@ -141,7 +165,12 @@ class StepContext:
         """The job is done with the instance, which stays warm: its worker runs on, reserved
         for no job, until a job takes it or its idle_seconds pass."""
         if self.store.rest_reservation(r.request_id):
-            self.move(r, "idle", f"{why}; kept warm for {self.idle_seconds(r.provider):g} s")
+            kept = (
+                f"kept warm by fleet {r.fleet}"
+                if r.fleet
+                else f"kept warm for {self.idle_seconds(r.provider):g} s"
+            )
+            self.move(r, "idle", f"{why}; {kept}")
         else:  # released meanwhile (the job's end raced the pass): it drains
             self.release(r, why)
 

@@ -28,14 +28,15 @@ DEFAULT_PROVISIONING_SECONDS = 600.0
 
 def launch(ctx: StepContext, request_id: str) -> StepResult:
     from gpulayer.cloud.offer import Offer
-    from gpulayer.spec import JobSpec
     from gpulayer.ssh.keys import load_keypair
 
     r = ctx.fresh(request_id)
     gang = _launching_gang(ctx, r)
     if gang is None:
         return step_result.skipped("launch", time.time(), f"the instance is {r.state}")
-    spec = JobSpec.model_validate(ctx.store.get_job(r.job_id).spec)
+    spec = ctx.spec_of(r)
+    if spec is None:
+        return step_result.skipped("launch", time.time(), f"fleet {r.fleet} is not configured")
     offer = Offer.model_validate(r.offer)
     provider = ctx.provider(r)
     if provider is None:
@@ -57,7 +58,7 @@ def _launching_gang(ctx: StepContext, r: InstanceRecord) -> list[InstanceRecord]
     record moved on or its job ended (the next pass ends it)."""
     if r.state == "requested" and not ctx.move(r, "launching", "calling the provider"):
         return None
-    if r.state != "launching" or ctx.store.get_job(r.job_id).terminal:
+    if r.state != "launching" or (r.job_id and ctx.store.get_job(r.job_id).terminal):
         return None
     gang = sorted(ctx.gang(r), key=lambda node: node.node_rank)
     for node in gang:

@@ -10,11 +10,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from gpulayer.cloud.fleets import FLEET_TAG
 from gpulayer.cloud.lifecycle import gangs, planning
 from gpulayer.cloud.lifecycle.placement import candidates
+from gpulayer.cloud.lifecycle.steps.fleet import fleet_room, machines_held
 from gpulayer.cloud.lifecycle.steps.terminate import REQUEST_TAG
 from gpulayer.cloud.lifecycle.world import HELD_FOR_NO_JOB
-from gpulayer.cloud.protocol import OffersAreMachines
 
 if TYPE_CHECKING:
     from gpulayer.cloud.lifecycle.ports import JobView
@@ -28,7 +29,7 @@ GANG_SIZE_TAG = "gpulayer:gang-size"
 StartLaunch = Callable[[str, str], None]
 """Begins the launch step of a recorded instance (request id, job id)."""
 
-_PLACING = threading.Lock()
+PLACING = threading.Lock()
 """Plans run side by side: an offer that is one machine (an ssh host) goes to the first job
 that records it, and a job planned at the same instant chooses again rather than reaching for
 the same host."""
@@ -60,6 +61,9 @@ def plan_job(ctx: StepContext, job_id: str, start_launch: StartLaunch) -> None:
     if found.warm and gangs.nodes_of(spec) == 1 and _take_warm(ctx, job, found.warm):
         return
     now = time.time()
+    # An offer inside a fleet's filter is the fleet's: a machine launched from it joins the
+    # fleet, and none is launched once the fleet holds its max_nodes (the job waits for one).
+    full, joins = fleet_room(ctx, found.fitting, live) if gangs.nodes_of(spec) == 1 else ({}, {})
     tries = planning.tries_of(ctx.store.list_instances(job_id=job_id))
     held = planning.held_offers(ctx.store.instances_holding_offers(now), now)
     freed_at = ctx.store.capacity_freed_at()
@@ -71,9 +75,9 @@ def plan_job(ctx: StepContext, job_id: str, start_launch: StartLaunch) -> None:
             tries,
             now=now,
             capacity_freed_at=freed_at,
-            held_offers={**held, **unavailable},
+            held_offers={**held, **full, **unavailable},
             busy=found.busy,
-            freeing=found.freeing,
+            freeing=[*found.freeing, *full.values()],
             queue=placement.on_unschedulable == "queue",
             wait_limit=provisioning.provisioning_timeout_seconds if provisioning else None,
             wait_started=job.created_at,
@@ -81,17 +85,18 @@ def plan_job(ctx: StepContext, job_id: str, start_launch: StartLaunch) -> None:
 
     decision = choose({})
     if decision.offer is not None:
-        with _PLACING:
+        with PLACING:
             taken = _machines_taken(ctx, job_id, providers)
             if planning.offer_key(decision.offer) in taken:
                 decision = choose(taken)
             if decision.offer is not None:
                 ctx.store.end_capacity_waits([job_id])
-                _record(ctx, job, spec, decision.offer, start_launch)
+                fleet = joins.get(planning.offer_key(decision.offer))
+                _record(ctx, job, spec, decision.offer, start_launch, fleet)
                 return
     if decision.wait is not None:
         retry_in = decision.retry_in or planning.backoff_seconds(1)
-        if found.freeing:  # machines that free within a teardown, or idle ones a race took
+        if found.freeing or full:  # machines that free within a teardown, or idle ones a race took
             retry_in = min(retry_in, planning.FREEING_RETRY_SECONDS)
         ctx.store.wait_for_capacity_until(job_id, now + retry_in)
         ctx.service.wait_for_capacity(job_id, decision.wait)
@@ -103,17 +108,16 @@ def _take_warm(ctx: StepContext, job: JobView, warm: list[str]) -> bool:
     """The job takes the first of the idle machines that fit it that is still idle: no launch
     and no bootstrap, its worker bound to the job and the job dispatched to it now."""
     # Its teardown calls the provider with the credentials of the job that holds it: a job
-    # sent with other credentials (another account) does not take it.
-    mine = ctx.service.cloud_environment(job.id)
+    # sent with other credentials (another account) does not take it. A fleet's machine no
+    # job took yet was rented with the control plane's own.
+    mine = _credentials(ctx, job.id)
     held_by = {r.request_id: r.job_id for r in ctx.store.list_instances(live_only=True)}
     warm = [
         rid
         for rid in warm
-        if rid in held_by
-        and ctx.service.cloud_environment(held_by[rid]) == mine
-        and _worker_answers(ctx, rid)
+        if rid in held_by and _credentials(ctx, held_by[rid]) == mine and _worker_answers(ctx, rid)
     ]
-    with _PLACING:
+    with PLACING:
         for request_id in warm:
             if ctx.store.take_idle_instance(request_id, job.id, reason=f"taken by job {job.id}"):
                 break
@@ -127,6 +131,18 @@ def _take_warm(ctx: StepContext, job: JobView, warm: list[str]) -> bool:
     )
     ctx.wake()
     return True
+
+
+def _credentials(ctx: StepContext, job_id: str) -> dict[str, str]:
+    """The cloud variables a job's steps call providers with: its submit's, or (none sent, or
+    no job) this process's own, as :func:`~gpulayer.cloud.credentials.using_environment`
+    reads them."""
+    import os
+
+    from gpulayer.cloud.credentials import credential_variables
+
+    sent = ctx.service.cloud_environment(job_id) if job_id else None
+    return dict(sent) if sent else credential_variables(os.environ)
 
 
 def _worker_answers(ctx: StepContext, request_id: str) -> bool:
@@ -147,18 +163,17 @@ def _machines_taken(
     ctx: StepContext, job_id: str, providers: Mapping[str, Provider]
 ) -> dict[planning.OfferKey, str]:
     """Offers that are one machine and that another job's live instance holds now."""
-    taken: dict[planning.OfferKey, str] = {}
-    for record in ctx.store.list_instances(live_only=True):
-        if record.job_id == job_id or not record.offer:
-            continue
-        provider = providers.get(record.provider)
-        if isinstance(provider, OffersAreMachines):
-            taken[planning.offer_key(record.offer)] = f"in use by job {record.job_id}"
-    return taken
+    others = [r for r in ctx.store.list_instances(live_only=True) if r.job_id != job_id]
+    return machines_held(others, providers)
 
 
 def _record(
-    ctx: StepContext, job: JobView, spec: JobSpec, offer: Offer, start_launch: StartLaunch
+    ctx: StepContext,
+    job: JobView,
+    spec: JobSpec,
+    offer: Offer,
+    start_launch: StartLaunch,
+    fleet: str | None = None,
 ) -> None:
     """Write the instance down (with its reservation) before anything is created."""
     from gpulayer.ids import new_id
@@ -172,6 +187,8 @@ def _record(
     tags = {"gpulayer:owner": ctx.owner, "gpulayer:job": job.id, REQUEST_TAG: request_id}
     if nodes > 1:
         tags[GANG_SIZE_TAG] = str(nodes)
+    if fleet is not None:
+        tags[FLEET_TAG] = fleet
     ctx.store.record_instances(
         [
             {
@@ -191,6 +208,7 @@ def _record(
                 "offer": offer.model_dump(mode="json"),
                 "launch_id": request_id if nodes > 1 else None,
                 "node_rank": rank,
+                "fleet": fleet,
             }
             for rank, node_request in enumerate(request_ids)
         ],

@@ -36,12 +36,11 @@ class _Opened:
 
 
 def prepare(ctx: StepContext, request_id: str) -> StepResult:
-    from gpulayer.spec import JobSpec
-
     r = ctx.fresh(request_id)
     if r.state != "booting" or not r.machine or not r.key_path:
         return step_result.skipped("prepare", time.time(), f"the instance is {r.state}")
-    provisioning = JobSpec.model_validate(ctx.store.get_job(r.job_id).spec).placement.provisioning
+    spec = ctx.spec_of(r)
+    provisioning = spec.placement.provisioning if spec is not None else None
     budget = (
         provisioning.provisioning_timeout_seconds if provisioning else DEFAULT_PROVISIONING_SECONDS
     )
@@ -69,7 +68,10 @@ def _make_worker(
         on_progress=lambda text: ctx.note(r.job_id, text),
     )
     install_dir = r.install_dir or node_install_dir(
-        described.install_root or INSTALL_ROOT, r.job_id, r.node_rank
+        # A fleet's machine is made a worker before any job: its dir is named after itself.
+        described.install_root or INSTALL_ROOT,
+        r.job_id or r.request_id,
+        r.node_rank,
     )
     if r.token_hash is not None:
         _clear_earlier_bootstrap(ctx, r, session, install_dir)
@@ -87,7 +89,7 @@ def _make_worker(
         ctx.abandon_worker(r.request_id)
         return step_result.skipped("prepare", time.time(), "moved on while bootstrapping")
     ctx.note(r.job_id, f"worker {r.request_id} is ready on {machine['ssh_host']}")
-    if gangs.all_ready(r, ctx.gang(r)):
+    if r.job_id and gangs.all_ready(r, ctx.gang(r)):
         ctx.service.hand_to_reserved_worker(r.job_id)
     return step_result.done("prepare", time.time(), f"worker {worker_id} joined", move_to="ready")
 
@@ -113,7 +115,10 @@ def _bootstrap(
         control_plane_port=ctx.control_port,
         worker_token=token,
         worker_name=r.request_id,
-        labels={"gpulayer.request": r.request_id, "gpulayer.job": r.job_id},
+        labels={
+            "gpulayer.request": r.request_id,
+            **({"gpulayer.job": r.job_id} if r.job_id else {"gpulayer.fleet": r.fleet or ""}),
+        },
         provider=r.provider,
         region=r.region,
         zone=r.zone,

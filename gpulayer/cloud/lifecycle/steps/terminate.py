@@ -67,6 +67,8 @@ def terminate(ctx: StepContext, request_id: str) -> StepResult:
 def _ended_by_itself(ctx: StepContext, r: InstanceRecord) -> bool:
     """The instance ends because its job ended by itself (it succeeded, or its workload
     failed), not by a cancel, a timeout, a lost machine or a launch that went wrong."""
+    if not r.job_id:
+        return False  # a fleet's machine no job took: it ends because its fleet let it go
     job = ctx.store.get_job(r.job_id)
     if r.outcome is not None or not job.terminal:
         return False
