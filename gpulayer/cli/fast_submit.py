@@ -42,7 +42,7 @@ _LISTS = {
 _DETACH = frozenset({"-d", "--detach"})
 _INTEGER = re.compile(r"-?[0-9]+", re.ASCII)
 _DECIMAL = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?", re.ASCII)
-LEFT_TO_TYPER = frozenset({"--dry-run", "--json", "--gpu-slices", "--help"})
+LEFT_TO_TYPER = frozenset({"--dry-run", "--json", "--gpu-slices", "--nodes", "--help"})
 """The submit command's flags this path does not read: a line holding one goes to typer.
 With the tables above, these are every flag of typer's `submit` (a unit test holds the two
 equal, and a property test holds the readings equal over generated flag lists)."""
@@ -122,8 +122,9 @@ def run(found: FastSubmit) -> int | None:
         timeout=timeout,
         max_hourly_cost=cost,
         gpu_slices=False,  # --gpu-slices is typer's to read
-        **found.lists,
     )
+    for name, items in found.lists.items():
+        setattr(flags, name, items)
     file = Path(values["file"]) if "file" in values else None
     return run_submit(
         file=file,

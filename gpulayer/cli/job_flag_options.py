@@ -23,6 +23,10 @@ AcceleratorFlag = Annotated[
     Optional[str], typer.Option("--accelerator", help="cpu, cuda, mps or rocm.")
 ]
 GpusFlag = Annotated[Optional[int], typer.Option("--gpus", help="GPUs per node.")]
+NodesFlag = Annotated[
+    Optional[int],
+    typer.Option("--nodes", help="Run the command once on each of N nodes at once, as one gang."),
+]
 GpuModelFlag = Annotated[
     list[str],
     typer.Option("--gpu", help="GPU model, e.g. H100 or A100-80GB (repeatable: any of them fits)."),
@@ -66,6 +70,7 @@ _JOB_FLAGS: tuple[tuple[str, Any, Any], ...] = (
     ("fallback", FallbackFlag, []),
     ("accelerator", AcceleratorFlag, None),
     ("gpus", GpusFlag, None),
+    ("nodes", NodesFlag, None),
     ("gpu", GpuModelFlag, []),
     ("gpu_slices", GpuSlicesFlag, False),
     ("env", EnvFlag, []),
@@ -127,6 +132,7 @@ def submit_flags(
     fallback: list[str],
     accelerator: Optional[str],
     gpus: Optional[int],
+    nodes: Optional[int],
     gpu: list[str],
     gpu_slices: bool,
     env: list[str],
@@ -158,4 +164,5 @@ def submit_flags(
         labels=list(label),
         providers=list(provider),
         regions=list(region),
+        nodes=nodes,
     )

@@ -30,6 +30,7 @@ class SubmitFlags:
     labels: list[str] = field(default_factory=list)
     providers: list[str] = field(default_factory=list)
     regions: list[str] = field(default_factory=list)
+    nodes: int | None = None
 
 
 def parse_pairs(values: list[str], flag: str) -> dict[str, str]:
@@ -59,10 +60,23 @@ def parse_input(value: str) -> dict[str, str]:
 
 def apply_flags(base: dict[str, Any] | None, flags: SubmitFlags) -> dict[str, Any]:
     data = copy.deepcopy(base) if base else {}
-    if flags.argv:
+    if flags.nodes is not None and flags.nodes < 1:
+        raise UsageError(f"--nodes: expected a count of 1 or more, got {flags.nodes}")
+    if flags.argv and flags.nodes is not None:
+        # SkyPilot's num_nodes with run:, dstack's nodes with commands: once on every node.
+        data["workload"] = {
+            "kind": "distributed",
+            "command": list(flags.argv),
+            "num_workers": flags.nodes,
+        }
+    elif flags.argv:
         data["workload"] = {"kind": "command", "command": list(flags.argv)}
     elif "workload" not in data:
         raise UsageError("ARGV: give a command after -- (or a job file with -f)")
+    elif flags.nodes is not None:
+        if data["workload"].get("kind") != "distributed":
+            raise UsageError("--nodes: the job file's workload is not distributed; give a command")
+        data["workload"]["num_workers"] = flags.nodes
     if flags.name is not None:
         data["name"] = flags.name
 

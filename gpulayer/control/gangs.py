@@ -65,12 +65,14 @@ def gang_node(store: Store, job: JobRecord, attempt: AttemptRecord) -> GangNode 
     nodes = gang_size(job)
     if nodes <= 1:
         return None
-    leader = next(a for a in store.gang_of(attempt) if a.node_rank == 0)
+    gang = sorted(store.gang_of(attempt), key=lambda a: a.node_rank)
+    leader = next(a for a in gang if a.node_rank == 0)
     return GangNode(
         node_rank=attempt.node_rank,
         num_nodes=nodes,
         master_addr=worker_address(store, leader.worker_id),
         node_addr=worker_address(store, attempt.worker_id),
+        node_addrs=[worker_address(store, a.worker_id) for a in gang],
     )
 
 

@@ -40,6 +40,8 @@ class GangNode(Message):
     """Node rank 0's worker address: the rendezvous (torchrun's master) runs there."""
     node_addr: str
     """This node's own worker address (its interface carries gloo/NCCL traffic)."""
+    node_addrs: list[str] = Field(default_factory=list)
+    """Every node's worker address, by node rank (empty from an older control plane)."""
 
 
 class Assignment(Message):

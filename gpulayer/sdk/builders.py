@@ -196,11 +196,14 @@ def distributed(
     entrypoint: str | None = None,
     *,
     function: str | None = None,
+    command: list[str] | None = None,
     args: list[str] | None = None,
     num_workers: int = 1,
     procs_per_worker: int = 1,
     **overrides: Any,
 ) -> JobBuilder:
+    """A job on ``num_workers`` nodes: a script run by torchrun (``entrypoint``), a function
+    in every rank, or any ``command`` run once per node with the gang's GPULAYER_* variables."""
     workload: dict[str, Any] = {
         "kind": "distributed",
         "num_workers": num_workers,
@@ -211,4 +214,6 @@ def distributed(
         workload["args"] = list(args or [])
     if function is not None:
         workload["function"] = function
+    if command is not None:
+        workload["command"] = list(command)
     return JobBuilder(workload).override(**overrides)

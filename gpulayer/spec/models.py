@@ -187,6 +187,9 @@ class DistributedWorkload(StrictModel):
     entrypoint: NonEmptyStr | None = None
     args: list[str] = Field(default_factory=list)
     function: Entrypoint | None = None
+    command: Annotated[list[str], Field(min_length=1)] | None = None
+    """Any program, run once per node with the gang's GPULAYER_* variables (a project
+    extension): a launcher script, DeepSpeed's or Accelerate's, MPI, JAX multi-host."""
     function_args: list[JsonValue] = Field(default_factory=list)
     function_kwargs: dict[str, JsonValue] = Field(default_factory=dict)
     source: str | None = None
@@ -198,12 +201,21 @@ class DistributedWorkload(StrictModel):
 
     @model_validator(mode="after")
     def _one_program(self) -> DistributedWorkload:
-        if (self.entrypoint is None) == (self.function is None):
-            raise ValueError("entrypoint: give exactly one of entrypoint (a script) and function")
-        if self.entrypoint is not None and (self.function_args or self.function_kwargs):
-            raise ValueError("function_args: only allowed with function, not with entrypoint")
-        if self.function is not None and self.args:
-            raise ValueError("args: only allowed with entrypoint; use function_args for function")
+        given = [self.entrypoint, self.function, self.command]
+        if sum(program is not None for program in given) != 1:
+            raise ValueError(
+                "entrypoint: give exactly one of entrypoint (a script run by torchrun), "
+                "function, and command (any program, run once per node)"
+            )
+        if self.function is None and (self.function_args or self.function_kwargs):
+            raise ValueError("function_args: only allowed with function")
+        if self.entrypoint is None and self.args:
+            raise ValueError(
+                "args: only allowed with entrypoint; use function_args for function, and put "
+                "a command's arguments in command"
+            )
+        if self.command is not None and not self.command[0]:
+            raise ValueError("command: the program (first argument) may not be empty")
         if self.entrypoint is not None:
             _check_relative_path(self.entrypoint, "entrypoint")
         return self

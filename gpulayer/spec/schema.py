@@ -165,21 +165,22 @@ def _workloads(defs: Schema) -> None:
     distributed = defs["DistributedWorkload"]
     _refine(distributed, "function", {"pattern": ENTRYPOINT.json_pattern})
     _refine(distributed, "entrypoint", RELATIVE_PATH)
+    distributed["properties"]["command"]["anyOf"][0]["prefixItems"] = [
+        {"type": "string", "minLength": 1}
+    ]
     script = _set("entrypoint", {"type": "string"})
     function = _set("function", {"type": "string"})
+    program = _set("command", {"type": "array"})
+    no_function_args = {
+        "properties": {"function_args": {"maxItems": 0}, "function_kwargs": {"maxProperties": 0}}
+    }
     _add_rules(
         distributed,
-        {"oneOf": [script, function]},
-        {
-            "if": script,
-            "then": {
-                "properties": {
-                    "function_args": {"maxItems": 0},
-                    "function_kwargs": {"maxProperties": 0},
-                }
-            },
-        },
+        {"oneOf": [script, function, program]},
+        {"if": script, "then": no_function_args},
+        {"if": program, "then": no_function_args},
         {"if": function, "then": {"properties": {"args": {"maxItems": 0}}}},
+        {"if": program, "then": {"properties": {"args": {"maxItems": 0}}}},
     )
 
 

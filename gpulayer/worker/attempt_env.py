@@ -13,7 +13,9 @@ def node_place(assignment: Assignment) -> NodePlace | None:
     gang = assignment.gang
     if gang is None:
         return None
-    return NodePlace(gang.node_rank, gang.num_nodes, gang.master_addr, gang.node_addr)
+    return NodePlace(
+        gang.node_rank, gang.num_nodes, gang.master_addr, gang.node_addr, tuple(gang.node_addrs)
+    )
 
 
 def array_env(labels: Mapping[str, str]) -> dict[str, str]:

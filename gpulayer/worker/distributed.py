@@ -1,4 +1,7 @@
-"""Launch line for a distributed workload on each node: torch.distributed.run (torchrun).
+"""Launch line for a distributed workload on each node: torch.distributed.run (torchrun), or
+the workload's own command, run once per node with the gang's variables (GPULAYER_NODE_RANK,
+GPULAYER_NUM_NODES, GPULAYER_MASTER_ADDR, GPULAYER_MASTER_PORT, GPULAYER_NODES,
+GPULAYER_PROCS_PER_NODE), as a launcher script, DeepSpeed, Accelerate, MPI or JAX expects.
 
 A job of one node uses torchrun's standalone rendezvous. A gang's nodes meet at a static
 rendezvous on node 0's worker: each node says its own rank, so torch's group rank r (and its
@@ -32,6 +35,8 @@ class NodePlace:
     num_nodes: int
     master_addr: str
     node_addr: str
+    node_addrs: tuple[str, ...] = ()
+    """Every node's address, by node rank."""
 
 
 def launch_argv(
@@ -42,13 +47,15 @@ def launch_argv(
     job_id: str = "",
     node: NodePlace | None = None,
 ) -> list[str]:
-    """The argv that runs ``workload`` with torchrun on this node. A function workload runs
-    ``function_shim`` in every rank."""
+    """The argv that runs ``workload`` on this node: torchrun, running ``function_shim`` in
+    every rank for a function; a command as it is."""
     if node is None and workload.num_workers != 1:
         raise MultiNodeNotSupportedError(
             f"workload.num_workers: {workload.num_workers} nodes need a multi-node launcher: "
             "this assignment came without its gang (node rank and rendezvous address)"
         )
+    if workload.command is not None:
+        return list(workload.command)
     join_timeout = math.ceil(workload.rendezvous.join_timeout_seconds)
     argv = [python, "-m", "torch.distributed.run"]
     if node is None:
@@ -90,6 +97,14 @@ def launch_env(workload: DistributedWorkload, node: NodePlace | None = None) -> 
     }
     if workload.function is not None:
         env["GPULAYER_FUNCTION_RANKED"] = "1"
+    if workload.command is not None:
+        # torchrun sets MASTER_ADDR and the like for its ranks; a command is told where node 0
+        # is itself, and who the others are (an MPI hostfile, DeepSpeed's, JAX's coordinator).
+        master = node.master_addr if node else "127.0.0.1"
+        env["GPULAYER_MASTER_ADDR"] = master
+        env["GPULAYER_MASTER_PORT"] = str(workload.rendezvous.port)
+        env["GPULAYER_NODES"] = ",".join(node.node_addrs) if node and node.node_addrs else master
+        env["GPULAYER_PROCS_PER_NODE"] = str(workload.procs_per_worker)
     if node is not None:
         interface = interface_of(node.node_addr)
         if interface is not None:

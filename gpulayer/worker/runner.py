@@ -342,6 +342,8 @@ class JobRun:
             )
         except GpulayerError as exc:
             raise _SetupFailed("setup_failed", str(exc)) from None
+        if workload.command is not None:
+            return command_argv(argv, python), launch_env(workload, node)
         if workload.function is None:
             return argv, launch_env(workload, node)
         self._write_call(workload.function, workload.function_args, workload.function_kwargs)

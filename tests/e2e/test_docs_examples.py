@@ -61,6 +61,8 @@ RUN_HERE: dict[str, str] = {
     "sdk-tour": "test_sdk_tour",
     "clouds-instances": "test_sdk_tour",
     "multi-node-trainer": "test_multi_node_trainer",
+    "multi-node-command-submit": "test_multi_node_command",
+    "multi-node-command-launch": "test_multi_node_command",
     "dashboard-ui": "test_dashboard_login_links",
     "readme-ci": "test_install_and_ci_commands_name_what_the_repository_has",
     "readme-lock-update": "test_install_and_ci_commands_name_what_the_repository_has",
@@ -520,10 +522,9 @@ def test_sdk_tour(sshd_lab: SshdLab, ssh_hosts: HostFactory, reader: Reader) -> 
     assert re.search(r"^local\s", run[workers].stdout, re.M), run[workers].stdout
 
 
-@pytest.mark.slow
-def test_multi_node_trainer(reader: Reader, tmp_path: Path) -> None:
-    """The Trainer on two remote workers of the local control plane (the nodes: two worker
-    processes of this machine, joined with a join token as the team server page shows)."""
+def _two_remote_workers(reader: Reader, tmp_path: Path) -> None:
+    """Two worker processes of this machine joined to the local control plane with a join
+    token, as the team server page shows: the nodes of the multi-node examples."""
     made = reader.sh("gpulayer token create --worker --max-workers 2")
     assert made.returncode == 0, made.stderr
     url = json.loads((reader.gpulayer_home / "server.json").read_text())["url"]
@@ -541,6 +542,11 @@ def test_multi_node_trainer(reader: Reader, tmp_path: Path) -> None:
         w for w in _workers(reader) if w["state"] == "ready" and w["name"] in ("node-a", "node-b")
     ]) == 2)  # fmt: skip
 
+
+@pytest.mark.slow
+def test_multi_node_trainer(reader: Reader, tmp_path: Path) -> None:
+    """The Trainer on two remote workers of the local control plane."""
+    _two_remote_workers(reader, tmp_path)
     done = reader.python(example("multi-node-trainer"), timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     printed = re.fullmatch(
@@ -688,3 +694,21 @@ def _workers(reader: Reader) -> list[dict[str, object]]:
     listed = reader.sh("gpulayer workers --json")
     assert listed.returncode == 0, listed.stderr
     return list(json.loads(listed.stdout))
+
+
+@pytest.mark.slow
+def test_multi_node_command(reader: Reader, tmp_path: Path) -> None:
+    """`--nodes 2` with the page's launcher script, which starts torchrun itself on each node."""
+    _two_remote_workers(reader, tmp_path)
+    train = (ROOT / "tests" / "fixtures" / "ddp" / "train.py").read_text()
+    reader.write({"launch.sh": example("multi-node-command-launch").body, "train.py": train})
+    # The fixture's train.py reads its epochs from its first argument.
+    launch = reader.project / "launch.sh"
+    launch.write_text(launch.read_text().rstrip() + " 5\n")
+    run = run_example(reader, example("multi-node-command-submit"))
+    (submitted,) = run.done.values()
+    assert submitted.returncode == 0, submitted.stderr[-3000:]
+    (job,) = [job for job in reader.jobs() if job["nodes"] == 2]
+    assert job["state"] == "succeeded"
+    assert submitted.stdout.count("RANKINFO") == 2, submitted.stdout[-3000:]
+

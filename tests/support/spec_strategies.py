@@ -58,6 +58,14 @@ distributed = st.fixed_dictionaries(
     },
     optional={"rendezvous": st.fixed_dictionaries({"port": st.integers(1, 65535)})},
 )
+distributed_command = st.fixed_dictionaries(
+    {
+        "kind": st.just("distributed"),
+        "command": st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=3),
+        "num_workers": st.integers(1, 8),
+    },
+    optional={"procs_per_worker": st.integers(1, 8)},
+)
 
 
 @st.composite
@@ -88,7 +96,7 @@ def resources(draw: st.DrawFn) -> dict[str, Any]:
 
 @st.composite
 def specs(draw: st.DrawFn) -> dict[str, Any]:
-    workload = draw(st.one_of(command, function, distributed))
+    workload = draw(st.one_of(command, function, distributed, distributed_command))
     data: dict[str, Any] = {
         "name": draw(names),
         "workload": workload,

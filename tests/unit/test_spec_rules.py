@@ -38,6 +38,10 @@ ACCEPTED = [
     ("nested function entrypoint", spec_with("workload.entrypoint", "a.b:C.method", FUNC)),
     ("distributed script", DIST),
     ("distributed function", {"workload": {"kind": "distributed", "function": "m:f"}}),
+    (
+        "distributed command",
+        {"workload": {"kind": "distributed", "command": ["sh", "run.sh"], "num_workers": 2}},
+    ),
     ("distributed sizes", spec_with("workload.num_workers", 4, DIST)),
     ("rendezvous port", spec_with("workload.rendezvous", {"port": 65535}, DIST)),
     ("cuda gpus", spec_with("resources", {"accelerator": "cuda", "gpu_count": 8})),
@@ -133,6 +137,31 @@ REJECTED = [
         "dist both",
         {"workload": {"kind": "distributed", "entrypoint": "a.py", "function": "m:f"}},
         "workload.entrypoint:",
+    ),
+    (
+        "dist script and command",
+        {"workload": {"kind": "distributed", "entrypoint": "a.py", "command": ["sh"]}},
+        "workload.entrypoint:",
+    ),
+    (
+        "dist command args",
+        {"workload": {"kind": "distributed", "command": ["sh"], "args": ["x"]}},
+        "workload.args:",
+    ),
+    (
+        "dist command function args",
+        {"workload": {"kind": "distributed", "command": ["sh"], "function_args": [1]}},
+        "workload.function_args:",
+    ),
+    (
+        "dist command empty",
+        {"workload": {"kind": "distributed", "command": []}},
+        "workload.command:",
+    ),
+    (
+        "dist command empty program",
+        {"workload": {"kind": "distributed", "command": [""]}},
+        "workload.command:",
     ),
     (
         "dist bad function",

@@ -104,3 +104,20 @@ def test_local_paths_become_absolute_but_not_job_refs_or_urls() -> None:
         "job:j-1/out",
         "s3://b/k",
     ]
+
+
+def test_nodes_runs_the_command_once_on_each_node() -> None:
+    data = apply_flags(None, SubmitFlags(argv=["sh", "run.sh"], nodes=2))
+    spec = validate_spec(data)
+    assert spec.workload.kind == "distributed"
+    assert spec.workload.command == ["sh", "run.sh"]
+    assert spec.workload.num_workers == 2
+
+
+def test_nodes_resizes_a_distributed_job_file() -> None:
+    dist = {"workload": {"kind": "distributed", "entrypoint": "train.py", "num_workers": 4}}
+    assert apply_flags(dist, SubmitFlags(nodes=2))["workload"]["num_workers"] == 2
+    with pytest.raises(UsageError, match="^--nodes: the job file's workload is not distributed"):
+        apply_flags(FILE, SubmitFlags(nodes=2))
+    with pytest.raises(UsageError, match="^--nodes: expected a count of 1 or more, got 0"):
+        apply_flags(None, SubmitFlags(argv=["true"], nodes=0))
