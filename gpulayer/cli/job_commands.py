@@ -81,10 +81,11 @@ def plan(
     cost, and why each cheaper offer was turned down. Takes submit's flags; exits 1 when
     submit would refuse the job."""
     from gpulayer.cli.plan_view import show_plan, would_refuse
-    from gpulayer.cli.submit_run import job_data, plan_job_data
+    from gpulayer.cli.submit_run import flags_named, job_data, plan_job_data
 
-    data = job_data(file, job_flags)
-    planned = plan_job_data(_connect(server), data)
+    with flags_named(job_flags):
+        data = job_data(file, job_flags)
+        planned = plan_job_data(_connect(server), data)
     show_plan(planned, as_json=as_json)
     if would_refuse(planned):
         raise typer.Exit(1)

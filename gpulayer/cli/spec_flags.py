@@ -89,6 +89,8 @@ def apply_flags(base: dict[str, Any] | None, flags: SubmitFlags) -> dict[str, An
         resources["accelerator"] = flags.accelerator
     if flags.gpus is not None:
         resources["gpu_count"] = flags.gpus
+        if flags.gpus and "accelerator" not in resources and "profile" not in resources:
+            resources["accelerator"] = "cuda"  # as --gpu MODEL: GPUs asked for are CUDA's
     if flags.gpu_models:
         resources["gpu_models"] = list(flags.gpu_models)
         if "accelerator" not in resources and "profile" not in resources:
@@ -148,3 +150,44 @@ def _section(data: dict[str, Any], name: str) -> dict[str, Any]:
     if not isinstance(section, dict):
         raise UsageError(f"{name}: must be an object")
     return section
+
+
+# Each flag and the spec field it writes: a refusal of that field is told under the flag the
+# user typed (`--gpus: ...`, not `resources.gpu_count: ...`).
+_FLAG_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("name", "--name", "name"),
+    ("profile", "--profile", "resources.profile"),
+    ("accelerator", "--accelerator", "resources.accelerator"),
+    ("gpus", "--gpus", "resources.gpu_count"),
+    ("gpu_models", "--gpu", "resources.gpu_models"),
+    ("gpu_slices", "--gpu-slices", "resources.gpu_slices"),
+    ("target", "--target", "placement.target"),
+    ("fallback", "--fallback", "placement.fallback_targets"),
+    ("max_hourly_cost", "--max-hourly-cost", "placement.max_hourly_cost"),
+    ("worker_labels", "--worker-label", "placement.worker_labels"),
+    ("providers", "--provider", "placement.providers"),
+    ("regions", "--region", "placement.regions"),
+    ("env", "--env", "env"),
+    ("labels", "--label", "labels"),
+    ("secrets", "--secret", "secrets"),
+    ("inputs", "--input", "inputs"),
+    ("timeout", "--timeout", "timeout_seconds"),
+    ("nodes", "--nodes", "workload.num_workers"),
+)
+
+
+def name_flags(lines: Iterable[str], flags: SubmitFlags) -> list[str]:
+    """Refusal lines with each field a given flag set named by that flag."""
+    given = [
+        (flag, path)
+        for attribute, flag, path in _FLAG_FIELDS
+        if getattr(flags, attribute) not in (None, [], False)
+    ]
+    named = []
+    for line in lines:
+        for flag, path in given:
+            if line.startswith(f"{path}:") or line.startswith(f"{path}."):
+                line = flag + line[len(path) :]
+                break
+        named.append(line)
+    return named

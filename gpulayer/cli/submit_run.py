@@ -3,8 +3,10 @@ the typer command and the fast path (fast_submit) both end here."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,41 @@ def run_submit(
 ) -> int:
     """Submit; with detach print the id and return, else stream the job. The exit code.
     With ``dry_run`` print where it would run and why instead, creating nothing."""
+    with flags_named(flags):
+        return _submit(
+            file=file,
+            detach=detach,
+            server=server,
+            flags=flags,
+            array=array,
+            dry_run=dry_run,
+            as_json=as_json,
+        )
+
+
+@contextlib.contextmanager
+def flags_named(flags: SubmitFlags) -> Iterator[None]:
+    """A refusal of a field a flag set names the flag typed, here or from the control plane."""
+    from gpulayer.errors import SpecError
+
+    try:
+        yield
+    except SpecError as exc:
+        from gpulayer.cli.spec_flags import name_flags
+
+        raise SpecError(name_flags(exc.lines, flags)) from None
+
+
+def _submit(
+    *,
+    file: Path | None,
+    detach: bool,
+    server: str | None,
+    flags: SubmitFlags,
+    array: str | None,
+    dry_run: bool,
+    as_json: bool,
+) -> int:
     from gpulayer.sdk.connection import connect
 
     tasks = None

@@ -116,7 +116,7 @@ def test_a_cap_below_every_offer_is_refused_at_submit_from_the_catalog(aws_enabl
     ("args", "expected"),
     [
         (["--gpus", "two", "--", "true"], "'--gpus'"),
-        (["--target", "mars", "--", "true"], "placement.target"),
+        (["--target", "mars", "--", "true"], "--target: "),
         (["--json", "-f", "/nonexistent/job.yaml"], "/nonexistent/job.yaml"),
     ],
 )
@@ -148,4 +148,29 @@ def test_a_missing_local_input_is_refused_by_plan_as_by_submit(
 def test_json_without_dry_run_is_a_usage_error(shared_home: Path) -> None:
     result = run_cli(["submit", "--json", "--", "true"])
     assert result.returncode == 2 and "--json: only with --dry-run" in result.stderr
+    _nothing_created()
+
+
+@pytest.mark.slow
+def test_gpus_without_an_accelerator_mean_cuda_as_the_readme_writes(
+    shared_home: Path, aws_enabled: Path
+) -> None:
+    # README: `plan --gpus 1 --fallback cloud`; it said `a cpu job cannot ask for GPUs`, exit 2.
+    shown = run_cli(["plan", "--gpus", "1", "--fallback", "cloud", "--json", "--", "true"])
+    assert shown.returncode in (0, 1), shown.stderr
+    planned = json.loads(shown.stdout)
+    assert [step["target"] for step in planned["tried"]] == ["local", "cloud"]
+    _nothing_created()
+
+
+@pytest.mark.slow
+def test_a_refusal_names_the_flag_typed_not_the_field(shared_home: Path) -> None:
+    refused = run_cli(["plan", "--accelerator", "cpu", "--gpus", "2", "--", "true"])
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        "error: --gpus: a cpu job cannot ask for GPUs; set an accelerator"
+    ]
+    timeout = run_cli(["submit", "--timeout", "-5", "--", "true"])
+    assert timeout.returncode == 2
+    assert timeout.stderr.startswith("error: --timeout: "), timeout.stderr
     _nothing_created()

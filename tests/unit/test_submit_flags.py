@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from gpulayer.cli.spec_flags import SubmitFlags, apply_flags, parse_input, parse_secret
+from gpulayer.cli.spec_flags import (
+    SubmitFlags,
+    apply_flags,
+    name_flags,
+    parse_input,
+    parse_secret,
+)
 from gpulayer.errors import UsageError
 from gpulayer.sdk.paths import absolutize_paths
 from gpulayer.spec.validate import validate_spec
@@ -117,7 +123,33 @@ def test_nodes_runs_the_command_once_on_each_node() -> None:
 def test_nodes_resizes_a_distributed_job_file() -> None:
     dist = {"workload": {"kind": "distributed", "entrypoint": "train.py", "num_workers": 4}}
     assert apply_flags(dist, SubmitFlags(nodes=2))["workload"]["num_workers"] == 2
-    with pytest.raises(UsageError, match="^--nodes: the job file's workload is not distributed"):
+    with pytest.raises(UsageError, match=r"^--nodes: the job file's workload is not distributed"):
         apply_flags(FILE, SubmitFlags(nodes=2))
-    with pytest.raises(UsageError, match="^--nodes: expected a count of 1 or more, got 0"):
+    with pytest.raises(UsageError, match=r"^--nodes: expected a count of 1 or more, got 0"):
         apply_flags(None, SubmitFlags(argv=["true"], nodes=0))
+
+
+def test_gpus_alone_ask_for_cuda_as_a_gpu_model_does() -> None:
+    assert apply_flags(None, SubmitFlags(argv=["true"], gpus=2))["resources"] == {
+        "accelerator": "cuda",
+        "gpu_count": 2,
+    }
+    mps = apply_flags(None, SubmitFlags(argv=["true"], gpus=1, accelerator="mps"))
+    assert mps["resources"]["accelerator"] == "mps"
+    profiled = apply_flags(None, SubmitFlags(argv=["true"], gpus=1, profile="mlx"))
+    assert "accelerator" not in profiled["resources"]
+    assert apply_flags(None, SubmitFlags(argv=["true"], gpus=0))["resources"] == {"gpu_count": 0}
+
+
+def test_refusals_name_the_flag_that_set_the_field() -> None:
+    flags = SubmitFlags(argv=["true"], gpus=2, regions=["x"])
+    lines = [
+        "resources.gpu_count: a cpu job cannot ask for GPUs; set an accelerator",
+        "placement.regions.0: unknown region",
+        "resources.gpu_models: from the file, not a flag",
+    ]
+    assert name_flags(lines, flags) == [
+        "--gpus: a cpu job cannot ask for GPUs; set an accelerator",
+        "--region.0: unknown region",
+        "resources.gpu_models: from the file, not a flag",
+    ]
