@@ -130,7 +130,10 @@ def create(
         from gpulayer.errors import UsageError
 
         raise UsageError("--budget: required with --budget-period or --budget-currency")
-    _send(document, server, as_json)
+    from gpulayer.cli.submit_run import flags_named
+
+    with flags_named(job_flags, under="job."):
+        _send(document, server, as_json)
 
 
 @schedule_app.command("ls")

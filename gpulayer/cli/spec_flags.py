@@ -176,10 +176,11 @@ _FLAG_FIELDS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def name_flags(lines: Iterable[str], flags: SubmitFlags) -> list[str]:
-    """Refusal lines with each field a given flag set named by that flag."""
+def name_flags(lines: Iterable[str], flags: SubmitFlags, *, under: str = "") -> list[str]:
+    """Refusal lines with each field a given flag set named by that flag; ``under`` is where
+    the job sits in the document refused (``job.`` in a schedule)."""
     given = [
-        (flag, path)
+        (flag, under + path)
         for attribute, flag, path in _FLAG_FIELDS
         if getattr(flags, attribute) not in (None, [], False)
     ]

@@ -38,7 +38,7 @@ def run_submit(
 
 
 @contextlib.contextmanager
-def flags_named(flags: SubmitFlags) -> Iterator[None]:
+def flags_named(flags: SubmitFlags, *, under: str = "") -> Iterator[None]:
     """A refusal of a field a flag set names the flag typed, here or from the control plane."""
     from gpulayer.errors import SpecError
 
@@ -47,7 +47,7 @@ def flags_named(flags: SubmitFlags) -> Iterator[None]:
     except SpecError as exc:
         from gpulayer.cli.spec_flags import name_flags
 
-        raise SpecError(name_flags(exc.lines, flags)) from None
+        raise SpecError(name_flags(exc.lines, flags, under=under)) from None
 
 
 def _submit(

@@ -45,6 +45,10 @@ def daemon_pid(home: Path) -> int:
         (["--cron", "0 4 * * *", "--concurrency", "sometimes"], "error: concurrency: 'sometimes'"),
         (["--cron", "0 4 * * *", "--budget", "5", "--target", "cloud"], "error: job.placement."),
         (["--cron", "0 4 * * *", "--budget-period", "day"], "error: --budget: required"),
+        (
+            ["--cron", "0 4 * * *", "--accelerator", "cpu", "--gpus", "2"],
+            "error: --gpus: a cpu job cannot ask for GPUs",
+        ),
     ],
 )
 def test_bad_input_names_the_field_exits_2_and_creates_nothing(
