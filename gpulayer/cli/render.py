@@ -319,7 +319,8 @@ def cost_table(ledger: dict[str, Any]) -> None:
 
     rows = [
         (
-            item["job_id"],
+            # A fleet's machine no job took: its time is the fleet's.
+            item["job_id"] or f"fleet {item.get('fleet')}",
             item["provider"],
             item["instance_id"] or item["request_id"],
             item["state"],

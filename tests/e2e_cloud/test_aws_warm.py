@@ -83,3 +83,28 @@ def test_the_next_job_takes_the_idle_instance_and_a_reap_ends_it(
     assert ended["state"] == "terminated" and ended["cost"] is not None
     assert held_in_moto(aws_lab.ec2()) == {"instances": [], "key_pairs": [], "security_groups": []}
     assert not [i for i in instances() if i["state"] != "terminated"]
+
+
+def test_a_fleet_keeps_an_instance_up_without_a_job_which_a_job_takes_until_the_fleet_goes(
+    aws_lab: AwsLab, cloud_init: CloudInit, cloud_home: Path, tmp_path: Path
+) -> None:
+    from tests.e2e_cloud.test_cloud_ssh_fleets import fleet_machines, kept_idle, set_fleets
+
+    write_providers(cloud_home, aws_lab, tmp_path)
+    set_fleets(cloud_home, [{"name": "warm", "providers": ["aws"], "min_nodes": 1}])
+    kept = wait_until(lambda: kept_idle("warm"), timeout=400, what="the fleet's instance")
+    assert kept["job_id"] is None
+    assert len(held_in_moto(aws_lab.ec2())["instances"]) == 1
+
+    job_id, job_log = run_on_aws("on the fleet")
+    assert "no launch and no bootstrap" in job_log
+    (instance,) = status(job_id)["instances"]
+    assert instance["instance_id"] == kept["instance_id"] and instance["fleet"] == "warm"
+    wait_until(lambda: kept_idle("warm"), what="the instance to be the fleet's again")
+    assert len(held_in_moto(aws_lab.ec2())["instances"]) == 1  # never a second one
+
+    set_fleets(cloud_home, [])
+    (ended,) = wait_for_teardown(job_id, cloud_init)
+    assert ended["state"] == "terminated"
+    assert not fleet_machines("warm")
+    assert held_in_moto(aws_lab.ec2()) == {"instances": [], "key_pairs": [], "security_groups": []}

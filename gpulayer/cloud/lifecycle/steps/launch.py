@@ -80,7 +80,7 @@ def _request(
     release = provisioning.release if provisioning else None
     return LaunchRequest(
         request_id=r.request_id,
-        job_id=r.job_id,
+        job_id=r.job_id or f"fleet-{r.fleet}",  # a fleet's machine: no job yet
         owner=ctx.owner,
         tags=r.tags,
         ssh_public_key=public_key,
