@@ -86,6 +86,9 @@ def test_offers_and_plan_use_keys_exported_after_the_control_plane_started(
     assert "no AWS credentials found" not in text
     # The same control plane as before: not one started again from the shell with the keys.
     assert _control_plane_pid(home) == started, said
+    # A shell without keys again: what the keys fetched is not shown to it as live.
+    offers, said = _gpulayer(OFFERS, keyless)
+    assert offers and {o["source"] for o in offers} == {"catalog"}, said
 
     # A client_env of the wrong shape is one line naming it (400), for offers and plan alike.
     monkeypatch.setenv("GPULAYER_HOME", str(home))

@@ -162,9 +162,11 @@ class OfferSource:
         return offers
 
     def _key(self, kind: str, region: str, extra: str = "") -> str:
-        # Separate caches per endpoint, so a test server's answers never pass for AWS's.
+        # Separate caches per endpoint, so a test server's answers never pass for AWS's, and
+        # per credentials, so answers fetched with keys are never shown live to a caller
+        # without them (its own fetch fails and it is shown the catalog).
         endpoint = self._settings.endpoint_url or "aws"
-        return f"{kind}|{region}|{endpoint}|{extra}"
+        return f"{kind}|{region}|{endpoint}|{self._clients.identity()}|{extra}"
 
     def shapes(self, region: str) -> list[Shape]:
         def fetch() -> list[dict[str, Any]]:

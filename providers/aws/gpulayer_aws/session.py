@@ -3,6 +3,7 @@ and a provider that is only listed or configured never needs it)."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -43,6 +44,15 @@ class Clients:
 
     def ec2(self, region: str) -> Any:
         return self._client("ec2", region)
+
+    def identity(self) -> str:
+        """Whose credentials the next client would use, as a digest of what names them (the
+        key id, the profile, the files; never a secret): what one caller fetched is kept for
+        that caller, so a shell without credentials is never shown another's answers."""
+        inputs = dict(zip(_INPUTS, _credential_inputs(credentials_environment()), strict=True))
+        named = [inputs[name] for name in _INPUTS if name not in _SECRET_VARIABLES]
+        text = "\0".join([self._settings.profile or "", *named])
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def pricing(self) -> Any:
         return self._client("pricing", PRICING_REGION)
@@ -87,6 +97,7 @@ class Clients:
 
 
 _INPUTS = (*_KEY_VARIABLES, "AWS_PROFILE", *_FILE_VARIABLES)
+_SECRET_VARIABLES = frozenset({"AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"})
 
 
 _DEFAULT_FILES = {
