@@ -3,8 +3,8 @@
 #
 #   bootstrap.sh install --install-dir DIR --wheelhouse DIR [--python PYTHON]
 #                [--token-file FILE] [--join-timeout SECONDS] [--system-site-packages]
-#                [--index-version VERSION] [--hand-off] [--worker-venv DIR]
-#                -- WORKER-START-ARGS...
+#                [--index-version VERSION] [--hand-off [--launched-elsewhere]]
+#                [--worker-venv DIR] -- WORKER-START-ARGS...
 #   bootstrap.sh stop    --install-dir DIR [--grace SECONDS]
 #   bootstrap.sh remove  --install-dir DIR
 #
@@ -23,6 +23,9 @@
 #   each node, so the worker runs inside the allocation and ends with it): the script writes
 #   DIR/launch, a script the launcher renames and runs, which records the worker's pid and
 #   becomes the worker; the install waits for that pid, then for the join as above.
+#   --launched-elsewhere: that launcher runs on other machines that share DIR (a Slurm
+#   cluster's compute nodes, this script on its login node): the pid is not this machine's,
+#   so only the join in DIR/worker.log is waited for.
 # stop: ends the worker's process group (TERM, then KILL after --grace seconds), and any
 #   process the worker started.
 # remove: deletes DIR.
@@ -197,6 +200,7 @@ grace=10
 system_site=""
 index_version=""
 hand_off=""
+elsewhere=""
 worker_venv=""
 while [ $# -gt 0 ]; do
     case $1 in
@@ -209,6 +213,7 @@ while [ $# -gt 0 ]; do
         --index-version) [ $# -ge 2 ] || usage "$1 needs a value"; index_version=$2; shift 2 ;;
         --system-site-packages) system_site=--system-site-packages; shift ;;
         --hand-off) hand_off=yes; shift ;;
+        --launched-elsewhere) elsewhere=yes; shift ;;
         --worker-venv) [ $# -ge 2 ] || usage "$1 needs a value"; worker_venv=$2; shift 2 ;;
         --) shift; break ;;
         *) usage "unknown option $1" ;;
@@ -423,7 +428,7 @@ while :; do
         say "worker joined its control plane"
         exit 0
     fi
-    if ! alive "$pid"; then
+    if [ -z "$elsewhere" ] && ! alive "$pid"; then
         tail -n 20 "$log" | sed "s/^/$PREFIX worker.log: /" >&2
         rm -f "$install_dir/worker.pid"
         if [ -n "$hand_off" ]; then
@@ -434,7 +439,8 @@ while :; do
     fi
     if [ $(($(date +%s) - started)) -ge "$limit" ]; then
         tail -n 20 "$log" | sed "s/^/$PREFIX worker.log: /" >&2
-        stop_worker 2 >/dev/null
+        # Another machine's worker is ended with that machine's launcher.
+        [ -n "$elsewhere" ] || stop_worker 2 >/dev/null
         wait "$pid" 2>/dev/null || true
         fail "the worker did not join its control plane within ${join_timeout}s"
     fi

@@ -181,6 +181,11 @@ class Instance(BaseModel):
     job_key_file: JobKeyFile | None = None
     """Where the launch wrote the job's key; None: the provider installs it some other way
     (a cloud's key pair)."""
+    tunnel_address: str | None = None
+    """With a launcher: the worker runs on other machines that share the install dir with the
+    SSH host (a Slurm allocation's nodes, bootstrapped through its login node over the cluster's
+    shared filesystem, never logged into), and reaches the control plane's tunnel at this
+    address of the SSH host. None: the worker runs on the SSH host itself."""
     ends_at: datetime | None = None
     """When the provider ends the machine whatever runs on it (a Slurm allocation's time
     limit); None: not before it is terminated. A warm machine takes only a job whose timeout

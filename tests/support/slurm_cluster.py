@@ -216,7 +216,10 @@ class SlurmCluster:
         # home is NFS), besides its own.
         login.configure(
             f"AuthorizedKeysFile {self.on_nodes(self.shared_authorized_keys)} "
-            f"{login.authorized_keys}"
+            f"{login.authorized_keys}",
+            # A worker on a compute node reaches the control plane through a tunnel the
+            # controller opens on the login node's address (shared_install_root).
+            "GatewayPorts clientspecified",
         )
         login.start()
         self.login = login

@@ -64,6 +64,36 @@ from gpulayer.cloud import ProviderSettingsError
             {"clusters": {"lab": {"login": "local", "nodes_via_login": "yes"}}},
             "clusters.lab.nodes_via_login: 'yes' (a string) is not a boolean",
         ),
+        (
+            {"clusters": {"lab": {"login": "local", "shared_install_root": "/shared/gl"}}},
+            "clusters.lab: shared_install_root: needs a login node reached over SSH",
+        ),
+        (
+            {
+                "clusters": {
+                    "lab": {
+                        "login": "h",
+                        "user": "u",
+                        "key_file": "k",
+                        "shared_install_root": "shared/gl",
+                    }
+                }
+            },
+            "clusters.lab.shared_install_root: must be an absolute path or one starting with ~/",
+        ),
+        (
+            {
+                "clusters": {
+                    "lab": {
+                        "login": "h",
+                        "user": "u",
+                        "key_file": "k",
+                        "shared_install_root": "/etc",
+                    }
+                }
+            },
+            "clusters.lab.shared_install_root: job directories below '/etc': is a system",
+        ),
     ],
 )
 def test_bad_settings_are_refused_naming_the_field(section: dict[str, Any], message: str) -> None:
@@ -95,3 +125,11 @@ def test_a_shared_wheelhouse_is_named_by_the_shared_dir_and_its_key() -> None:
         {**stored, "ssh_user": "u", "tags": {"gpulayer:wheelhouse-root": "/shared/gpulayer/"}}
     )
     assert old.shared_dir == "/shared/gpulayer/"
+
+
+def test_a_shared_install_root_may_be_in_the_login_users_home() -> None:
+    provider = SlurmProvider(
+        {"clusters": {"lab": {"login": "login.example", "user": "ada", "key_file": "~/.ssh/id",
+                              "shared_install_root": "~/.gpulayer/slurm/"}}}
+    )  # fmt: skip
+    assert provider.settings.clusters["lab"].shared_install_root == "~/.gpulayer/slurm"

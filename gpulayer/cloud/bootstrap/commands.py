@@ -83,6 +83,8 @@ def install_command(
         argv.append("--system-site-packages")
     if plan.hand_off:
         argv.append("--hand-off")
+        if plan.tunnel_address:
+            argv.append("--launched-elsewhere")
     if gpulayer_version:
         argv += ["--index-version", gpulayer_version]
     if worker_venv:

@@ -81,9 +81,18 @@ class BootstrapPlan:
     hand_off: bool = False
     """A launcher of the machine's own starts the worker (a Slurm allocation's step, see
     :func:`gpulayer.cloud.bootstrap.commands.launcher_loop`); False: the bootstrap starts it."""
+    tunnel_address: str | None = None
+    """With ``hand_off``: the launcher runs on other machines that share the install dir (a
+    Slurm cluster's compute nodes, the bootstrap on its login node), and the worker reaches
+    the control plane's tunnel at this address of the SSH host, where it listens. None: the
+    worker runs on the SSH host and reaches the tunnel on its loopback."""
     worker_root: str | None = None
     """Where the host keeps the worker's installs, one per version, shared by its jobs; None:
     ``<install_dir>/../worker``."""
+
+
+_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,252}$")
+"""A host name or IPv4 address, as it goes into the worker's server URL."""
 
 
 def install_dir_problem(path: str) -> str | None:
@@ -139,6 +148,10 @@ def validate_plan(plan: BootstrapPlan) -> None:
             raise BootstrapPlanError(f"labels: key {key!r} must be letters, digits, _ . / : -")
         if not isinstance(value, str) or any(c in value for c in "\n\r\0"):
             raise BootstrapPlanError(f"labels.{key}: must be a one-line string")
+    if plan.tunnel_address is not None and not plan.hand_off:
+        raise BootstrapPlanError("tunnel_address: only with hand_off (a launcher elsewhere)")
+    if plan.tunnel_address is not None and not _HOST.match(plan.tunnel_address):
+        raise BootstrapPlanError(f"tunnel_address: {plan.tunnel_address!r} is not a host")
     for name in ("provider", "region", "zone", "node_address"):
         value = getattr(plan, name)
         if value is not None and (not value or any(c.isspace() for c in value)):
@@ -172,7 +185,7 @@ def worker_args(plan: BootstrapPlan, remote_port: int) -> list[str]:
     """The arguments of ``gpulayer worker start`` on the host (no token: that goes by file)."""
     args = [
         "--server",
-        f"http://127.0.0.1:{remote_port}",
+        f"http://{plan.tunnel_address or '127.0.0.1'}:{remote_port}",
         "--name",
         plan.worker_name,
         "--kind",

@@ -106,8 +106,9 @@ def bootstrap_worker(
                 session, plan, wheelhouse, wheelhouse_dir, host, lines, phase, remaining
             )
             _upload_files(session, plan, remaining)
-            tunnel = open_reverse_tunnel(session, plan.control_plane_port)
-            phase(f"tunnel: host 127.0.0.1:{tunnel.remote_port} -> control plane")
+            bind = plan.tunnel_address or "127.0.0.1"
+            tunnel = open_reverse_tunnel(session, plan.control_plane_port, remote_bind=bind)
+            phase(f"tunnel: host {bind}:{tunnel.remote_port} -> control plane")
             return _start_worker(
                 session, plan, wheelhouse, tunnel, worker_venv, lines, timeout, remaining
             )

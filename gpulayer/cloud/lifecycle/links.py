@@ -142,7 +142,10 @@ def reopen(
 
     session = connect(machine, key_path, keys_dir, request_id, timeout)
     try:
-        tunnel = open_reverse_tunnel(session, control_port, remote_port=tunnel_port)
+        bind = machine.get("tunnel_address") or "127.0.0.1"
+        tunnel = open_reverse_tunnel(
+            session, control_port, remote_port=tunnel_port, remote_bind=bind
+        )
     except BaseException:
         session.close()
         raise

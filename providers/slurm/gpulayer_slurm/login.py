@@ -41,6 +41,7 @@ class LoginNode:
         self._host_keys_dir = host_keys_dir
         self._connect_timeout = connect_timeout
         self._command_timeout = command_timeout
+        self._home: str | None = None
 
     def run(self, command: str, *, timeout: float | None = None, once: bool = False) -> Output:
         """``once``: the command must not run twice (sbatch), so a connection that drops
@@ -56,6 +57,17 @@ class LoginNode:
         if done.exit_code != 0:
             raise SlurmCommandError(self.name, what, done.exit_code, done.stderr or done.stdout)
         return done.stdout
+
+    def path(self, setting: str) -> str:
+        """A path setting as the login node reads it: ``~/`` is the login user's home."""
+        if not setting.startswith("~/"):
+            return setting
+        if self._home is None:
+            home = self.checked('printf %s "$HOME"', what="reading the login user's home")
+            if not home.startswith("/"):
+                raise SlurmCommandError(self.name, "reading the login user's home", 0, home)
+            self._home = home.rstrip("/")
+        return f"{self._home}/{setting[2:]}"
 
     def ssh_via(self) -> SshVia | None:
         """How the controller reaches the allocated nodes' sshd: through this login node, with

@@ -49,6 +49,7 @@ from gpulayer_slurm.ending import ENDED, JOB_NAME_PREFIX, POLL_SECONDS, Ending
 from gpulayer_slurm.errors import PROVIDER, ClusterUnreachable, SlurmCommandError
 from gpulayer_slurm.login import LoginNode
 from gpulayer_slurm.offers import PartitionShape, offered_partitions, partition_shapes
+from gpulayer_slurm.reach import install_root_of, over_ssh, reach_nodes
 from gpulayer_slurm.settings import SlurmCluster, SlurmProviderSettings
 
 log = logging.getLogger("gpulayer.providers.slurm")
@@ -61,7 +62,6 @@ NODE_RANK_TAG = "gpulayer:node-rank"
 GANG_SIZE_TAG = "gpulayer:gang-size"
 SLURM_JOB_TAG = "gpulayer:slurm-job"
 SLURM_NODE_TAG = "gpulayer:slurm-node"
-DEFAULT_INSTALL_ROOT = "/var/tmp/gpulayer"
 
 
 class SlurmProvider(GangProvider, FinishingProvider, OutlivesReclaim):
@@ -251,7 +251,7 @@ class SlurmProvider(GangProvider, FinishingProvider, OutlivesReclaim):
             account=cluster.account,
             qos=cluster.qos,
             time_limit=time_limit,
-            install_root=cluster.install_root or DEFAULT_INSTALL_ROOT,
+            install_root=install_root_of(login),
             job_id=request.job_id,
             exclude=sorted(
                 {n for s in shapes if s.partition == partition for n in s.nodes} - {*shape.nodes}
@@ -326,16 +326,17 @@ class SlurmProvider(GangProvider, FinishingProvider, OutlivesReclaim):
         address = {n.name: n.address for n in parsing.parse_nodes(text)}
         user = cluster.user or getpass.getuser()
         assert record.slurm_job_id is not None
+        install_root = install_root_of(login)
         now = dt.datetime.now(dt.timezone.utc)
         # Slurm ends the allocation at its time limit: a warm one takes only jobs that end
         # before that.
         ends_at = None if job.time_left is None else now + dt.timedelta(seconds=job.time_left)
-        via = login.ssh_via()
+        reach = reach_nodes(login)
         instances = []
         for rank, node in enumerate(job.nodes):
             tags = {
                 **record.tags,
-                INSTALL_ROOT_TAG: cluster.install_root or DEFAULT_INSTALL_ROOT,
+                INSTALL_ROOT_TAG: install_root,
                 PYTHON_TAG: cluster.python or "python3",
                 SLURM_JOB_TAG: record.slurm_job_id,
                 SLURM_NODE_TAG: node,
@@ -351,15 +352,13 @@ class SlurmProvider(GangProvider, FinishingProvider, OutlivesReclaim):
                     state="running",
                     instance_type=record.instance_type,
                     private_ip=address.get(node, node),
-                    ssh_host=address.get(node, node),
                     ssh_user=user,
-                    ssh_port=cluster.node_ssh_port,
-                    ssh_via=via,
+                    **(reach or over_ssh(login, address.get(node, node))),
                     hourly_price=offer.hourly_price,
                     currency=offer.currency,
                     tags=tags,
                     launched_at=now,
-                    install_root=cluster.install_root or DEFAULT_INSTALL_ROOT,
+                    install_root=install_root,
                     python=cluster.python or "python3",
                     # The allocation's step on the node starts the worker (batch.node_launcher).
                     worker_start="launcher",

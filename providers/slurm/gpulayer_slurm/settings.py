@@ -73,6 +73,13 @@ class SlurmCluster(BaseModel):
     each node keeps its own below install_root."""
     python: PythonSetting = None
     """The python the worker bootstrap runs on the nodes; None: python3."""
+    shared_install_root: str | None = None
+    """A directory of the cluster's shared filesystem (the same path on the login node and
+    every compute node; `~/` is the login user's home): the worker is installed below it once
+    per version, through the login node, and each allocation's batch script starts it from
+    there, so gpulayer never logs into a compute node (the worker reaches the control plane
+    through the login node, whose sshd must allow `GatewayPorts clientspecified`). None: each
+    node is bootstrapped over SSH below install_root."""
 
     @field_validator("login")
     @classmethod
@@ -133,6 +140,8 @@ class SlurmCluster(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> SlurmCluster:
+        if self.login == LOCAL_LOGIN and self.shared_install_root is not None:
+            raise ValueError("shared_install_root: needs a login node reached over SSH")
         if self.login != LOCAL_LOGIN:
             if self.user is None:
                 raise ValueError("user: required when login is a host")
@@ -147,6 +156,23 @@ class SlurmCluster(BaseModel):
                         f"({', '.join(self.partitions)})"
                     )
         return self
+
+    @field_validator("shared_install_root")
+    @classmethod
+    def _shared_install_root(cls, value: str | None) -> str | None:
+        from gpulayer.cloud import install_dir_problem
+
+        if value is None:
+            return None
+        if not value.startswith(("~/", "/")):
+            raise ValueError("must be an absolute path or one starting with ~/")
+        value = value.rstrip("/")
+        # Checked as it will be once ~/ is the login user's home: every job dir below it must
+        # be one gpulayer may remove.
+        problem = install_dir_problem(f"{value.replace('~/', '/home/user/', 1)}/job")
+        if problem is not None:
+            raise ValueError(f"job directories below {value!r}: {problem}")
+        return value
 
     @field_validator("authorized_keys")
     @classmethod

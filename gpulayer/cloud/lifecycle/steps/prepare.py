@@ -128,13 +128,13 @@ def _bootstrap(
         deadman_action=ctx.deadman_action(r.provider),
         python=described.python or "python3",
         hand_off=described.worker_start == "launcher",
+        tunnel_address=described.tunnel_address,
         instance_request_id=r.request_id,
         system_site_packages=bool(ctx.settings.get("system_site_packages", False)),
         wheelhouse_dir=shared_wheelhouse_dir(described.shared_dir, wheelhouse.key),
-        # The other nodes of a gang reach this one where the provider says it is.
-        node_address=(
-            str(machine.get("private_ip") or machine["ssh_host"]) if r.launch_id else None
-        ),
+        # The other nodes of a gang reach this one where the provider says it is; a lone
+        # machine too, as it may be a gang's node once it is warm.
+        node_address=str(machine.get("private_ip") or machine["ssh_host"]),
     )
     remote = bootstrap_worker(
         opened.session,
