@@ -14,7 +14,7 @@ from gpulayer.control.bundle_store import BundleStore
 from gpulayer.control.gang_service import GangService
 from gpulayer.control.job_states import JobStates
 from gpulayer.control.paths import HomeLayout
-from gpulayer.control.store import JobRecord, Store
+from gpulayer.control.store import AttemptRecord, JobRecord, Store
 from gpulayer.control.worker_access import WorkerAccess
 from gpulayer.control.worker_news import WorkerNews
 from gpulayer.protocol.messages import Assignment, ClaimReply
@@ -43,6 +43,9 @@ class ClaimService:
         # Per worker, its life's epoch and the cancels its claim replies already carried.
         self._told_cancels: dict[str, tuple[int, set[int]]] = {}
         self._told_lock = threading.Lock()
+        # Per worker, the life a claim last started for and its kind then: a new life (a new
+        # registration, the only way a worker's kind can change) comes with a new epoch.
+        self._kinds: dict[str, tuple[int, str]] = {}
 
     def claim_start(self, worker_id: str, caller: Principal | None) -> tuple[int, int]:
         """A claim poll's start: the worker's news count it waits past, and its life's epoch.
@@ -51,22 +54,26 @@ class ClaimService:
         (restarted), a poll still open from before must not take the new life's work."""
         since = self.news.count(worker_id)
         WorkerAccess.check_worker(caller, worker_id)
-        return since, self.store.get_worker(worker_id).epoch
+        worker = self.store.get_worker(worker_id)
+        self._kinds[worker_id] = (worker.epoch, worker.kind)
+        return since, worker.epoch
 
     def claim_now(
         self, worker_id: str, caller: Principal | None, epoch: int, *, with_cancels: bool
     ) -> ClaimReply:
-        """One look for what waits for this worker's life ``epoch``, without waiting."""
-        reply = ClaimReply(assignments=self._claim(worker_id, caller, epoch))
+        """One look for what waits for this worker's life ``epoch``, without waiting: its
+        attempts and their jobs' cancels read in one query."""
+        WorkerAccess.check_worker(caller, worker_id)
+        active, cancelled = self.store.active_attempts_and_cancels(worker_id)
+        reply = ClaimReply(assignments=self._claim(worker_id, active, epoch))
         if with_cancels:
-            reply.cancel_attempts = self._untold_cancels(worker_id, epoch)
+            reply.cancel_attempts = self._untold_cancels(worker_id, epoch, cancelled)
         return reply
 
-    def _untold_cancels(self, worker_id: str, epoch: int) -> list[int]:
-        """Cancelled attempts of this worker its life ``epoch`` has not had in a claim reply;
-        noted as told. Memory only: after a restart each is told once more, which a worker
-        takes as the same cancel."""
-        pending = self.store.cancelled_attempt_ids(worker_id)
+    def _untold_cancels(self, worker_id: str, epoch: int, pending: list[int]) -> list[int]:
+        """Of ``pending`` (this worker's cancelled attempts), those its life ``epoch`` has not
+        had in a claim reply; noted as told. Memory only: after a restart each is told once
+        more, which a worker takes as the same cancel."""
         with self._told_lock:
             told_epoch, told = self._told_cancels.get(worker_id, (epoch, set()))
             if told_epoch != epoch:
@@ -76,12 +83,12 @@ class ClaimService:
             self._told_cancels[worker_id] = (epoch, set(pending))
         return untold
 
-    def _claim(self, worker_id: str, caller: Principal | None, epoch: int) -> list[Assignment]:
-        """Assignments made for this worker's life ``epoch`` that it has not started yet."""
-        WorkerAccess.check_worker(caller, worker_id)
+    def _claim(self, worker_id: str, active: list[AttemptRecord], epoch: int) -> list[Assignment]:
+        """Of the worker's ``active`` attempts, those assigned to its life ``epoch`` that it
+        has not started yet, started now."""
         waiting = [
             attempt
-            for attempt in self.store.active_attempts(worker_id)
+            for attempt in active
             if attempt.state == "assigned" and attempt.worker_epoch in (None, epoch)
         ]
         if not waiting:
@@ -90,7 +97,7 @@ class ClaimService:
         started = [attempt for attempt in waiting if attempt.id in moved]
         if not started:
             return []
-        on_this_machine = self.store.get_worker(worker_id).kind == "local"
+        on_this_machine = self._kind(worker_id, epoch) == "local"
         jobs = {job.id: job for job in self.store.get_jobs([a.job_id for a in started])}
         claimed = []
         for attempt in started:
@@ -110,6 +117,12 @@ class ClaimService:
                 )
             )
         return claimed
+
+    def _kind(self, worker_id: str, epoch: int) -> str:
+        known = self._kinds.get(worker_id)
+        if known is not None and known[0] == epoch:
+            return known[1]
+        return self.store.get_worker(worker_id).kind
 
     def source_for(self, job: JobRecord, *, on_this_machine: bool) -> dict[str, Any]:
         """Where an assignment's source comes from: this machine's own worker runs in the

@@ -79,8 +79,10 @@ _END_JOB_KEEPING_MESSAGE = _conditional_move(
     t.jobs.c.id, "reason", "exit_code", "result", "finished_at"
 )
 _END_JOB = _conditional_move(t.jobs.c.id, "reason", "exit_code", "result", "message", "finished_at")
-_ATTEMPTS_WITH_EPOCHS = select(t.attempts, t.workers.c.epoch.label("current_epoch")).select_from(
-    t.attempts.outerjoin(t.workers, t.workers.c.id == t.attempts.c.worker_id)
+_ATTEMPTS_WITH_EPOCHS = (
+    select(t.attempts, t.workers.c.epoch.label("current_epoch"))
+    .select_from(t.attempts.outerjoin(t.workers, t.workers.c.id == t.attempts.c.worker_id))
+    .where(t.attempts.c.id.in_(bindparam("b_ids", expanding=True)))
 )
 
 
@@ -92,8 +94,7 @@ class AttemptEndStore(LogStore):
         found: dict[int, tuple[AttemptRecord, int | None]] = {}
         with self.engine.connect() as conn:
             for chunk in in_chunks(list(attempt_ids)):
-                query = _ATTEMPTS_WITH_EPOCHS.where(t.attempts.c.id.in_(chunk))
-                for row in conn.execute(query):
+                for row in conn.execute(_ATTEMPTS_WITH_EPOCHS, {"b_ids": chunk}):
                     found[row.id] = (attempt_from_row(row), row.current_epoch)
         return found
 

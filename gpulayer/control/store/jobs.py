@@ -4,13 +4,13 @@ whose row count says whether this caller won."""
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
-    ColumnElement,
     Connection,
     and_,
     bindparam,
@@ -153,12 +153,60 @@ def _assign_in(
     return [attempt_from_row(r) for r in conn.execute(_INSERT_ATTEMPTS, params)]
 
 
+# The reads and writes each item of a map makes (its claim, its start, its dispatch), built
+# once: a statement built per call costs several times what SQLite takes to run it.
+_EPOCHS = select(t.workers.c.id, t.workers.c.epoch).where(
+    t.workers.c.id.in_(bindparam("b_ids", expanding=True))
+)
+_JOB = select(t.jobs).where(t.jobs.c.id == bindparam("b_id"))
+_JOBS = select(t.jobs).where(t.jobs.c.id.in_(bindparam("b_ids", expanding=True)))
+_ACTIVE = t.attempts.c.state.in_(["assigned", "running"])
+_ACTIVE_OF_WORKER = select(t.attempts).where(
+    and_(_ACTIVE, t.attempts.c.worker_id == bindparam("b_worker"))
+)
+_CANCELLED_OF_WORKER = (
+    select(t.attempts.c.id)
+    .select_from(t.attempts.join(t.jobs, t.jobs.c.id == t.attempts.c.job_id))
+    .where(
+        and_(
+            t.attempts.c.worker_id == bindparam("b_worker"),
+            _ACTIVE,
+            t.jobs.c.cancel_requested.is_(True),
+        )
+    )
+    .order_by(t.attempts.c.id)
+)
+
+
+_ACTIVE_OF_WORKER_WITH_CANCELS = (
+    select(t.attempts, t.jobs.c.cancel_requested.label("job_cancel_requested"))
+    .select_from(t.attempts.join(t.jobs, t.jobs.c.id == t.attempts.c.job_id))
+    .where(and_(t.attempts.c.worker_id == bindparam("b_worker"), _ACTIVE))
+    .order_by(t.attempts.c.id)
+)
+
+
+@functools.lru_cache(maxsize=64)
+def _attempts_move(columns: tuple[str, ...]) -> Any:
+    """update_attempts' statement for these columns, built once per set of them."""
+    return (
+        update(t.attempts)
+        .where(
+            and_(
+                t.attempts.c.id.in_(bindparam("b_ids", expanding=True)),
+                t.attempts.c.state.in_(bindparam("b_from", expanding=True)),
+            )
+        )
+        .values({column: bindparam(f"v_{column}") for column in columns})
+        .returning(t.attempts.c.id)
+    )
+
+
 def _epochs_in(conn: Connection, worker_ids: Iterable[str]) -> dict[str, int | None]:
     """These workers' epochs as the transaction sees them (a worker without a row: none)."""
     found: dict[str, int | None] = {}
     for chunk in in_chunks(sorted(set(worker_ids))):
-        query = select(t.workers.c.id, t.workers.c.epoch).where(t.workers.c.id.in_(chunk))
-        found.update((row.id, row.epoch) for row in conn.execute(query))
+        found.update((row.id, row.epoch) for row in conn.execute(_EPOCHS, {"b_ids": chunk}))
     return found
 
 
@@ -208,13 +256,13 @@ class JobStore(StoreBase):
         found: dict[str, JobRecord] = {}
         with self.engine.connect() as conn:
             for chunk in in_chunks(list(job_ids)):
-                for row in conn.execute(select(t.jobs).where(t.jobs.c.id.in_(chunk))):
+                for row in conn.execute(_JOBS, {"b_ids": chunk}):
                     found[row.id] = job_from_row(row)
         return [found[job_id] for job_id in job_ids if job_id in found]
 
     def get_job(self, job_id: str) -> JobRecord:
         with self.engine.connect() as conn:
-            row = conn.execute(select(t.jobs).where(t.jobs.c.id == job_id)).first()
+            row = conn.execute(_JOB, {"b_id": job_id}).first()
         if row is None:
             raise NotFoundError(f"job {job_id!r} not found")
         return job_from_row(row)
@@ -366,28 +414,28 @@ class JobStore(StoreBase):
             return [attempt_from_row(r) for r in conn.execute(query)]
 
     def active_attempts(self, worker_id: str | None = None) -> list[AttemptRecord]:
-        condition: ColumnElement[bool] = t.attempts.c.state.in_(["assigned", "running"])
-        if worker_id is not None:
-            condition = and_(condition, t.attempts.c.worker_id == worker_id)
         with self.engine.connect() as conn:
-            return [attempt_from_row(r) for r in conn.execute(select(t.attempts).where(condition))]
+            if worker_id is not None:
+                rows = conn.execute(_ACTIVE_OF_WORKER, {"b_worker": worker_id})
+            else:
+                rows = conn.execute(select(t.attempts).where(_ACTIVE))
+            return [attempt_from_row(r) for r in rows]
+
+    def active_attempts_and_cancels(self, worker_id: str) -> tuple[list[AttemptRecord], list[int]]:
+        """This worker's active attempts, and the ids of those whose jobs were asked to
+        cancel (as cancelled_attempt_ids), in one query: what every claim looks at."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(_ACTIVE_OF_WORKER_WITH_CANCELS, {"b_worker": worker_id}).all()
+        attempts = [attempt_from_row(r) for r in rows]
+        return attempts, [
+            a.id for a, r in zip(attempts, rows, strict=True) if r.job_cancel_requested
+        ]
 
     def cancelled_attempt_ids(self, worker_id: str) -> list[int]:
         """This worker's active attempts whose jobs were asked to cancel, in one query."""
-        query = (
-            select(t.attempts.c.id)
-            .select_from(t.attempts.join(t.jobs, t.jobs.c.id == t.attempts.c.job_id))
-            .where(
-                and_(
-                    t.attempts.c.worker_id == worker_id,
-                    t.attempts.c.state.in_(["assigned", "running"]),
-                    t.jobs.c.cancel_requested.is_(True),
-                )
-            )
-            .order_by(t.attempts.c.id)
-        )
         with self.engine.connect() as conn:
-            return [int(row.id) for row in conn.execute(query)]
+            rows = conn.execute(_CANCELLED_OF_WORKER, {"b_worker": worker_id})
+            return [int(row.id) for row in rows]
 
     def update_attempt(
         self, attempt_id: int, *, expect_states: Sequence[str], **values: Any
@@ -404,19 +452,11 @@ class JobStore(StoreBase):
         """update_attempt for several attempts in one statement; the ids it moved."""
         if not attempt_ids:
             return set()
-        query = (
-            update(t.attempts)
-            .where(
-                and_(
-                    t.attempts.c.id.in_(list(attempt_ids)),
-                    t.attempts.c.state.in_(list(expect_states)),
-                )
-            )
-            .values(**values)
-            .returning(t.attempts.c.id)
-        )
+        columns = tuple(sorted(values))
+        params = {f"v_{column}": values[column] for column in columns}
+        params.update(b_ids=list(attempt_ids), b_from=list(expect_states))
         with self._begin() as conn:
-            return {row[0] for row in conn.execute(query)}
+            return {row[0] for row in conn.execute(_attempts_move(columns), params)}
 
     def attempt_and_epoch(self, attempt_id: int) -> tuple[AttemptRecord, int | None]:
         """The attempt and its worker's current epoch (None: no such worker), in one query."""

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     and_,
+    bindparam,
     func,
     insert,
     or_,
@@ -20,6 +21,22 @@ from gpulayer.control import tables as t
 from gpulayer.control.store.engine import StoreBase
 from gpulayer.control.store.records import (
     LogLine,
+)
+
+# What every finish report and every log read make, built once: a statement built per call
+# costs several times what SQLite takes to run it.
+_INSERT_LOGS = insert(t.logs)
+_COUNT_LOG_BYTES = (
+    update(t.log_usage)
+    .where(t.log_usage.c.job_id == bindparam("b_job"))
+    .values(bytes=t.log_usage.c.bytes + bindparam("b_added"))
+    .returning(t.log_usage.c.bytes)
+)
+_LOG_PAGE = (
+    select(t.logs)
+    .where(and_(t.logs.c.job_id == bindparam("b_job"), t.logs.c.id > bindparam("b_after")))
+    .order_by(t.logs.c.id)
+    .limit(bindparam("b_limit"))
 )
 
 
@@ -63,7 +80,7 @@ class LogStore(StoreBase):
             for s, text in lines
         ]
         added = sum(len(text.encode("utf-8", "replace")) for _, text in lines)
-        conn.execute(insert(t.logs), rows)
+        conn.execute(_INSERT_LOGS, rows)
         held = self._count_log_bytes(conn, job_id, added)
         if held > self.max_log_bytes:
             self._cut_log(conn, job_id, attempt, held)
@@ -87,14 +104,14 @@ class LogStore(StoreBase):
         """Lines after the given id: at most ``limit`` of them and, past the first, about
         ``max_bytes`` of text, so that a page of long lines stays a page. With ``node``, only
         that gang node's own lines."""
-        condition = and_(t.logs.c.job_id == job_id, t.logs.c.id > after)
+        params = {"b_job": job_id, "b_after": after, "b_limit": limit}
+        query = _LOG_PAGE
         if node is not None:
-            condition = and_(condition, t.logs.c.node == node)
-        query = select(t.logs).where(condition).order_by(t.logs.c.id).limit(limit)
+            query = query.where(t.logs.c.node == node)
         page: list[LogLine] = []
         size = 0
         with self.engine.connect() as conn:
-            for r in conn.execute(query):
+            for r in conn.execute(query, params):
                 if page and size + len(r.text) > max_bytes:
                     break
                 page.append(LogLine(r.id, r.attempt, r.stream, r.text, r.at, r.node))
@@ -139,12 +156,7 @@ class LogStore(StoreBase):
         """Add to the job's byte count (its log_usage row, made with the job); the new count."""
         usage = t.log_usage
         # One statement: the raise and the new count together (RETURNING: SQLite 3.35+, PG).
-        held = conn.execute(
-            update(usage)
-            .where(usage.c.job_id == job_id)
-            .values(bytes=usage.c.bytes + added)
-            .returning(usage.c.bytes)
-        ).scalar()
+        held = conn.execute(_COUNT_LOG_BYTES, {"b_job": job_id, "b_added": added}).scalar()
         if held is None:  # a job stored before log_usage existed
             conn.execute(insert(usage).values(job_id=job_id, bytes=added, cut_bytes=0))
             return added
