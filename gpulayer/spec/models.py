@@ -472,6 +472,16 @@ class Setup(StrictModel):
         return bool(self.pip or self.requirements_file)
 
 
+class OutputsPolicy(StrictModel):
+    """What besides $GPULAYER_OUTPUT_DIR is kept when a job ends (a project extension)."""
+
+    paths: Annotated[
+        list[Annotated[str, AfterValidator(_check_setup_path)]], Field(max_length=100)
+    ] = Field(default_factory=list)
+    """Globs relative to the job's working folder (``*.pt``, ``checkpoints/**``): files they
+    match are kept as outputs at their paths, as if written under $GPULAYER_OUTPUT_DIR."""
+
+
 class JobSpec(StrictModel):
     api_version: Literal["gpulayer.dev/v1alpha1"] = API_VERSION
     name: str = "job"
@@ -488,6 +498,7 @@ class JobSpec(StrictModel):
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     labels: dict[str, str] = Field(default_factory=dict)
     setup: Setup | None = None
+    outputs: OutputsPolicy | None = None
 
     @field_validator("name")
     @classmethod

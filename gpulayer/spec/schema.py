@@ -268,4 +268,5 @@ def jobspec_schema() -> Schema:
     _setup(defs["Setup"])
     defs["SecretRef"]["properties"]["name"].update(ENV_NAME_SCHEMA)
     defs["InputRef"]["properties"]["path"].update(RELATIVE_PATH)
+    defs["OutputsPolicy"]["properties"]["paths"]["items"].update(RELATIVE_PATH)
     return {"$schema": DIALECT, **openapi_keywords_dropped(document)}

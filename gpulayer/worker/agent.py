@@ -428,9 +428,7 @@ class WorkerAgent:
 
         attempt_id = assignment.attempt_id
         spec = JobSpec.model_validate(assignment.spec)
-        bundle = None
-        if assignment.has_bundle:
-            bundle = self._bundle(assignment, attempt_dir)
+        bundle = self._bundle(assignment, attempt_dir) if assignment.has_bundle else None
         context = RunContext(
             job_id=assignment.job_id,
             attempt=assignment.attempt,
@@ -458,6 +456,7 @@ class WorkerAgent:
             machine_paths=self.machine_paths,
             masked=self._credentials(),
             warm=self.warm.entry(assignment.bundle_digest),
+            rented_machine=self.stopped_with_its_machine,
         )
         run = JobRun(context, on_log=functools.partial(_ship, shipper))
         with self._runs_lock:

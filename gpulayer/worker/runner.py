@@ -42,6 +42,7 @@ from gpulayer.spec.models import (
     Setup,
     is_reserved_env_name,
 )
+from gpulayer.worker import outside_files
 from gpulayer.worker.containment import TAG_VARIABLE, AttemptGroup
 from gpulayer.worker.distributed import NodePlace, launch_argv, launch_env
 from gpulayer.worker.function_result import read_result as _read_result
@@ -120,6 +121,9 @@ class RunContext:
     warm: WarmEntry | None = None
     """Where a function job runs in a warm interpreter shared with other items of its
     function, source and environment (see :mod:`warm_pool`); a process of its own when None."""
+    rented_machine: bool = False
+    """The worker of a rented machine: what a job leaves in its working folder is deleted
+    with the machine, so the job's end names it."""
 
 
 @dataclass
@@ -375,6 +379,7 @@ class JobRun:
             secrets = self._resolve_secrets()
             argv, workload_env = self._launch()
             cwd = self._prepare_workspace()
+            before = outside_files.snapshot(cwd) if self.ctx.rented_machine else None
             if self._cancelled.is_set():
                 raise _SetupFailed("cancelled", "cancelled before start")
             env = self._environment(secrets, workload_env)
@@ -393,7 +398,13 @@ class JobRun:
             if failed.reason == "cancelled":
                 return self._outcome("cancelled", "cancelled", message=failed.message)
             return self._outcome("failed", failed.reason, message=failed.message)
-        return self._with_reports(self._supervise(argv, cwd, env))
+        outcome = self._with_reports(self._supervise(argv, cwd, env))
+        policy = self.ctx.spec.outputs
+        owner = self.ctx.run_as.uid if self.ctx.run_as is not None else None
+        outside_files.after_run(
+            cwd, policy.paths if policy else [], self.output_dir, owner, before, self._system
+        )
+        return outcome
 
     def _environment(self, secrets: dict[str, str], workload_env: dict[str, str]) -> dict[str, str]:
         base = os.environ if self.ctx.worker_env is None else self.ctx.worker_env
