@@ -1,7 +1,7 @@
 """gpulayer on a Slurm cluster against Slurm alone, side by side in one run (no assertions; read
 the ratios).
 
-    python bench/slurm.py [--jobs 200] [--repeat 3] [--nodes 2]
+    python bench/slurm.py [--jobs 10] [--repeat 3] [--nodes 2]
 
 On one real Slurm 22.05 cluster it starts (tests/support/slurm_cluster: slurmctld here, compute
 nodes and a login node that are hosts of their own root filesystem with their own munged and
@@ -11,14 +11,20 @@ command (``python3 -c 'print("first line", flush=True)'``) goes
 - through gpulayer: ``gpulayer submit --target cloud --provider slurm`` with a providers.yaml
   naming the cluster, so one ``sbatch`` allocation per job over the login node and a worker
   bootstrapped on the allocated node over SSH, started by the allocation's step;
+  cold: a new allocation (``gpulayer reap`` first ends any warm one); warm: the next job in the
+  allocation the cold one left idle (the slurm section's ``idle_seconds``), no new sbatch;
 - through Slurm alone: ``sbatch --wrap`` of the command, on the same partition with the same
   node-level request as gpulayer's allocation (``--nodes=1 --exclusive``), so the two differ
-  by what gpulayer adds, not by how densely Slurm packs them.
+  by what gpulayer adds, not by how densely Slurm packs them;
+- as a local gpulayer job (``--target local``) in the same gpulayer home, the floor a warm
+  allocation is held to.
 
-Rows: submit to the job's first output line (median of ``--repeat``, each on an idle cluster),
-and ``--jobs`` short jobs submitted one command after another: submissions/s and jobs/s from
-the first submit to the last job's end. The ratio is gpulayer's time over Slurm's (how many
-times longer it takes). gpulayer's wheelhouse is built before timing starts, as a controller
+Rows: submit to the job's first output line (median of ``--repeat``, each round on an idle
+cluster), and ``--jobs`` short jobs submitted one command after another through gpulayer (in a
+home of its own that keeps no allocation warm: jobs queued in Slurm do not move to an allocation
+that goes idle) and through sbatch: submissions/s and jobs/s from the first submit to the last
+job's end. Ratios are gpulayer's time over Slurm's (how many times longer it takes), and
+the warm allocation's against the local job's. gpulayer's wheelhouse is built before timing starts, as a controller
 keeps it cached. Needs root, iproute2, OpenSSH, Debian's slurm-wlm and mmdebstrap (the nodes'
 root filesystem); without slurm-wlm it says so in one line and stops.
 """
@@ -90,7 +96,7 @@ class Gpulayer:
     """The CLI of this checkout, its embedded control plane in a home of its own whose
     providers.yaml enables only the cluster."""
 
-    def __init__(self, home: Path, cluster: SlurmCluster) -> None:
+    def __init__(self, home: Path, cluster: SlurmCluster, idle_seconds: float) -> None:
         self.home = home
         self.folder = home.parent / "submit"
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -125,6 +131,7 @@ class Gpulayer:
                     }
                 },
                 "state_dir": str(home.parent / "slurm-state"),
+                "idle_seconds": idle_seconds,
             },
             "gpulayer": {"deadman_seconds": 600, "ssh_cidr": f"{cluster.lab.gateway}/32"},
         }
@@ -143,11 +150,23 @@ class Gpulayer:
             timeout=timeout,
         )
 
-    def submit_args(self, *extra: str) -> list[str]:
-        return [
-            "submit", "--target", "cloud", "--provider", "slurm", "--timeout", "300", *extra,
-            "--", *COMMAND,
-        ]  # fmt: skip
+    def submit_args(self, *extra: str, local: bool = False) -> list[str]:
+        where = ["--target", "local"] if local else ["--target", "cloud", "--provider", "slurm"]
+        return ["submit", *where, "--timeout", "300", *extra, "--", *COMMAND]
+
+    def end_warm_allocations(self) -> None:
+        ended = self.run("reap")
+        if ended.returncode != 0:
+            raise SystemExit(f"gpulayer reap failed: {ended.stderr.strip()[-500:]}")
+
+    def wait_warm(self) -> None:
+        def idle() -> bool:
+            shown = self.run("instances", "--json")
+            return shown.returncode == 0 and any(
+                i.get("state") == "idle" for i in json.loads(shown.stdout or "[]")
+            )
+
+        wait_for(idle, 120, "the allocation to go idle", every=0.2)
 
     def prepare(self) -> None:
         """The wheelhouse built and the control plane up before anything is timed."""
@@ -162,10 +181,10 @@ class Gpulayer:
         if listed.returncode != 0 or not json.loads(listed.stdout):
             raise SystemExit(f"gpulayer sees no slurm offer: {listed.stderr.strip()[-500:]}")
 
-    def first_line_seconds(self) -> float:
+    def first_line_seconds(self, *, local: bool = False) -> float:
         started = time.monotonic()
         process = subprocess.Popen(
-            self.argv(*self.submit_args()),
+            self.argv(*self.submit_args(local=local)),
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
@@ -278,7 +297,7 @@ def ratio(gpulayer: float, plain: float) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, default=200, help="short jobs through each")
+    parser.add_argument("--jobs", type=int, default=10, help="short jobs through each")
     parser.add_argument("--repeat", type=int, default=3, help="first-output rounds")
     parser.add_argument("--nodes", type=int, default=2, help="compute nodes of the cluster")
     args = parser.parse_args()
@@ -291,59 +310,107 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="gpulayer-bench-slurm-") as tmp:
         base = Path(tmp)
         with cluster_of(base, args.nodes) as cluster:
-            gpulayer = Gpulayer(base / "gpulayer" / "home", cluster)
+            gpulayer = Gpulayer(base / "gpulayer" / "home", cluster, idle_seconds=600)
+            # The burst's own home keeps no allocation warm: jobs queued in Slurm for
+            # allocations of their own do not move to one that goes idle meanwhile, so warm
+            # allocations holding the partition would keep them waiting for idle_seconds.
+            bursting = Gpulayer(base / "burst" / "home", cluster, idle_seconds=0)
             plain = PlainSbatch(cluster, cluster.shared / "plain")
             try:
                 gpulayer.prepare()
-                ours, theirs = [], []
-                # Rounds alternate, so load from elsewhere falls on both alike.
-                for round_ in range(args.repeat):
-                    wait_idle(cluster)
-                    ours.append(gpulayer.first_line_seconds())
-                    wait_idle(cluster)
-                    theirs.append(plain.first_line_seconds(f"plain-first-{round_}"))
-                wait_idle(cluster)
+                firsts = measure_first_lines(gpulayer, plain, cluster, args.repeat)
+                wait_idle(cluster)  # the warm allocation ended before its controller stops
+                gpulayer.stop()
                 plain_burst = plain.burst(args.jobs, "plain-burst")
                 wait_idle(cluster)
-                our_burst = gpulayer.burst(args.jobs, "burst")
+                bursting.prepare()
+                our_burst = bursting.burst(args.jobs, "burst")
                 wait_idle(cluster)
             finally:
                 gpulayer.stop()
-    first_ours, first_theirs = statistics.median(ours), statistics.median(theirs)
+                bursting.stop()
+    print_rows(args, firsts, our_burst, plain_burst)
+    return 0
+
+
+def measure_first_lines(
+    gpulayer: Gpulayer, plain: PlainSbatch, cluster: SlurmCluster, repeat: int
+) -> dict[str, list[float]]:
+    """Submit to first output, each way, ``repeat`` rounds. Rounds alternate the ways, so load
+    from elsewhere falls on all alike."""
+    found: dict[str, list[float]] = {"sbatch": [], "cold": [], "warm": [], "local": []}
+    for round_ in range(repeat):
+        gpulayer.end_warm_allocations()
+        wait_idle(cluster)
+        found["sbatch"].append(plain.first_line_seconds(f"plain-first-{round_}"))
+        wait_idle(cluster)
+        found["cold"].append(gpulayer.first_line_seconds())
+        gpulayer.wait_warm()
+        found["warm"].append(gpulayer.first_line_seconds())
+        found["local"].append(gpulayer.first_line_seconds(local=True))
+    gpulayer.end_warm_allocations()
+    return found
+
+
+def print_rows(
+    args: argparse.Namespace,
+    firsts: dict[str, list[float]],
+    our_burst: tuple[float, float, int],
+    plain_burst: tuple[float, float, int],
+) -> None:
+    median = {way: statistics.median(values) for way, values in firsts.items()}
     print(
         f"\nSlurm 22.05, {args.nodes} nodes of 2 cores in partition {PARTITION}; "
         f"command: {shlex.join(COMMAND)}"
     )
     rows = [
+        ("", "sbatch --wrap", "gpulayer cold", "gpulayer warm", "gpulayer local"),
         (
             f"submit to first output, s (median of {args.repeat})",
-            f"{first_ours:.2f}",
-            f"{first_theirs:.2f}",
-            ratio(first_ours, first_theirs),
+            *(f"{median[w]:.2f}" for w in ("sbatch", "cold", "warm", "local")),
+        ),
+        (
+            "  over sbatch --wrap",
+            "1.0x",
+            ratio(median["cold"], median["sbatch"]),
+            ratio(median["warm"], median["sbatch"]),
+            ratio(median["local"], median["sbatch"]),
+        ),
+        (
+            "  warm over local, s",
+            "",
+            "",
+            f"{median['warm'] - median['local']:+.2f}",
+            "",
         ),
         (
             f"{args.jobs} jobs: submissions/s",
-            f"{our_burst[0]:.2f}",
             f"{plain_burst[0]:.2f}",
-            ratio(plain_burst[0], our_burst[0]),
+            f"{our_burst[0]:.2f}",
+            "",
+            "",
         ),
         (
             f"{args.jobs} jobs: jobs/s to the last end",
-            f"{our_burst[1]:.3f}",
             f"{plain_burst[1]:.3f}",
-            ratio(plain_burst[1], our_burst[1]),
+            f"{our_burst[1]:.3f}",
+            "",
+            "",
         ),
-        (f"{args.jobs} jobs: succeeded", str(our_burst[2]), str(plain_burst[2]), ""),
+        (f"{args.jobs} jobs: succeeded", str(plain_burst[2]), str(our_burst[2]), "", ""),
     ]
-    header = ("", "gpulayer", "sbatch --wrap", "overhead")
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(4)]
-    for row in [header, *rows]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
         cells = [row[0].ljust(widths[0])] + [
             c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
         ]
         print("  ".join(cells).rstrip())
-    print(f"first output, each round: gpulayer {_rounded(ours)}, sbatch {_rounded(theirs)}")
-    return 0
+    print(
+        f"{args.jobs} jobs through gpulayer: {ratio(plain_burst[1], our_burst[1])} the time "
+        "of sbatch --wrap to the last end (an allocation per job, none kept warm)"
+    )
+    for way, values in firsts.items():
+        print(f"first output, each round, {way}: {_rounded(values)}")
 
 
 def _rounded(values: list[float]) -> str:
