@@ -36,6 +36,8 @@ _DAEMON_NAMES = frozenset(
         "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR",
         "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
         "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+        # Google Cloud Storage's endpoint (AWS's, AWS_ENDPOINT_URL_S3, is kept with AWS_).
+        "STORAGE_EMULATOR_HOST",
     }
 )  # fmt: skip
 _DAEMON_PREFIXES = ("LC_", "GPULAYER_", "AWS_", "GOOGLE_", "CLOUDSDK_")
