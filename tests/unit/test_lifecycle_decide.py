@@ -567,7 +567,6 @@ def test_a_lone_healthy_machine_rests_when_its_provider_keeps_machines_warm(stat
 @pytest.mark.parametrize(
     "values",
     [
-        {"in_gang": True},  # a gang's machines go together
         {"outcome": "failed"},
         {"ended_by_reclaim": True},
         {"job_ended": True, "link_alive": False},  # a machine not reached is not kept
@@ -577,6 +576,14 @@ def test_a_machine_not_fit_to_keep_drains_even_with_idle_seconds(values: dict[st
     actions = _decide(_done_on("in_use", **values), 10.0)
     assert any(isinstance(a, Release) for a in actions), actions
     assert not any(isinstance(a, Rest) for a in actions), actions
+
+
+def test_a_gang_node_rests_once_no_node_of_its_gang_runs_its_part() -> None:
+    """A gang's machines go idle together: a node whose part is done waits while another
+    node still runs its part, then rests as a lone machine does."""
+    done = _done_on("in_use", in_gang=True, gang_still_runs=True)
+    assert _decide(done, 10.0) == []
+    assert _decide(replace(done, gang_still_runs=False), 10.0) == [Rest("its job's attempt ended")]
 
 
 def test_an_idle_machine_waits_its_idle_seconds_then_drains() -> None:

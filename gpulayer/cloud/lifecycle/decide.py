@@ -291,13 +291,13 @@ def _next(facts: InstanceFacts, now: float, deadman_seconds: float) -> Sequence[
 
 
 def _let_go(facts: InstanceFacts, why: str) -> Release | Rest:
-    """Its job is done with it: a healthy lone machine whose provider keeps machines warm, or
-    a fleet's, rests (idle) for the next job (a fleet's past its idle limit drains from
-    there); any other drains."""
+    """Its job is done with it: a healthy machine whose provider keeps machines warm, or a
+    fleet's, rests (idle) for the next job (a fleet's past its idle limit drains from there);
+    any other drains. A gang's nodes get here once none of them runs its part, so they rest
+    (or drain) together."""
     warm = (
         (facts.idle_seconds > 0 or facts.fleet is not None)
         and not facts.fleet_gone
-        and not facts.in_gang
         and facts.link_alive
         and facts.outcome is None
         and not facts.ended_by_reclaim

@@ -69,6 +69,9 @@ class WarmMachines(Protocol):
 
     def rest_reservation(self, request_id: str) -> bool: ...
     def take_idle_instance(self, request_id: str, job_id: str, *, reason: str) -> bool: ...
+    def take_idle_instances(
+        self, request_ids: Sequence[str], job_id: str, *, reason: str
+    ) -> bool: ...
 
 
 class InstanceStore(WarmMachines, Protocol):

@@ -185,57 +185,74 @@ class InstanceLedger(StoreBase):
         moves idle -> ready as the job's record (its cost goes on accruing there) and its
         reservation is bound to the job. False when it is not idle any more (another job took
         it, or it began to drain)."""
-        now = time.time()
-        try:
-            return self._take_idle(request_id, job_id, reason, now)
-        except _NotIdle:  # the instance's move is rolled back with the reservation's
-            return False
+        return self.take_idle_instances([request_id], job_id, reason=reason)
 
-    def _take_idle(self, request_id: str, job_id: str, reason: str, now: float) -> bool:
+    def take_idle_instances(self, request_ids: Sequence[str], job_id: str, *, reason: str) -> bool:
+        """:meth:`take_idle_instance` of several machines at once, all or none: a gang's
+        nodes (node rank in the given order, launch id the first's). False, and nothing
+        taken, when any of them is not idle any more."""
+        now = time.time()
+        gang = len(request_ids) > 1
+        try:
+            with self._begin() as conn:
+                for rank, request_id in enumerate(request_ids):
+                    placed = {"launch_id": request_ids[0] if gang else None, "node_rank": rank}
+                    self._take_idle(conn, request_id, job_id, reason, now, placed)
+        except _NotIdle:  # every move is rolled back with the transaction
+            return False
+        return True
+
+    def _take_idle(
+        self,
+        conn: Any,
+        request_id: str,
+        job_id: str,
+        reason: str,
+        now: float,
+        placed: dict[str, Any],
+    ) -> None:
         # Both moves are the tables' own: idle -> ready, and a reservation idle -> bound.
         check_transition("idle", "ready")
         if "idle" not in sources(RESERVATION_TRANSITIONS, "bound"):
             raise _NotIdle(request_id)
-        with self._begin() as conn:
-            row = conn.execute(
-                select(t.instances).where(
-                    and_(t.instances.c.request_id == request_id, t.instances.c.state == "idle")
-                )
-            ).first()
-            if row is None:
-                return False
-            # The ledger keeps each job's share: the job that held it keeps an entry of its own,
-            # from the launch to now; the machine's record is the taker's from now on.
-            moved = conn.execute(
-                update(t.instances)
-                .where(and_(t.instances.c.request_id == request_id, t.instances.c.state == "idle"))
-                .values(state="ready", state_since=now, job_id=job_id, launched_at=now)
-            ).rowcount
-            if moved != 1:
-                return False
-            self._hand_over_entry(conn, dict(row._mapping), job_id, now)
-            bound = conn.execute(
-                update(t.reservations)
-                .where(
-                    and_(
-                        t.reservations.c.request_id == request_id,
-                        t.reservations.c.state == "idle",
-                    )
-                )
-                .values(state="bound", job_id=job_id, bound_at=now)
-            ).rowcount
-            if bound != 1:
-                raise _NotIdle(request_id)
-            conn.execute(
-                insert(t.instance_transitions).values(
-                    request_id=request_id,
-                    from_state="idle",
-                    to_state="ready",
-                    reason=reason,
-                    at=now,
+        row = conn.execute(
+            select(t.instances).where(
+                and_(t.instances.c.request_id == request_id, t.instances.c.state == "idle")
+            )
+        ).first()
+        if row is None:
+            raise _NotIdle(request_id)
+        # The ledger keeps each job's share: the job that held it keeps an entry of its own,
+        # from the launch to now; the machine's record is the taker's from now on.
+        moved = conn.execute(
+            update(t.instances)
+            .where(and_(t.instances.c.request_id == request_id, t.instances.c.state == "idle"))
+            .values(state="ready", state_since=now, job_id=job_id, launched_at=now, **placed)
+        ).rowcount
+        if moved != 1:
+            raise _NotIdle(request_id)
+        self._hand_over_entry(conn, dict(row._mapping), job_id, now)
+        bound = conn.execute(
+            update(t.reservations)
+            .where(
+                and_(
+                    t.reservations.c.request_id == request_id,
+                    t.reservations.c.state == "idle",
                 )
             )
-        return True
+            .values(state="bound", job_id=job_id, bound_at=now)
+        ).rowcount
+        if bound != 1:
+            raise _NotIdle(request_id)
+        conn.execute(
+            insert(t.instance_transitions).values(
+                request_id=request_id,
+                from_state="idle",
+                to_state="ready",
+                reason=reason,
+                at=now,
+            )
+        )
 
     @staticmethod
     def _hand_over_entry(conn: Any, held: dict[str, Any], taker: str, now: float) -> None:

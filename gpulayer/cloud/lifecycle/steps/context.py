@@ -200,9 +200,11 @@ class StepContext:
 
         self.links.close(r.request_id)
         self.store.release_reservation(r.request_id)
-        shared = r.launch_id is not None and any(
-            i.key_path == r.key_path and i.request_id != r.request_id and not i.gone
-            for i in self.gang(r)
+        # A gang's nodes share one key, and stay warm apart from their gang once taken: the
+        # key goes with the last live machine that holds it.
+        shared = r.key_path is not None and any(
+            i.key_path == r.key_path and i.request_id != r.request_id
+            for i in self.store.list_instances(live_only=True)
         )
         if r.key_path and not shared:
             private = Path(r.key_path)

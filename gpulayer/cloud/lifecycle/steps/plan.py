@@ -58,7 +58,7 @@ def plan_job(ctx: StepContext, job_id: str, start_launch: StartLaunch) -> None:
     )
     if found.never is not None:
         return next_target_or_fail(ctx, job, spec, found.never)
-    if found.warm and gangs.nodes_of(spec) == 1 and _take_warm(ctx, job, found.warm):
+    if found.warm and _take_warm(ctx, job, found.warm, gangs.nodes_of(spec)):
         return
     now = time.time()
     # An offer inside a fleet's filter is the fleet's: a machine launched from it joins the
@@ -104,31 +104,43 @@ def plan_job(ctx: StepContext, job_id: str, start_launch: StartLaunch) -> None:
         next_target_or_fail(ctx, job, spec, decision.give_up or "no offer left")
 
 
-def _take_warm(ctx: StepContext, job: JobView, warm: list[str]) -> bool:
-    """The job takes the first of the idle machines that fit it that is still idle: no launch
-    and no bootstrap, its worker bound to the job and the job dispatched to it now."""
+def _take_warm(ctx: StepContext, job: JobView, warm: list[str], nodes: int = 1) -> bool:
+    """The job takes the first of the idle machines that fit it that is still idle (a gang:
+    ``nodes`` of them in one provider and region, all at once or none): no launch and no
+    bootstrap, its workers bound to the job and the job dispatched to them now."""
     # Its teardown calls the provider with the credentials of the job that holds it: a job
     # sent with other credentials (another account) does not take it. A fleet's machine no
     # job took yet was rented with the control plane's own.
     mine = _credentials(ctx, job.id)
-    held_by = {r.request_id: r.job_id for r in ctx.store.list_instances(live_only=True)}
+    live = {r.request_id: r for r in ctx.store.list_instances(live_only=True)}
     warm = [
         rid
         for rid in warm
-        if rid in held_by and _credentials(ctx, held_by[rid]) == mine and _worker_answers(ctx, rid)
+        if rid in live and _credentials(ctx, live[rid].job_id) == mine and _worker_answers(ctx, rid)
     ]
+    # A gang's nodes reach each other: its machines come from one provider and region.
+    groups: dict[tuple[str, str | None], list[str]] = {}
+    for rid in warm:
+        groups.setdefault((live[rid].provider, live[rid].region), []).append(rid)
+    choices = (
+        [[rid] for rid in warm]
+        if nodes == 1
+        else [group[:nodes] for group in groups.values() if len(group) >= nodes]
+    )
+    reason = f"taken by job {job.id}"
     with PLACING:
-        for request_id in warm:
-            if ctx.store.take_idle_instance(request_id, job.id, reason=f"taken by job {job.id}"):
+        for taken in choices:
+            if ctx.store.take_idle_instances(taken, job.id, reason=reason):
                 break
         else:
             return False
-    record = ctx.store.get_instance(request_id)
+    records = [ctx.store.get_instance(rid) for rid in taken]
     ctx.store.end_capacity_waits([job.id])
-    label = f"{record.provider}/{record.zone or record.region}/{record.instance_type}"
-    ctx.service.hand_to_warm_machine(
-        job.id, f"on warm instance {request_id} ({label}): no launch and no bootstrap"
+    where = ", ".join(
+        f"{r.request_id} ({r.provider}/{r.zone or r.region}/{r.instance_type})" for r in records
     )
+    what = "warm instance" if nodes == 1 else f"{nodes} warm instances together"
+    ctx.service.hand_to_warm_machine(job.id, f"on {what} {where}: no launch and no bootstrap")
     ctx.wake()
     return True
 
