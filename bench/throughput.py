@@ -12,6 +12,11 @@ For each checkout (this one, and ``--baseline`` when given) and each database, s
   then, as its floor, the same shells start ``python -c pass`` as many times (no Python CLI's
   burst can go faster on this machine);
 - array: one ``gpulayer submit --array 0-N`` (where the checkout has it);
+- function_map: ``fn.map(range(--items))`` of a trivial function through the local control
+  plane a fresh GPULAYER_HOME starts (each item its own job, run in a warm interpreter of the
+  local worker), twice (the first map also starts the interpreters), beside a plain
+  ``multiprocessing.Pool.map`` of the same function as the floor, with the local control
+  plane's CPU-ms an item (its worker runs in the same process);
 - busy (only when named in ``--scenarios``): 20 threads submit ``--jobs`` jobs to a server that
   20 workers keep busy, and each submit's median, 99th percentile and slowest latency is shown;
 
@@ -458,6 +463,132 @@ def busy_submit_latency(tree: Tree, database: str, base: Path, jobs: int) -> dic
     }
 
 
+# --- fn.map through the local control plane -------------------------------------------------
+
+
+_MAP_MODULE = "def square(x):\n    return x * x\n"
+
+_MAPPER = """
+import json, os, sys, time
+from pathlib import Path
+import gpulayer as gl
+from bench_map_items import square
+
+items = int(sys.argv[1])
+home = Path(os.environ["GPULAYER_HOME"])
+remote = gl.remote(square)
+rows = {}
+for run in (1, 2):
+    started = time.perf_counter()
+    if run == 2:
+        pid = json.loads((home / "server.json").read_text())["pid"]
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        cpu = sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    out = remote.map(range(items), timeout=1200)
+    rows[run] = items / (time.perf_counter() - started)
+    assert out == [i * i for i in range(items)], "a result is wrong"
+if json.loads((home / "server.json").read_text())["pid"] != pid:
+    cpu = float("nan")  # restarted in between (its code changed): no figure
+else:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu = sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK") - cpu
+from gpulayer.sdk.connection import connect
+
+jobs = connect(None).client.jobs(limit=2 * items + 10)
+once = len(jobs) == 2 * items and all(
+    j["state"] == "succeeded" and j["attempts"] == 1 for j in jobs
+)
+print(json.dumps({"first": rows[1], "second": rows[2], "cpu_ms": cpu * 1000 / items,
+                  "once": once}))
+"""
+
+
+def print_function_map(trees: list[Tree], base: Path, items: int) -> None:
+    print_table(
+        f"function_map: fn.map(range({items})) of a trivial function, locally",
+        {tree.label: function_map_row(tree, base / f"map-{tree.label}", items) for tree in trees},
+    )
+    print(
+        f"  floor: multiprocessing.Pool.map of the same function: "
+        f"{pool_map_rate(items):,.0f} items/s"
+    )
+
+
+def function_map_row(tree: Tree, base: Path, items: int) -> dict[str, str]:
+    """fn.map of a trivial function run twice by an SDK process of ``tree``'s code, through
+    the local control plane it starts in a fresh GPULAYER_HOME."""
+    import json
+
+    from tests.support.daemon import stop_local_control_plane
+
+    source = base / "src"
+    source.mkdir(parents=True)
+    (source / "bench_map_items.py").write_text(_MAP_MODULE)
+    home = base / "home"
+    env = tree.env(home)
+    env["PYTHONPATH"] = os.pathsep.join([str(source), env["PYTHONPATH"]])
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _MAPPER, str(items)],
+            env=env,
+            cwd=source,
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
+    finally:
+        stop_local_control_plane(home)
+    if done.returncode != 0:
+        print(done.stderr[-2000:], file=sys.stderr)
+        return {k: "failed" for k in _MAP_COLUMNS}
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    return {
+        "items/s, first map": f"{found['first']:.1f}",
+        "items/s, second map": f"{found['second']:.1f}",
+        "control plane CPU-ms/item": f"{found['cpu_ms']:.2f}",
+        "all exactly once": "yes" if found["once"] else "NO",
+    }
+
+
+_MAP_COLUMNS = (
+    "items/s, first map",
+    "items/s, second map",
+    "control plane CPU-ms/item",
+    "all exactly once",
+)
+
+
+_POOL_MAPPER = """
+import json, multiprocessing, sys, time
+
+def square(x):
+    return x * x
+
+items = int(sys.argv[1])
+started = time.perf_counter()
+with multiprocessing.Pool() as pool:
+    out = pool.map(square, range(items))
+rate = items / (time.perf_counter() - started)
+assert out == [i * i for i in range(items)]
+print(json.dumps(rate))
+"""
+
+
+def pool_map_rate(items: int) -> float:
+    """Items/s of a plain multiprocessing.Pool.map of the same function (in a process of its
+    own: this folder on sys.path would shadow the standard library's ``queue``)."""
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "-c", _POOL_MAPPER, str(items)],
+        cwd=tempfile.gettempdir(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return float(json.loads(done.stdout))
+
+
 # --- wrong tokens ---------------------------------------------------------------------------
 
 
@@ -650,7 +781,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--baseline", type=Path, help="another checkout to run beside this one")
     parser.add_argument("--databases", default="sqlite,postgresql")
-    parser.add_argument("--scenarios", default="launch_many,cli,array,badtokens")
+    parser.add_argument("--scenarios", default="launch_many,cli,array,function_map,badtokens")
+    parser.add_argument("--items", type=int, default=1000, help="items of the function map")
     parser.add_argument("--no-slurm", action="store_true")
     args = parser.parse_args()
     trees = [Tree("this", ROOT)]
@@ -665,7 +797,9 @@ def main() -> None:
     )
     notes: list[str] = []
     try:
-        for name in [s for s in scenarios if s not in ("badtokens", "busy")]:
+        if "function_map" in scenarios:
+            print_function_map(trees, base, args.items)
+        for name in [s for s in scenarios if s not in ("badtokens", "busy", "function_map")]:
             columns: dict[str, dict[str, str]] = {}
             for database in [d for d in args.databases.split(",") if d]:
                 for tree in trees:

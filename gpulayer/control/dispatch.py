@@ -31,7 +31,7 @@ import itertools
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +44,7 @@ from gpulayer.scheduler import (
     WorkerSnapshot,
     node_count,
     plan,
+    plan_pass,
     reasons_now,
 )
 from gpulayer.scheduler.gpus import device_meets
@@ -54,6 +55,9 @@ Nodes = list[tuple[str, tuple[int, ...]]]
 """(worker id, GPU indices) by node rank."""
 
 _KINDS = tuple(dict.fromkeys(TARGET_WORKER_KIND.values()))
+
+_KEPT_PAST_QUEUE = 256
+"""Specs of jobs that left the queue kept at most (beyond twice the queue) before they go."""
 
 _Parsed = dict[str, tuple[dict[str, Any], WorkerCapabilities]]
 """Per worker id, its stored capabilities and their validated form, so that an unchanged
@@ -373,7 +377,9 @@ class LivePlacement:
                 self._queue[job_id] = head
         heads = list(self._queue.values())
         added = any(head is not None for _, head in news)  # removals keep the order
-        if added and any(a.created_at > b.created_at for a, b in itertools.pairwise(heads)):
+        if added and any(
+            (a.created_at, a.id) > (b.created_at, b.id) for a, b in itertools.pairwise(heads)
+        ):
             heads.sort(key=lambda head: (head.created_at, head.id))  # a job put back in line
             self._queue = {head.id: head for head in heads}
         return heads
@@ -385,22 +391,23 @@ class LivePlacement:
             item = self._items[job_id] = QueuedJob(job_id, spec, created_at)
         return item
 
-    def specs_of(self, heads: Sequence[QueuedHead]) -> dict[str, JobSpec | None]:
-        """Each queued job's validated spec, kept while it stays queued: only jobs new to
-        the queue are read in full and validated."""
+    def specs_of(self, heads: Sequence[QueuedHead]) -> Mapping[str, JobSpec | None]:
+        """The queued jobs' validated specs (a job whose row is gone: none), kept while they
+        stay queued: only jobs new to the queue are read in full and validated. What is kept
+        of jobs that left the queue goes now and then, not on every pass (which would cost a
+        pass over the whole queue each time)."""
         known = self._specs
         missing = [h.id for h in heads if h.id not in known]
         for job in self.store.get_jobs(missing) if missing else []:
             known[job.id] = _readable(job)
             if LIMIT_LABEL in job.labels:
                 self._labels[job.id] = job.labels
-        found = {h.id: known.get(h.id) for h in heads}
-        if len(known) > len(found):
-            self._specs = found  # jobs no longer queued drop out
-            self._labels = {j: self._labels[j] for j in found if j in self._labels}
-        if len(self._items) > len(found):
-            self._items = {job_id: item for job_id, item in self._items.items() if job_id in found}
-        return found
+        if len(known) > 2 * len(heads) + _KEPT_PAST_QUEUE or len(self._items) > len(known):
+            queued = {h.id for h in heads}
+            self._specs = known = {j: s for j, s in known.items() if j in queued}
+            self._labels = {j: self._labels[j] for j in queued if j in self._labels}
+            self._items = {j: item for j, item in self._items.items() if j in queued}
+        return known
 
     def limited_labels(self) -> Mapping[str, Mapping[str, str]]:
         """Per queued job of an array with a parallelism limit, its labels, as read with its
@@ -511,36 +518,37 @@ def plan_assignments(store: Store, live: LivePlacement | None = None) -> list[tu
         else set()
     )
     pools = live.pools() if live is not None else _pools_from(store)
-    by_target: dict[str, list[QueuedHead | JobRecord]] = defaultdict(list)
-    for j in queued:
-        if j.id not in held:
-            by_target[j.target].append(j)
     planned: list[Planned] = []
     for target, kind in TARGET_WORKER_KIND.items():
-        jobs = by_target.get(target)
-        if not jobs:
-            continue
         if target == "cloud":
-            cloud_jobs = store.get_jobs([j.id for j in jobs])
-            planned += _reserved_assignments(store, cloud_jobs, pools[kind], kind)
+            cloud_ids = [j.id for j in queued if j.target == target and j.id not in held]
+            if cloud_ids:
+                cloud_jobs = store.get_jobs(cloud_ids)
+                planned += _reserved_assignments(store, cloud_jobs, pools[kind], kind)
             continue
         index = pools[kind]
         if not len(index):
             continue
+        # Taken lazily, in the queue's order (first in, first out, as the pass places): a
+        # pass that gives out the room one ending job freed stops there, however long the
+        # queue behind it.
+        jobs = (j for j in queued if j.target == target and j.id not in held)
+        queue: Iterator[QueuedJob]
         if live is not None:
-            queue = [live.item_of(j.id, s, j.created_at) for j in jobs if (s := validated[j.id])]
+            queue = (
+                live.item_of(j.id, s, j.created_at) for j in jobs if (s := validated.get(j.id))
+            )
         else:
-            queue = [QueuedJob(j.id, spec, j.created_at) for j in jobs if (spec := validated[j.id])]
-        specs = {item.job_id: item.spec for item in queue}
+            queue = (QueuedJob(j.id, s, j.created_at) for j in jobs if (s := validated.get(j.id)))
         nodes: dict[str, list[tuple[int, str, tuple[int, ...]]]] = {}
-        for assignment in plan(queue, index):
+        for assignment in plan_pass(queue, index, first_in_first_out=True).assignments:
             nodes.setdefault(assignment.job_id, []).append(
                 (assignment.node_rank, assignment.worker_id, tuple(assignment.gpu_indices))
             )
         for job_id, placed in nodes.items():
-            planned.append(
-                Planned(job_id, specs[job_id], kind, [(w, g) for _, w, g in sorted(placed)])
-            )
+            spec = validated.get(job_id)
+            assert spec is not None  # only jobs with a readable spec were placed
+            planned.append(Planned(job_id, spec, kind, [(w, g) for _, w, g in sorted(placed)]))
     if live is not None:
         planned = live.confirm(planned)
     return [(p.job_id, p.nodes) for p in planned]

@@ -99,6 +99,9 @@ class WorkerIndex:
         self._keys: dict[Hashable, _KeyEntry] = {}
         self._added: list[_Group] = []
         """Every class in the order it appeared; cached keys judge the ones they have not."""
+        self.with_free_cores = 0
+        """Workers with a CPU core (or part of one) free: with none, no job fits anywhere
+        (every job asks for some cores), so a pass need not look at the rest of its queue."""
         for worker in workers:
             self.add(worker)
 
@@ -221,6 +224,8 @@ class WorkerIndex:
         worker_id = entry.snap.id
         self._entries[worker_id] = entry
         entry.group.members[worker_id] = entry
+        if entry.snap.free_cpu_cores > 0:
+            self.with_free_cores += 1
         if entry.bucket is not None:
             entry.group.ready.insert(entry)
             buckets = entry.group.buckets
@@ -232,6 +237,8 @@ class WorkerIndex:
     def _unlink(self, entry: _Entry) -> None:
         group = entry.group
         del group.members[entry.snap.id]
+        if entry.snap.free_cpu_cores > 0:
+            self.with_free_cores -= 1
         if entry.bucket is not None:
             group.ready.discard(entry)
             bucket = group.buckets[entry.bucket]

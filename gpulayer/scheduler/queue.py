@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import operator
 import time
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
 from gpulayer.scheduler.gang import choose_gang, closest_gang, node_count
@@ -82,11 +82,11 @@ class PlanResult:
     assignments: list[Assignment] = field(default_factory=list)
     reservation: Reservation | None = None
     decisions: int = 0
-    """Queued jobs considered in the pass."""
+    """Queued jobs the pass was given (given lazily: those it took before it stopped)."""
 
 
 def plan(
-    queue: Sequence[QueuedJob],
+    queue: Iterable[QueuedJob],
     workers: WorkerIndex | Iterable[WorkerSnapshot],
     *,
     now: float | None = None,
@@ -96,25 +96,45 @@ def plan(
     return plan_pass(queue, workers, now=now, starvation_seconds=starvation_seconds).assignments
 
 
+def _ordered(
+    queue: Iterable[QueuedJob], in_given_order: bool, first_in_first_out: bool
+) -> Iterable[QueuedJob]:
+    """The queue in the order the pass takes it.
+
+    A pass stops before a job once no worker has a core left, so that no job from there on
+    fits (each asks for some), and none can take the reservation either: one is held, or
+    (first in, first out) every later job waited less than this one. A queue given first in,
+    first out is taken as it comes, lazily, so a pass that gives out the room one ending job
+    freed stops there and never makes the rest of a long queue."""
+    if first_in_first_out:
+        return queue
+    return list(queue) if in_given_order else sorted(queue, key=_FIFO)
+
+
 def plan_pass(
-    queue: Sequence[QueuedJob],
+    queue: Iterable[QueuedJob],
     workers: WorkerIndex | Iterable[WorkerSnapshot],
     *,
     now: float | None = None,
     starvation_seconds: float = DEFAULT_STARVATION_SECONDS,
     in_given_order: bool = False,
+    first_in_first_out: bool = False,
 ) -> PlanResult:
     """Like :func:`plan`, also saying which job holds the reservation, if any.
 
     ``in_given_order`` takes the queue as ordered already (by priority and fair share, see
-    :mod:`gpulayer.admission`) instead of first in, first out.
+    :mod:`gpulayer.admission`) instead of first in, first out. ``first_in_first_out`` says
+    the queue comes first in, first out already: it is taken as it comes, lazily, so a pass
+    that stops early (no core left anywhere) never makes the rest of a long queue.
 
     A :class:`WorkerIndex` passed in is updated with the assignments (their GPUs, cores and
     memory are taken), as the control plane will record them; plain snapshots are copied.
     """
     index = workers if isinstance(workers, WorkerIndex) else WorkerIndex(workers)
     clock = time.time() if now is None else now
-    ordered = list(queue) if in_given_order else sorted(queue, key=_FIFO)
+    ordered = _ordered(queue, in_given_order, first_in_first_out)
+    fifo = not in_given_order
+    taken = 0
     # Within a pass free capacity only shrinks and the reserved worker only leaves the pool,
     # so a request that found no room finds none later in the pass either.
     memo = not index.has_extra_checks
@@ -123,6 +143,11 @@ def plan_pass(
     reservation: Reservation | None = None
     assignments: list[Assignment] = []
     for item in ordered:
+        if not index.with_free_cores and (
+            reservation is not None or (fifo and clock - item.enqueued_at < starvation_seconds)
+        ):
+            break  # see _ordered
+        taken += 1
         spec = item.spec
         key = index.pass_key(spec) if memo else None
         if key is None or key not in no_room:
@@ -158,4 +183,5 @@ def plan_pass(
                 if worker_id is not None:
                     reservation = Reservation(item.job_id, worker_id)
                     reserved.add(worker_id)
-    return PlanResult(assignments=assignments, reservation=reservation, decisions=len(ordered))
+    given = len(ordered) if isinstance(ordered, list) else taken
+    return PlanResult(assignments=assignments, reservation=reservation, decisions=given)
