@@ -15,6 +15,7 @@ from gpulayer.control.gang_service import GangService
 from gpulayer.control.job_states import JobStates
 from gpulayer.control.paths import HomeLayout
 from gpulayer.control.store import AttemptRecord, JobRecord, Store
+from gpulayer.control.submit_environments import SubmitEnvironments
 from gpulayer.control.worker_access import WorkerAccess
 from gpulayer.control.worker_news import WorkerNews
 from gpulayer.protocol.messages import Assignment, ClaimReply
@@ -34,8 +35,10 @@ class ClaimService:
         gangs: GangService,
         news: WorkerNews,
         layout: HomeLayout,
+        environments: SubmitEnvironments,
     ) -> None:
         self.store = store
+        self.environments = environments
         self.states = states
         self.gangs = gangs
         self.news = news
@@ -114,6 +117,7 @@ class ClaimService:
                     gpu_indices=attempt.gpu_indices,
                     **self.source_for(job, on_this_machine=on_this_machine),
                     gang=gangs.gang_node(self.store, job, attempt),
+                    secret_values=self.environments.secrets_for(job.id),
                 )
             )
         return claimed

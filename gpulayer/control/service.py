@@ -88,7 +88,9 @@ class ControlService:
             heartbeat_timeout=self.heartbeat_timeout,
             silence_excused=self.cloud.silence_excused,
         )
-        self.claims = ClaimService(store, self.states, self.gangs, self.changes.news, self.layout)
+        self.claims = ClaimService(
+            store, self.states, self.gangs, self.changes.news, self.layout, self.environments
+        )
         self.reports = AttemptReports(
             store,
             self.states,

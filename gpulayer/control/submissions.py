@@ -105,6 +105,7 @@ class Submissions:
             # In memory only, for as long as the job may rent or end a machine; kept before
             # the job is, since the lifecycle loop may plan it at once.
             self.environments.keep_cloud(job_id, credential_variables(client_env))
+            self.environments.keep_secrets(job_id, spec, client_env)
         try:
             job = self._insert(job_id, spec, decision, working_dir, bundle, bundle_digest, once)
         except Exception:
@@ -324,6 +325,7 @@ class Submissions:
                 from gpulayer.cloud.credentials import credential_variables
 
                 self.environments.keep_cloud(row["job_id"], credential_variables(env))
+                self.environments.keep_secrets(row["job_id"], spec, env)
             elif not cloud and row["target"] == "local" and row["state"] == "queued":
                 self.environments.keep_client(row["job_id"], env)
 

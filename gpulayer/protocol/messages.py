@@ -59,6 +59,9 @@ class Assignment(Message):
     it cached by this digest need not fetch it again."""
     gang: GangNode | None = None
     """Set for one node of a multi-node job."""
+    secret_values: dict[str, str] = Field(default_factory=dict, repr=False)
+    """Values of the job's secrets its submitting shell had, by the variable each is read
+    from: for a worker on a rented machine, which has none of them (never stored or logged)."""
 
 
 class LogBatch(Message):

@@ -29,6 +29,7 @@ from gpulayer.protocol.messages import (
 from gpulayer.worker.attempt_env import array_env as _array_env
 from gpulayer.worker.attempt_env import device_env as _device_env
 from gpulayer.worker.attempt_env import node_place as _node_place
+from gpulayer.worker.attempt_env import with_secrets as _with_secrets
 from gpulayer.worker.bundle_cache import source_bundle
 from gpulayer.worker.containment import AttemptGroup, Containment, reap_orphans
 from gpulayer.worker.disk import disk_trouble, remove_attempt_folder, sweep_attempt_folders
@@ -448,7 +449,7 @@ class WorkerAgent:
                 **_device_env(spec.resources.accelerator, assignment.gpu_indices),
                 **_array_env(spec.labels),
             },
-            worker_env=self.link.job_environment(assignment.job_id),
+            worker_env=_with_secrets(self.link.job_environment(assignment.job_id), assignment),
             group=group,
             run_as=run_as,
             node=_node_place(assignment),

@@ -3,6 +3,7 @@ a gang. Pure functions of the assignment, kept apart from the agent that runs it
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 from gpulayer.protocol.messages import Assignment
@@ -16,6 +17,17 @@ def node_place(assignment: Assignment) -> NodePlace | None:
     return NodePlace(
         gang.node_rank, gang.num_nodes, gang.master_addr, gang.node_addr, tuple(gang.node_addrs)
     )
+
+
+def with_secrets(
+    given: Mapping[str, str] | None, assignment: Assignment
+) -> Mapping[str, str] | None:
+    """What the job starts from: its submitter's environment where the control plane hands it
+    over (the local worker), else the worker's own (None), with the values of the job's
+    secrets its submitting shell had (a rented machine's worker has none of its own)."""
+    if not assignment.secret_values:
+        return given
+    return {**(os.environ if given is None else given), **assignment.secret_values}
 
 
 def array_env(labels: Mapping[str, str]) -> dict[str, str]:
