@@ -82,7 +82,8 @@ class PlanResult:
     assignments: list[Assignment] = field(default_factory=list)
     reservation: Reservation | None = None
     decisions: int = 0
-    """Queued jobs the pass was given (given lazily: those it took before it stopped)."""
+    """Queued jobs the pass was given (given first in, first out: those it took before it
+    stopped)."""
 
 
 def plan(
@@ -183,5 +184,5 @@ def plan_pass(
                 if worker_id is not None:
                     reservation = Reservation(item.job_id, worker_id)
                     reserved.add(worker_id)
-    given = len(ordered) if isinstance(ordered, list) else taken
+    given = len(ordered) if isinstance(ordered, list) and not first_in_first_out else taken
     return PlanResult(assignments=assignments, reservation=reservation, decisions=given)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -14,6 +15,7 @@ from gpulayer.scheduler import (
     QueuedJob,
     Reservation,
     WorkerIndex,
+    WorkerSnapshot,
     plan,
     plan_pass,
     reasons_now,
@@ -241,3 +243,92 @@ def test_the_rule_lets_the_big_job_run_while_small_jobs_keep_flowing() -> None:
     # Reserved at 60 s; the reserved worker's 1-GPU jobs last 30 s, so it drains by 100 s.
     assert 60.0 <= started <= 100.0
     assert smalls > 80
+
+
+# --- a pass stops once no worker has a core left -------------------------------------------
+
+
+def _counted(queue: list[QueuedJob], taken: list[int]) -> Iterator[QueuedJob]:
+    for item in queue:
+        taken[0] += 1
+        yield item
+
+
+def test_a_pass_stops_once_the_room_freed_is_given() -> None:
+    """The pass after one item of a long map ended: one core free, ten thousand items queued.
+    It places the first and looks at no more than the one after it."""
+    fleet = WorkerIndex([worker("w1", caps(cpu_cores=2), busy_cores=1)])
+    one_core = job(cpu_cores=1)
+    queue = [QueuedJob(f"j{i:05d}", one_core, float(i)) for i in range(10_000)]
+    taken = [0]
+    result = plan_pass(_counted(queue, taken), fleet, now=100.0, first_in_first_out=True)
+    assert [a.job_id for a in result.assignments] == ["j00000"]
+    assert taken[0] <= 2
+    assert fleet.with_free_cores == 0
+
+
+def test_a_full_pool_still_gives_the_starving_job_its_reservation() -> None:
+    """No core is free, but the oldest job has waited past the starvation limit: the pass
+    goes on until that job holds its reservation, then stops."""
+    fleet = WorkerIndex([worker("w1", caps(cpu_cores=2), busy_cores=2)])
+    queue = [QueuedJob(f"j{i:05d}", job(cpu_cores=1), float(i)) for i in range(1_000)]
+    taken = [0]
+    result = plan_pass(
+        _counted(queue, taken), fleet, now=400.0, starvation_seconds=300, first_in_first_out=True
+    )
+    assert result.assignments == []
+    assert result.reservation == Reservation("j00000", "w1")
+    assert taken[0] <= 2
+
+
+def _small_fleet(rng: random.Random, *, with_random: bool) -> list[WorkerSnapshot]:
+    """A few CPU workers whose cores run out (and, ``with_random``, two random ones)."""
+    fleet = [
+        worker(f"c{i}", caps(cpu_cores=rng.choice([2, 4, 8])), busy_cores=rng.choice([0, 1]))
+        for i in range(rng.randint(1, 4))
+    ]
+    return fleet + (random_fleet(rng, 2, kinds=2) if with_random else [])
+
+
+def _fifo_queue(rng: random.Random, ids: list[str], spread: float) -> list[QueuedJob]:
+    jobs = (
+        QueuedJob(f"j{i:04d}", random_job(rng, ids), rng.uniform(0, spread)) for i in range(300)
+    )
+    return sorted(jobs, key=lambda q: (q.enqueued_at, q.job_id))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_stopping_early_places_what_a_pass_over_the_whole_queue_places(seed: int) -> None:
+    """Against the same pass made to look at every job (its index told a core is always
+    free somewhere): the same assignments and the same reservation."""
+    rng = random.Random(seed)
+    fleet = _small_fleet(rng, with_random=seed % 3 == 0)
+    queue = _fifo_queue(rng, [w.id for w in fleet], 1000)
+    now = rng.choice([500.0, 1000.0, 2000.0])
+    whole = WorkerIndex(fleet)
+    whole.with_free_cores += 10**9  # never zero: the pass looks at every job
+    reference = plan_pass(queue, whole, now=now, starvation_seconds=700)
+    taken = [0]
+    stopping = plan_pass(
+        _counted(queue, taken),
+        WorkerIndex(fleet),
+        now=now,
+        starvation_seconds=700,
+        first_in_first_out=True,
+    )
+    assert stopping.assignments == reference.assignments
+    assert stopping.reservation == reference.reservation
+    # The job it stopped before was handed to it, not looked at.
+    assert stopping.decisions <= taken[0] <= stopping.decisions + 1
+
+
+def test_passes_over_fleets_whose_cores_run_out_do_stop_early() -> None:
+    """The comparison above is not empty: where the cores run out, passes stop early."""
+    stopped = 0
+    for seed in range(12):
+        rng = random.Random(seed)
+        fleet = _small_fleet(rng, with_random=False)
+        queue = _fifo_queue(rng, [w.id for w in fleet], 100)
+        result = plan_pass(queue, WorkerIndex(fleet), now=200.0, first_in_first_out=True)
+        stopped += result.decisions < len(queue)
+    assert stopped >= 6
