@@ -8,6 +8,16 @@ until every rank has printed it (all nodes ready), and its ratio to N = 1. Then 
 x 2-process DDP job (tests/fixtures/ddp/train.py) through gpulayer and as two plain torchrun
 agents started by hand (c10d on loopback): wall time of each and gpulayer's overhead ratio.
 No assertions: read the numbers.
+
+    python bench/gang.py --hosts [--repeats 3] [--epochs 20]
+
+On two honest hosts instead (tests/support/sshd_hosts: Debian root filesystems in their own
+namespaces; needs root, iproute2 and mmdebstrap), through the ssh provider with `idle_seconds`:
+a first 2-node x 1-process gang of the DDP job rents, bootstraps and sets the hosts up (torch
+from a package index on the hosts' network), and is not timed; then, in turns, the same gang on
+the now warm hosts (submit to the CLI's exit, no launch, no bootstrap, its setup environment
+reused) and plain torchrun on the same two hosts with the same interpreter (static rendezvous,
+as gpulayer starts it): wall time of each, the ratio, and where the gang's own time went.
 """
 
 from __future__ import annotations
@@ -128,7 +138,13 @@ def main() -> None:
     parser.add_argument("--sizes", default="1,2,4")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--epochs", default="20")
+    parser.add_argument("--hosts", action="store_true", help="on two honest hosts, warm")
     args = parser.parse_args()
+    if args.hosts:
+        from bench.gang_hosts import compare_on_hosts
+
+        compare_on_hosts(args.repeats, args.epochs)
+        return
     sizes = [int(s) for s in args.sizes.split(",")]
     base = Path(tempfile.mkdtemp(prefix="gpulayer-bench-gang-"))
     server = ServerProcess(base / "server", heartbeat_timeout=10).start()
