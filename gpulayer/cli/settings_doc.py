@@ -76,14 +76,14 @@ def render_page() -> str:
 
 
 def _fleets_section() -> str:
-    from gpulayer.cloud.fleets import FleetSettings
+    from gpulayer.cloud.config import fleet_settings_model
 
     summary = (
         "A list of named fleets of warm machines, each kept by the configuration rather than "
         "by a job (see docs/clouds.md, Fleets). `resources` takes a job's `resources` keys "
         "(JOBSPEC.md). Each entry:"
     )
-    return _section("fleets", FleetSettings, summary)
+    return _section("fleets", fleet_settings_model(), summary)
 
 
 def _section(name: str, model: type[BaseModel], summary: str) -> str:

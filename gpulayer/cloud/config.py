@@ -84,6 +84,13 @@ def _plugin_keys(section: Mapping[str, Any]) -> Mapping[str, Any]:
     return {key: value for key, value in section.items() if key != IDLE_KEY}
 
 
+def fleet_settings_model() -> type[Any]:
+    """The model of one entry of ``fleets:`` (for the settings reference)."""
+    from gpulayer.cloud.fleets import FleetSettings
+
+    return FleetSettings
+
+
 def orchestrator_settings(root: Path) -> Mapping[str, Any]:
     """The ``gpulayer:`` section, validated, every default filled in."""
     return check_config(root).orchestrator.model_dump()
