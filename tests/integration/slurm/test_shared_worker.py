@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.e2e_cloud.journey import wait_until
-from tests.integration.slurm.test_journeys import no_job_keys, status, write_providers
+from tests.integration.slurm.test_journeys import status, write_providers
 from tests.support.cli import run_cli
 from tests.support.slurm_cluster import SlurmCluster
 from tests.support.sshd_hosts import SshdHost
@@ -66,4 +66,8 @@ def test_a_job_runs_on_a_node_no_ssh_session_reached(
     assert {name: sessions(host) for name, host in slurm_cluster.hosts.items()} == before
     # The worker's install lies on the shared filesystem, sealed, for the next job to reuse.
     assert any((shared_root / "worker").iterdir())
-    wait_until(lambda: no_job_keys(slurm_cluster), timeout=30, what="the job's key to go")
+    wait_until(
+        lambda: instance["request_id"] not in slurm_cluster.shared_authorized_keys.read_text(),
+        timeout=30,
+        what="the job's key to go",
+    )

@@ -5,7 +5,6 @@ idle_seconds."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,17 +51,24 @@ def run_job(marker: str, timeout: int = 120) -> tuple[str, str]:
     return str(yaml.safe_load(listed.stdout)[0]["id"]), result.stderr
 
 
-def gpulayer_allocations(cluster: SlurmCluster, since: str) -> list[str]:
-    """Slurm job ids of every gpulayer allocation submitted since ``since``, as Slurm's
-    accounting lists them (one per sbatch)."""
+def gpulayer_allocations(cluster: SlurmCluster) -> set[str]:
+    """Slurm job ids of every gpulayer allocation the cluster ever ran, as Slurm's accounting
+    lists them (one per sbatch)."""
     shown = cluster.command(
-        "sacct", "-a", "-n", "-X", "-P", "-o", "JobID,JobName", "-S", since
+        "sacct", "-a", "-n", "-X", "-P", "-o", "JobID,JobName", "-S", "2020-01-01"
     )  # fmt: skip
-    return [
+    return {
         line.split("|")[0]
         for line in shown.splitlines()
         if line.strip() and line.split("|")[1].startswith("gpulayer-")
-    ]
+    }
+
+
+def end_warm_allocations(cluster: SlurmCluster) -> None:
+    """What a test left warm ends now, its key with it (the cluster is the session's)."""
+    assert run_cli(["reap"], timeout=120).returncode == 0
+    wait_until(lambda: cluster.queue() == [], timeout=60, what="an empty queue")
+    wait_until(lambda: no_job_keys(cluster), timeout=30, what="the job's key to go")
 
 
 def slurm_job_of(instance: dict[str, Any]) -> str:
@@ -74,7 +80,7 @@ def test_the_next_job_runs_in_the_idle_allocation_without_a_new_sbatch(
 ) -> None:
     write_providers(slurm_home, slurm_cluster, tmp_path)
     keep_warm(slurm_home, IDLE_SECONDS)
-    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
+    before = gpulayer_allocations(slurm_cluster)
     first, first_log = run_job("first")
     assert "bootstrapping the worker" in first_log
     idle = wait_until(
@@ -93,7 +99,7 @@ def test_the_next_job_runs_in_the_idle_allocation_without_a_new_sbatch(
     (instance,) = status(second)["instances"]
     assert instance["request_id"] == idle["request_id"]
     assert slurm_job_of(instance) == slurm_job  # the same Slurm job ran both
-    assert gpulayer_allocations(slurm_cluster, since) == [slurm_job]  # one sbatch
+    assert gpulayer_allocations(slurm_cluster) - before == {slurm_job}  # one sbatch
     moves = [(h["from"], h["to"]) for h in instance["history"]]
     assert ("idle", "ready") in moves
     assert not any(
@@ -112,7 +118,7 @@ def test_the_next_job_runs_in_the_idle_allocation_without_a_new_sbatch(
     assert wait_until(lambda: slurm_cluster.ended_as(slurm_job), timeout=60, what="sacct") == (
         "COMPLETED"
     )
-    assert gpulayer_allocations(slurm_cluster, since) == [slurm_job]
+    assert gpulayer_allocations(slurm_cluster) - before == {slurm_job}
     wait_until(lambda: no_job_keys(slurm_cluster), timeout=30, what="the job's key to go")
 
 
@@ -123,7 +129,7 @@ def test_a_job_longer_than_the_idle_allocations_time_left_gets_an_allocation_of_
     job whose timeout would run past it must not be put in it."""
     write_providers(slurm_home, slurm_cluster, tmp_path, provider={"time_margin_seconds": 30})
     keep_warm(slurm_home, IDLE_SECONDS)
-    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
+    before = gpulayer_allocations(slurm_cluster)
     first, _ = run_job("short")  # --timeout 120: a limit of 3 minutes
     idle = wait_until(
         lambda: next((i for i in status(first)["instances"] if i["state"] == "idle"), None),
@@ -134,6 +140,8 @@ def test_a_job_longer_than_the_idle_allocations_time_left_gets_an_allocation_of_
     assert "no launch and no bootstrap" not in second_log
     (instance,) = status(second)["instances"]
     assert slurm_job_of(instance) != slurm_job_of(idle)
-    assert sorted(gpulayer_allocations(slurm_cluster, since)) == sorted(
-        [slurm_job_of(idle), slurm_job_of(instance)]
-    )
+    assert gpulayer_allocations(slurm_cluster) - before == {
+        slurm_job_of(idle),
+        slurm_job_of(instance),
+    }
+    end_warm_allocations(slurm_cluster)
