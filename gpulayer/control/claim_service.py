@@ -49,6 +49,11 @@ class ClaimService:
         # Per worker, the life a claim last started for and its kind then: a new life (a new
         # registration, the only way a worker's kind can change) comes with a new epoch.
         self._kinds: dict[str, tuple[int, str]] = {}
+        # Per worker, its life's epoch and its news count when its last look began. News
+        # (an assignment, a cancel) is told after it is stored, so while the count stays the
+        # same a look would find nothing that look did not: the worker that claims again at
+        # once after taking work (at its capacity, mostly) is not looked up for nothing.
+        self._looked: dict[str, tuple[int, int]] = {}
 
     def claim_start(self, worker_id: str, caller: Principal | None) -> tuple[int, int]:
         """A claim poll's start: the worker's news count it waits past, and its life's epoch.
@@ -57,9 +62,9 @@ class ClaimService:
         (restarted), a poll still open from before must not take the new life's work."""
         since = self.news.count(worker_id)
         WorkerAccess.check_worker(caller, worker_id)
-        worker = self.store.get_worker(worker_id)
-        self._kinds[worker_id] = (worker.epoch, worker.kind)
-        return since, worker.epoch
+        epoch, kind = self.store.worker_life(worker_id)
+        self._kinds[worker_id] = (epoch, kind)
+        return since, epoch
 
     def claim_now(
         self, worker_id: str, caller: Principal | None, epoch: int, *, with_cancels: bool
@@ -67,10 +72,16 @@ class ClaimService:
         """One look for what waits for this worker's life ``epoch``, without waiting: its
         attempts and their jobs' cancels read in one query."""
         WorkerAccess.check_worker(caller, worker_id)
+        news = self.news.count(worker_id)
+        if self._looked.get(worker_id) == (epoch, news):
+            return ClaimReply()
         active, cancelled = self.store.active_attempts_and_cancels(worker_id)
         reply = ClaimReply(assignments=self._claim(worker_id, active, epoch))
         if with_cancels:
             reply.cancel_attempts = self._untold_cancels(worker_id, epoch, cancelled)
+            # Only a look that told the cancels too stands for the next: one without them
+            # leaves them to the next look.
+            self._looked[worker_id] = (epoch, news)
         return reply
 
     def _untold_cancels(self, worker_id: str, epoch: int, pending: list[int]) -> list[int]:

@@ -32,6 +32,9 @@ from gpulayer.errors import NotFoundError
 # The reads every claim and every dispatch pass make, built once: a statement built per call
 # costs several times what SQLite takes to run it.
 _WORKER = select(t.workers).where(t.workers.c.id == bindparam("b_id"))
+_WORKER_LIFE = select(t.workers.c.epoch, t.workers.c.kind).where(
+    t.workers.c.id == bindparam("b_id")
+)
 _WORKERS = select(t.workers).where(t.workers.c.id.in_(bindparam("b_ids", expanding=True)))
 _ACTIVE_ON = select(t.attempts).where(
     and_(
@@ -84,6 +87,14 @@ class WorkerStore(StoreBase):
         if row is None:
             raise NotFoundError(f"worker {worker_id!r} not found")
         return worker_from_row(row)
+
+    def worker_life(self, worker_id: str) -> tuple[int, str]:
+        """The worker's epoch (its life) and kind, without reading the rest of its row."""
+        with self.engine.connect() as conn:
+            row = conn.execute(_WORKER_LIFE, {"b_id": worker_id}).first()
+        if row is None:
+            raise NotFoundError(f"worker {worker_id!r} not found")
+        return int(row.epoch), str(row.kind)
 
     def list_workers(self) -> list[WorkerRecord]:
         with self.engine.connect() as conn:
