@@ -285,10 +285,15 @@ def test_pending_for_capacity_cancelled_while_pending_or_running(
     wait_until(lambda: no_job_keys(slurm_cluster), timeout=30, what="the jobs' keys to go")
 
 
+@pytest.mark.parametrize("worker_from", ["ssh", "shared filesystem"])
 def test_controller_killed_while_the_allocation_runs_resumes_it(
-    slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
+    slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path, worker_from: str
 ) -> None:
-    write_providers(slurm_home, slurm_cluster, tmp_path)
+    """Also with the worker started from the shared filesystem: its tunnel on the login
+    node's address is reopened on the same port."""
+    shared = slurm_cluster.on_nodes(slurm_cluster.shared / tmp_path.name / "gpulayer")
+    extra = {"shared_install_root": str(shared)} if worker_from != "ssh" else {}
+    write_providers(slurm_home, slurm_cluster, tmp_path, **extra)
     gate, gate_on_nodes = shared_file(slurm_cluster, tmp_path, "gate")
     script = (
         "import pathlib, time\n"
