@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -176,6 +177,9 @@ _FLAG_FIELDS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+_ITEM_INDEX = re.compile(r"^\.[0-9]+(?=[:.])")
+
+
 def name_flags(lines: Iterable[str], flags: SubmitFlags, *, under: str = "") -> list[str]:
     """Refusal lines with each field a given flag set named by that flag; ``under`` is where
     the job sits in the document refused (``job.`` in a schedule)."""
@@ -188,7 +192,9 @@ def name_flags(lines: Iterable[str], flags: SubmitFlags, *, under: str = "") -> 
     for line in lines:
         for flag, path in given:
             if line.startswith(f"{path}:") or line.startswith(f"{path}."):
-                line = flag + line[len(path) :]
+                rest = line[len(path) :]
+                # A repeated flag's item is named by its value in the message, not its index.
+                line = flag + _ITEM_INDEX.sub("", rest, count=1)
                 break
         named.append(line)
     return named

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpulayer.cloud.lifecycle.reconciler import Reconciler
+from gpulayer.errors import SpecError, UsageError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -68,8 +69,13 @@ class ProviderCloud:
 
     def refusal(self, spec: JobSpec) -> str | None:
         from gpulayer.cloud.lifecycle.gangs import nodes_of
-        from gpulayer.cloud.lifecycle.placement import cap_refusal, gang_refusal
+        from gpulayer.cloud.lifecycle.placement import catalog_refusal, gang_refusal
+        from gpulayer.cloud.search import check_gpu_models
 
+        try:  # as `offers` refuses it: a name no offer can have is the user's mistake
+            check_gpu_models(spec.resources.gpu_models, "resources.gpu_models")
+        except UsageError as exc:
+            raise SpecError([str(exc)]) from None
         chosen = self.registry.enabled(tuple(spec.placement.providers))
         if nodes_of(spec) > 1:
             return gang_refusal(
@@ -78,7 +84,7 @@ class ProviderCloud:
                 self.store.list_instances(live_only=True),
                 wait_seconds=self.registry.orchestrator()["cloud_wait_seconds"],
             )
-        return cap_refusal(spec, chosen)
+        return catalog_refusal(spec, chosen)
 
     def plan(self, spec: JobSpec) -> dict[str, Any]:
         from gpulayer.cloud.lifecycle.gangs import nodes_of

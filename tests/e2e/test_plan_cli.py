@@ -174,3 +174,38 @@ def test_a_refusal_names_the_flag_typed_not_the_field(shared_home: Path) -> None
     assert timeout.returncode == 2
     assert timeout.stderr.startswith("error: --timeout: "), timeout.stderr
     _nothing_created()
+
+
+@pytest.mark.slow
+def test_a_job_no_catalog_offer_can_take_is_refused_at_submit_and_by_plan(
+    aws_enabled: Path,
+) -> None:
+    # No AWS offer has 3 H100s: plan said `chosen` and submit made a job that then failed.
+    three = ["--target", "cloud", "--gpu", "H100", "--gpus", "3", "--", "true"]
+    refused = run_cli(["submit", "-d", *three])
+    assert refused.returncode == 2, (refused.stdout, refused.stderr)
+    assert refused.stderr.count("\n") == 1
+    reason = "no aws offer has exactly 3 H100"
+    assert reason in refused.stderr, refused.stderr
+    planned = run_cli(["plan", *three])
+    assert planned.returncode == 1, planned.stdout
+    assert planned.stdout.startswith(f"plan: the job would be refused: {reason}")
+    _nothing_created()
+
+
+@pytest.mark.slow
+def test_an_unknown_gpu_model_is_refused_by_submit_and_plan_as_by_offers(
+    aws_enabled: Path,
+) -> None:
+    unknown = ["--target", "cloud", "--gpu", "A101", "--gpus", "1", "--", "true"]
+    offers = run_cli(["offers", "--gpu", "A101"])
+    assert offers.returncode == 2
+    expected = "'A101' is not a GPU model gpulayer knows"
+    assert expected in offers.stderr
+    for command in (["submit", "-d"], ["plan"]):
+        refused = run_cli([*command, *unknown])
+        assert refused.returncode == 2, (command, refused.stdout, refused.stderr)
+        assert refused.stderr == f"error: --gpu: {expected}; closest: A10, A100\n" or (
+            refused.stderr.startswith(f"error: --gpu: {expected}")
+        ), refused.stderr
+    _nothing_created()

@@ -150,6 +150,6 @@ def test_refusals_name_the_flag_that_set_the_field() -> None:
     ]
     assert name_flags(lines, flags) == [
         "--gpus: a cpu job cannot ask for GPUs; set an accelerator",
-        "--region.0: unknown region",
+        "--region: unknown region",
         "resources.gpu_models: from the file, not a flag",
     ]

@@ -130,18 +130,18 @@ def gang_refusal(
     return found.never
 
 
-def cap_refusal(spec: JobSpec, providers: Mapping[str, Any]) -> str | None:
-    """Why the job's max_hourly_cost is below every offer that fits it, read from the shipped
-    catalogs alone (no network), naming the cheapest such offer; None when there is no cap,
-    an offer under it fits, nothing fits at any price (the launch says why), or a provider
-    has no catalog (its offers cannot be known without asking it)."""
+def catalog_refusal(spec: JobSpec, providers: Mapping[str, Any]) -> str | None:
+    """Why no offer of the shipped catalogs (no network) could ever take the job, as a launch
+    would judge it: the cap (naming the cheapest offer over it), the exact GPU count (naming
+    the nearest offer), or the reasons offers were turned down; None when one fits, or when a
+    provider has no catalog (its offers cannot be known without asking it)."""
     from gpulayer.cloud.catalogs import CatalogProvider
     from gpulayer.cloud.offer import OfferQuery
-    from gpulayer.cloud.ranking import cheapest_over_cap, rank
+    from gpulayer.cloud.ranking import rank
     from gpulayer.cloud.search import select, why_nothing_fits
 
     placement = spec.placement
-    if placement.max_hourly_cost is None or not providers:
+    if not providers:
         return None
     catalogs = [p for p in providers.values() if isinstance(p, CatalogProvider)]
     if len(catalogs) < len(providers):
@@ -153,15 +153,5 @@ def cap_refusal(spec: JobSpec, providers: Mapping[str, Any]) -> str | None:
         return None  # a catalog that cannot be read refuses nothing; the launch will say
     fitting = select(ranked, query, placement)
     if fitting.offers:
-        return None
-    over = cheapest_over_cap(
-        ranked,
-        query,
-        max_hourly_cost=placement.max_hourly_cost,
-        providers=placement.providers,
-        regions=placement.regions,
-        currency=placement.currency,
-    )
-    if over is None:
         return None
     return why_nothing_fits(ranked, query, placement, fitting)
