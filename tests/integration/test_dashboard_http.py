@@ -394,3 +394,56 @@ def test_an_idle_machine_shows_its_time_left_on_the_dashboard_and_in_the_api(
             )
     finally:
         store.close()
+
+
+def test_a_fleets_idle_machines_show_kept_or_their_time_left_on_the_dashboard_and_in_the_api(
+    tmp_path: Path,
+) -> None:
+    """Of a fleet's idle machines, those within min_nodes are kept (no time left), the others
+    show their fleet's idle_seconds left, as the lifecycle reads them; each shows its fleet."""
+    from fastapi.testclient import TestClient
+
+    from gpulayer.control.api import create_app
+    from gpulayer.control.cloud_attach import ProviderCloud
+
+    layout = HomeLayout(tmp_path / "home").ensure()
+    (layout.root / "providers.yaml").write_text(
+        "fleets:\n  - {name: train, min_nodes: 1, max_nodes: 2, idle_seconds: 90}\n"
+    )
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    service = ControlService(store, layout, cloud=ProviderCloud(layout.root, store))
+    app = create_app(service, TokenAuthority(store, local_admin_token=ADMIN), embedded=False)
+    try:
+        with TestClient(app, base_url="http://127.0.0.1") as client:
+            log_in(client)
+            now = time.time()
+            for request_id, idle_for in (("req-kept", 300), ("req-above", 30)):
+                store.record_instance(
+                    request_id=request_id,
+                    job_id="",  # a fleet's machine no job took
+                    fleet="train",
+                    owner="me",
+                    provider="aws",
+                    region="us-east-1",
+                    instance_type="g5.xlarge",
+                    instance_id=f"i-{request_id}",
+                    state="idle",
+                    state_since=now - idle_for,
+                    hourly_price=1.0,
+                    created_at=now - 600,
+                    launched_at=now - 590,
+                )
+            page = client.get("/ui/instances").text
+            assert "idle (kept: min_nodes)" in page and "train" in page
+            left = re.search(r"idle \((\d+) s left\)", page)
+            assert left and 55 <= int(left.group(1)) <= 60, page
+            headers = {"Authorization": f"Bearer {ADMIN}"}
+            views = {
+                v["request_id"]: v for v in client.get("/v1/instances", headers=headers).json()
+            }
+            kept, above = views["req-kept"], views["req-above"]
+            assert kept["idle_kept"] and kept["idle_seconds_left"] is None
+            assert kept["job_id"] is None and kept["fleet"] == "train"
+            assert not above["idle_kept"] and 55 <= above["idle_seconds_left"] <= 60
+    finally:
+        store.close()

@@ -30,13 +30,8 @@ DEADMAN = 600.0
 def machine(
     rid: str, state: str, *, since: float = 0.0, fleet: str = "train", **kw: object
 ) -> Live:
-    facts = InstanceFacts(
-        state=state,
-        since=since,
-        fleet=fleet,
-        link_alive=True,
-        **kw,  # type: ignore[arg-type]
-    )
+    values: dict[str, object] = {"link_alive": True, **kw}
+    facts = InstanceFacts(state=state, since=since, fleet=fleet, **values)  # type: ignore[arg-type]
     return Live(rid, "" if facts.no_job else f"j-{rid}", facts)
 
 
@@ -199,3 +194,11 @@ def test_a_fleet_never_holds_more_than_max_nodes_and_kept_machines_stay_whatever
         for rid, actions in decide_pass(model.fleet_world(), now).instances.items()
         for a in actions
     )
+
+
+def test_a_kept_fleet_machine_still_falls_to_the_dead_man_switch() -> None:
+    """Kept within min_nodes means no idle limit, not no safety: a worker that cannot be
+    reached is lost after deadman_seconds as any idle machine's."""
+    lost = machine("r-1", "idle", job_ended=True, link_alive=False, unreachable_since=0.0)
+    decision = decide_pass(world(lost, rules=(TRAIN,)), now=DEADMAN + 1)
+    assert any(type(a).__name__ == "LoseWorker" for a in decision.instances["r-1"])
