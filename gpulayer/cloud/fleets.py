@@ -22,11 +22,13 @@ questions the lifecycle asks (is this offer a fleet's; the rule a decision reads
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -47,7 +49,20 @@ FLEET_TAG = "gpulayer:fleet"
 """The tag a fleet's machines carry in their provider (and their record's tags)."""
 MAX_FLEET_NODES = 256
 
-FleetName = Annotated[str, Strict(), StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,39}$")]
+MAX_NAME = 26
+"""A fleet's top-up backoff is kept under ``fleet:NAME`` beside jobs' ids (32 characters)."""
+
+
+def _fleet_name(value: str) -> str:
+    if not re.fullmatch(rf"[a-z0-9][a-z0-9-]{{0,{MAX_NAME - 1}}}", value):
+        raise ValueError(
+            f"{value!r}: lowercase letters, digits and dashes, at most {MAX_NAME}, "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+FleetName = Annotated[str, Strict(), AfterValidator(_fleet_name)]
 Nodes = Annotated[int, Strict(), Field(ge=0, le=MAX_FLEET_NODES)]
 
 
@@ -55,7 +70,8 @@ class FleetSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     name: FleetName
-    """The fleet's name: lowercase letters, digits and dashes (shown with its machines)."""
+    """The fleet's name: lowercase letters, digits and dashes, at most 26 (shown with its
+    machines)."""
     providers: list[Annotated[str, Strict(), StringConstraints(min_length=1)]] = Field(
         default_factory=list
     )

@@ -107,6 +107,7 @@ def test_fleets_validate_into_one_line_per_problem_naming_the_field() -> None:
             {"name": "train"},
             {"name": "infer", "min_nodes": "1", "idle_secs": 5},
             "bare",
+            {"name": "Train Fleet"},
         ],
         ["ssh", "aws"],
     )
@@ -117,6 +118,8 @@ def test_fleets_validate_into_one_line_per_problem_naming_the_field() -> None:
         "fleets[infer].min_nodes: '1' (a string) is not an integer",
         "fleets[infer].idle_secs: unknown setting; did you mean 'idle_seconds'?",
         "fleets[3]: must be a mapping of settings, not 'bare'",
+        "fleets[Train Fleet].name: 'Train Fleet': lowercase letters, digits and dashes, "
+        "at most 26, starting with a letter or digit",
     ]
 
 
