@@ -127,11 +127,15 @@ def test_missing_local_input_names_the_input(dirs: tuple[Path, Path]) -> None:
     assert caught.value.reason == "input_missing"
 
 
-def test_cloud_urls_need_their_provider(dirs: tuple[Path, Path]) -> None:
-    # No gcp provider is installed anywhere here (s3:// comes with gpulayer-aws, tested there).
-    _, input_dir = dirs
-    with pytest.raises(FetcherUnavailableError, match="the gcp provider must be installed"):
-        stage_inputs([ref("gs://b/k", "k")], input_dir)
+def test_cloud_urls_are_fetched_by_their_providers_plugins() -> None:
+    # Found through the entry-point group gpulayer.fetchers of the installed providers.
+    from gpulayer_aws.fetch import fetch_s3
+    from gpulayer_gcp.fetch import fetch_gs
+
+    from gpulayer.worker.staging import _plugin_fetcher
+
+    assert _plugin_fetcher("s3") is fetch_s3
+    assert _plugin_fetcher("gs") is fetch_gs
 
 
 def test_unknown_scheme(dirs: tuple[Path, Path]) -> None:
