@@ -121,10 +121,13 @@ class JobService:
         deadline = time.monotonic() + wait
         while True:
             since = self.changes.version
-            job = self.store.get_job(job_id)
+            # Woken by every change anywhere (each item of a map ending): only the state is
+            # read to decide, the whole job once this answers.
+            state = self.store.job_state(job_id)
             lines = self.store.read_logs(job_id, after=after, node=node)
             remaining = deadline - time.monotonic()
-            if lines or job.terminal or remaining <= 0:
+            if lines or state in TERMINAL_STATES or remaining <= 0:
+                job = self.store.get_job(job_id)
                 return lines, job
             self.changes.wait_for_change(since, min(remaining, 1.0))
 

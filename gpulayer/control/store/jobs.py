@@ -159,6 +159,7 @@ _EPOCHS = select(t.workers.c.id, t.workers.c.epoch).where(
     t.workers.c.id.in_(bindparam("b_ids", expanding=True))
 )
 _JOB = select(t.jobs).where(t.jobs.c.id == bindparam("b_id"))
+_JOB_STATE = select(t.jobs.c.state).where(t.jobs.c.id == bindparam("b_id"))
 _JOBS = select(t.jobs).where(t.jobs.c.id.in_(bindparam("b_ids", expanding=True)))
 _ACTIVE = t.attempts.c.state.in_(["assigned", "running"])
 _ACTIVE_OF_WORKER = select(t.attempts).where(
@@ -259,6 +260,14 @@ class JobStore(StoreBase):
                 for row in conn.execute(_JOBS, {"b_ids": chunk}):
                     found[row.id] = job_from_row(row)
         return [found[job_id] for job_id in job_ids if job_id in found]
+
+    def job_state(self, job_id: str) -> str:
+        """The job's state alone (NotFoundError when there is no such job)."""
+        with self.engine.connect() as conn:
+            state = conn.execute(_JOB_STATE, {"b_id": job_id}).scalar()
+        if state is None:
+            raise NotFoundError(f"job {job_id!r} not found")
+        return str(state)
 
     def get_job(self, job_id: str) -> JobRecord:
         with self.engine.connect() as conn:
