@@ -360,6 +360,21 @@ log="$install_dir/worker.log"
 : >"$log"
 rm -f "$install_dir/worker.pid" "$install_dir/launch" "$install_dir/launch.run"
 cd "$install_dir"
+if [ -n "$elsewhere" ]; then
+    # The worker's nodes reach the control plane's tunnel at this host's address: an sshd
+    # that keeps forwarded ports on its loopback (GatewayPorts no) would leave the worker
+    # waiting out the join timeout, so this host checks it answers there first.
+    server="" previous=""
+    for arg in "$@"; do
+        [ "$previous" != --server ] || server=$arg
+        previous=$arg
+    done
+    address=${server#http://}
+    "$python" -c 'import socket, sys
+host, _, port = sys.argv[1].rpartition(":")
+socket.create_connection((host, int(port)), timeout=5).close()' "$address" 2>/dev/null ||
+        fail "the control plane's tunnel does not answer at $address, where the worker's nodes reach it: this host's sshd must allow GatewayPorts clientspecified"
+fi
 if [ -n "$hand_off" ]; then
     say "handing the worker's start to the machine's launcher"
     # The worker's arguments, NUL-separated: no quoting to get wrong in a script of its own.

@@ -5,7 +5,9 @@ many clusters without pam_slurm_adopt do); no SSH session reaches one during the
 
 from __future__ import annotations
 
+import contextlib
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -71,3 +73,51 @@ def test_a_job_runs_on_a_node_no_ssh_session_reached(
         timeout=30,
         what="the job's key to go",
     )
+
+
+@contextlib.contextmanager
+def login_without_gateway_ports(cluster: SlurmCluster) -> Iterator[None]:
+    """The login node's sshd as most are configured: forwarded ports on its loopback only.
+    Only the listener restarts: open sessions (the provider's kept connection) go on."""
+    login = cluster.login
+    assert login is not None
+    line = "GatewayPorts clientspecified"
+
+    def listen_with(extra: list[str]) -> None:
+        login.extra_config[:] = extra
+        login.config_path.write_text(login._config())
+        login.stop_listening()
+        login._spawn()
+        login.wait_ready()
+
+    kept = list(login.extra_config)
+    listen_with([x for x in kept if x != line])
+    try:
+        yield
+    finally:
+        listen_with(kept)
+
+
+def test_a_login_node_that_keeps_forwarded_ports_to_itself_is_one_line_naming_the_setting(
+    slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
+) -> None:
+    shared_root = slurm_cluster.shared / tmp_path.name
+    write_providers(
+        slurm_home,
+        slurm_cluster,
+        tmp_path,
+        shared_install_root=str(slurm_cluster.on_nodes(shared_root)),
+    )
+    started = time.monotonic()
+    with login_without_gateway_ports(slurm_cluster):
+        sent = run_cli(
+            ["submit", "--target", "cloud", "--provider", "slurm", "--timeout", "120",
+             "--", "true"],
+            timeout=300,
+        )  # fmt: skip
+    took = time.monotonic() - started
+    said = " ".join((sent.stdout + sent.stderr).split())
+    assert sent.returncode != 0, said
+    assert "this host's sshd must allow GatewayPorts clientspecified" in said, said
+    # Not the worker's join timeout (300 s by default): the bootstrap checked first.
+    assert took < 120, took
