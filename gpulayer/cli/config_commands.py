@@ -36,13 +36,17 @@ def config_check(
                 "exists": checked.exists,
                 "valid": True,
                 "enabled": enabled,
+                "fleets": [fleet.name for fleet in checked.fleets],
                 "logins": [{"name": c.name, "ok": c.ok, "problem": c.problem} for c in logins],
             }
         )
     elif not checked.exists:
         typer.echo(f"{checked.path}: no such file; no provider is enabled (defaults apply)")
     else:
-        typer.echo(f"{checked.path}: valid; enabled: {', '.join(enabled) or 'none'}")
+        fleets = "".join(
+            f"; fleet {f.name}: {f.min_nodes}..{f.most} machines" for f in checked.fleets
+        )
+        typer.echo(f"{checked.path}: valid; enabled: {', '.join(enabled) or 'none'}{fleets}")
         for check in logins:
             typer.echo(f"{check.name}: {check.problem or 'ok (the job key file is read)'}")
     if failed:

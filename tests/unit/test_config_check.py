@@ -203,6 +203,8 @@ def test_fleets_are_checked_with_the_file_and_each_problem_names_its_fleet_and_f
     (root / "providers.yaml").write_text(
         SSH_HOST + "fleets:\n  - {name: train, providers: [ssh], min_nodes: 1}\n"
     )
+    valid = run_cli(["config", "check", "--no-login"])
+    assert valid.returncode == 0 and "; fleet train: 1..1 machines" in valid.stdout
     fleet = check_config(root).fleet_rules()
     assert [(f.name, f.min_nodes, f.max_nodes, f.idle_seconds) for f in fleet] == [
         ("train", 1, 1, 0.0)
