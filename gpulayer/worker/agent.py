@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from gpulayer.backoff import WORKER_CLAIM, WORKER_PREPARE
+from gpulayer.backoff import WORKER_PREPARE
 from gpulayer.errors import ControlPlaneError, ForbiddenError, StaleAttemptError
 from gpulayer.protocol.client import Unauthorized
 from gpulayer.protocol.messages import (
@@ -42,7 +42,7 @@ from gpulayer.worker.process import RunAs
 # The link, and the way an attempt's outputs and report travel back, live in sending.py;
 # ControlLink is re-exported here, where callers have always found it.
 from gpulayer.worker.sending import ControlLink as ControlLink
-from gpulayer.worker.sending import noted, refuses_worker, send_report, store_outputs
+from gpulayer.worker.sending import claim_retrying, noted, send_report, store_outputs
 from gpulayer.worker.warm_pool import WarmPool
 
 log = logging.getLogger("gpulayer.worker")
@@ -201,14 +201,7 @@ class WorkerAgent:
                 self._stop.wait(self.heartbeat_seconds)
                 continue
             try:
-                for attempt in WORKER_CLAIM.retrying(
-                    stop_event=self._stop,
-                    retry_if=lambda exc: not refuses_worker(exc),
-                    before_sleep=noted("claiming work failed"),
-                ):
-                    with attempt:  # a control plane hiccup must not end the worker
-                        if not self._stop.is_set():
-                            self._claim_once(self.worker_id)
+                claim_retrying(functools.partial(self._claim_once, self.worker_id), self._stop)
             except (Unauthorized, ForbiddenError) as exc:
                 self.credential_refused(exc)
                 return

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from gpulayer.backoff import WORKER_OUTPUTS, WORKER_REPORT
+from gpulayer.backoff import WORKER_CLAIM, WORKER_OUTPUTS, WORKER_REPORT
 from gpulayer.errors import ForbiddenError, StaleAttemptError, UsageError
 from gpulayer.protocol.client import Unauthorized
 from gpulayer.protocol.messages import (
@@ -123,6 +123,13 @@ def send_report(
 ) -> None:
     """Retry until the report lands, waiting out a control plane that is away; a report the
     control plane refuses as stale is dropped (the job has moved on)."""
+    if abandon.is_set():
+        return
+    try:  # the report that lands at once (nearly every one) makes no retry policy
+        _report(finishes, attempt_id, report, refused)
+        return
+    except Exception as exc:
+        log.warning("reporting attempt %s failed (%s); retrying", attempt_id, exc)
     try:
         for attempt in WORKER_REPORT.retrying(
             stop_event=abandon,
@@ -131,21 +138,47 @@ def send_report(
             with attempt:
                 if abandon.is_set():
                     return
-                try:
-                    outcome = finishes.finish(attempt_id, report)
-                except Unauthorized as exc:
-                    refused(exc)
-                    return
-                except ForbiddenError as exc:  # the request itself: a stale report is an outcome
-                    log.warning("attempt %s: report refused (%s)", attempt_id, exc)
-                    return
-                if outcome.outcome != "recorded":
-                    log.warning(
-                        "attempt %s: report %s (%s)",
-                        attempt_id,
-                        outcome.outcome,
-                        outcome.detail,
-                    )
+                _report(finishes, attempt_id, report, refused)
                 return
     except Exception:
         return  # the worker gave up on its attempts (drain ran out)
+
+
+def _report(
+    finishes: FinishBatcher,
+    attempt_id: int,
+    report: AttemptReport,
+    refused: Callable[[BaseException], None],
+) -> None:
+    """One try at the report; what is not a hiccup (a refusal, an outcome) ends here."""
+    try:
+        outcome = finishes.finish(attempt_id, report)
+    except Unauthorized as exc:
+        refused(exc)
+        return
+    except ForbiddenError as exc:  # the request itself: a stale report is an outcome
+        log.warning("attempt %s: report refused (%s)", attempt_id, exc)
+        return
+    if outcome.outcome != "recorded":
+        log.warning("attempt %s: report %s (%s)", attempt_id, outcome.outcome, outcome.detail)
+
+
+def claim_retrying(claim: Callable[[], None], stop: threading.Event) -> None:
+    """One claim, tried again while the control plane is away (a refusal of the worker's
+    credential passes on at once). A claim that succeeds at once, as nearly every one does,
+    makes no retry policy: the local worker claims once per item of a map."""
+    try:
+        claim()
+        return
+    except Exception as exc:
+        if refuses_worker(exc):
+            raise
+        log.warning("claiming work failed (%s); retrying", exc)
+    for attempt in WORKER_CLAIM.retrying(
+        stop_event=stop,
+        retry_if=lambda exc: not refuses_worker(exc),
+        before_sleep=noted("claiming work failed"),
+    ):
+        with attempt:  # a control plane hiccup must not end the worker
+            if not stop.is_set():
+                claim()
