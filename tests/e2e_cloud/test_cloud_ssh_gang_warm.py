@@ -75,3 +75,27 @@ def test_a_second_gang_runs_on_the_first_gangs_warm_hosts_without_launch_or_boot
     # The first gang's share of each machine is a handed_over entry; nothing else is left.
     assert {i["state"] for i in status(first["id"])["instances"]} == {"handed_over"}
     nothing_left(cloud_home, root, sshd_lab, *hosts)
+
+
+def test_a_gang_takes_two_machines_of_a_fleet_at_once_and_gives_them_back_to_it(
+    ssh_hosts: Any, sshd_lab: SshdLab, cloud_home: Path, tmp_path: Path, torch_index: PackageIndex
+) -> None:
+    from tests.e2e_cloud.test_cloud_ssh_fleets import fleet_machines, set_fleets
+
+    root, hosts = two_hosts(ssh_hosts, cloud_home, tmp_path, ("p1", "p2"))
+    set_fleets(cloud_home, [{"name": "pair", "providers": ["ssh"], "min_nodes": 2}])
+
+    def kept_pair() -> list[dict[str, Any]] | None:
+        kept = [m for m in fleet_machines("pair") if m["state_label"] == "idle (kept: min_nodes)"]
+        return kept if len(kept) == 2 else None
+
+    up = wait_until(kept_pair, timeout=300, what="the fleet's two machines")
+    job, log = run_gang(tmp_path / "on-fleet", torch_index)
+    assert "on 2 warm instances together" in log and "bootstrapping the worker" not in log
+    taken = status(job["id"])["instances"]
+    assert {i["request_id"] for i in taken} == {m["request_id"] for m in up}
+    assert {i["fleet"] for i in taken} == {"pair"}
+    back = wait_until(kept_pair, what="both machines back in the fleet, kept")
+    assert {m["request_id"] for m in back} == {m["request_id"] for m in up}
+    set_fleets(cloud_home, [])
+    nothing_left(cloud_home, root, sshd_lab, *hosts)
