@@ -63,7 +63,8 @@ def plan_job(ctx: StepContext, job_id: str, start_launch: StartLaunch) -> None:
     now = time.time()
     # An offer inside a fleet's filter is the fleet's: a machine launched from it joins the
     # fleet, and none is launched once the fleet holds its max_nodes (the job waits for one).
-    full, joins = fleet_room(ctx, found.fitting, live) if gangs.nodes_of(spec) == 1 else ({}, {})
+    lone = gangs.nodes_of(spec) == 1
+    full, joins = fleet_room(ctx, found.fitting, live) if lone else ({}, {})
     tries = planning.tries_of(ctx.store.list_instances(job_id=job_id))
     held = planning.held_offers(ctx.store.instances_holding_offers(now), now)
     freed_at = ctx.store.capacity_freed_at()
@@ -86,7 +87,15 @@ def plan_job(ctx: StepContext, job_id: str, start_launch: StartLaunch) -> None:
     decision = choose({})
     if decision.offer is not None:
         with PLACING:
+            # Again under the lock: a job planned meanwhile may have taken the host, or the
+            # fleet's last room.
             taken = _machines_taken(ctx, job_id, providers)
+            if lone:
+                now_full, joins = fleet_room(
+                    ctx, found.fitting, ctx.store.list_instances(live_only=True)
+                )
+                taken.update(now_full)
+                full.update(now_full)
             if planning.offer_key(decision.offer) in taken:
                 decision = choose(taken)
             if decision.offer is not None:
