@@ -135,9 +135,12 @@ def top_up(
                 found.fitting, tries, now=now, held_offers={**held, **taken}, queue=True
             )
             if decision.offer is None:
-                why = decision.wait or decision.give_up or "no offer left"
-                retry = now + (decision.retry_in or planning.backoff_seconds(1))
-                return _wait(ctx, name, why, retry)
+                if decision.wait is not None:  # capacity or busy machines: its backoff
+                    retry = now + (decision.retry_in or planning.backoff_seconds(1))
+                    return _wait(ctx, name, decision.wait, retry)
+                # Every offer failed lately: looked at again once they may have recovered.
+                why = decision.give_up or "no offer left"
+                return _wait(ctx, name, why, now + NOTHING_FITS_RETRY_SECONDS)
             record = _record(ctx, fleet, decision.offer)
             live = [*live, record]
             recorded += 1
