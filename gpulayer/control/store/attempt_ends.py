@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import Column, Update, and_, bindparam, select, update
 
 from gpulayer.control import tables as t
+from gpulayer.control.store.by_ids import by_ids
 from gpulayer.control.store.logs import LogStore
 from gpulayer.control.store.records import AttemptRecord, attempt_from_row, in_chunks
 
@@ -79,10 +80,13 @@ _END_JOB_KEEPING_MESSAGE = _conditional_move(
     t.jobs.c.id, "reason", "exit_code", "result", "finished_at"
 )
 _END_JOB = _conditional_move(t.jobs.c.id, "reason", "exit_code", "result", "message", "finished_at")
-_ATTEMPTS_WITH_EPOCHS = (
-    select(t.attempts, t.workers.c.epoch.label("current_epoch"))
-    .select_from(t.attempts.outerjoin(t.workers, t.workers.c.id == t.attempts.c.worker_id))
-    .where(t.attempts.c.id.in_(bindparam("b_ids", expanding=True)))
+_ATTEMPTS_WITH_EPOCHS = by_ids(
+    t.attempts.c.id,
+    lambda ids: (
+        select(t.attempts, t.workers.c.epoch.label("current_epoch"))
+        .select_from(t.attempts.outerjoin(t.workers, t.workers.c.id == t.attempts.c.worker_id))
+        .where(ids)
+    ),
 )
 
 
@@ -94,7 +98,7 @@ class AttemptEndStore(LogStore):
         found: dict[int, tuple[AttemptRecord, int | None]] = {}
         with self.engine.connect() as conn:
             for chunk in in_chunks(list(attempt_ids)):
-                for row in conn.execute(_ATTEMPTS_WITH_EPOCHS, {"b_ids": chunk}):
+                for row in _ATTEMPTS_WITH_EPOCHS.run(conn, chunk):
                     found[row.id] = (attempt_from_row(row), row.current_epoch)
         return found
 

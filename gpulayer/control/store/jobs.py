@@ -22,6 +22,7 @@ from sqlalchemy import (
 
 from gpulayer.cloud.lifecycle.records import INSTANCE_GONE_STATES
 from gpulayer.control import tables as t
+from gpulayer.control.store.by_ids import ACTIVE_ATTEMPT, ByIds, by_ids
 from gpulayer.control.store.engine import StoreBase
 from gpulayer.control.store.once_keys import OnceKey, remember_answer
 from gpulayer.control.store.records import (
@@ -155,13 +156,11 @@ def _assign_in(
 
 # The reads and writes each item of a map makes (its claim, its start, its dispatch), built
 # once: a statement built per call costs several times what SQLite takes to run it.
-_EPOCHS = select(t.workers.c.id, t.workers.c.epoch).where(
-    t.workers.c.id.in_(bindparam("b_ids", expanding=True))
-)
+_EPOCHS = by_ids(t.workers.c.id, lambda ids: select(t.workers.c.id, t.workers.c.epoch).where(ids))
 _JOB = select(t.jobs).where(t.jobs.c.id == bindparam("b_id"))
 _JOB_STATE = select(t.jobs.c.state).where(t.jobs.c.id == bindparam("b_id"))
-_JOBS = select(t.jobs).where(t.jobs.c.id.in_(bindparam("b_ids", expanding=True)))
-_ACTIVE = t.attempts.c.state.in_(["assigned", "running"])
+_JOBS = by_ids(t.jobs.c.id, lambda ids: select(t.jobs).where(ids))
+_ACTIVE = ACTIVE_ATTEMPT
 _ACTIVE_OF_WORKER = select(t.attempts).where(
     and_(_ACTIVE, t.attempts.c.worker_id == bindparam("b_worker"))
 )
@@ -188,18 +187,21 @@ _ACTIVE_OF_WORKER_WITH_CANCELS = (
 
 
 @functools.lru_cache(maxsize=64)
-def _attempts_move(columns: tuple[str, ...]) -> Any:
-    """update_attempts' statement for these columns, built once per set of them."""
-    return (
-        update(t.attempts)
-        .where(
-            and_(
-                t.attempts.c.id.in_(bindparam("b_ids", expanding=True)),
-                t.attempts.c.state.in_(bindparam("b_from", expanding=True)),
-            )
-        )
-        .values({column: bindparam(f"v_{column}") for column in columns})
-        .returning(t.attempts.c.id)
+def _attempts_move(columns: tuple[str, ...], one_state: bool) -> ByIds:
+    """update_attempts' statements for these columns (moving from one state, or from any of
+    several), built once per such shape."""
+    state = t.attempts.c.state
+    from_ = (
+        state == bindparam("b_from")
+        if one_state
+        else state.in_(bindparam("b_from", expanding=True))
+    )
+    values: dict[str, Any] = {column: bindparam(f"v_{column}") for column in columns}
+    return by_ids(
+        t.attempts.c.id,
+        lambda ids: (
+            update(t.attempts).where(and_(ids, from_)).values(values).returning(t.attempts.c.id)
+        ),
     )
 
 
@@ -207,7 +209,7 @@ def _epochs_in(conn: Connection, worker_ids: Iterable[str]) -> dict[str, int | N
     """These workers' epochs as the transaction sees them (a worker without a row: none)."""
     found: dict[str, int | None] = {}
     for chunk in in_chunks(sorted(set(worker_ids))):
-        found.update((row.id, row.epoch) for row in conn.execute(_EPOCHS, {"b_ids": chunk}))
+        found.update((row.id, row.epoch) for row in _EPOCHS.run(conn, chunk))
     return found
 
 
@@ -257,7 +259,7 @@ class JobStore(StoreBase):
         found: dict[str, JobRecord] = {}
         with self.engine.connect() as conn:
             for chunk in in_chunks(list(job_ids)):
-                for row in conn.execute(_JOBS, {"b_ids": chunk}):
+                for row in _JOBS.run(conn, chunk):
                     found[row.id] = job_from_row(row)
         return [found[job_id] for job_id in job_ids if job_id in found]
 
@@ -462,10 +464,12 @@ class JobStore(StoreBase):
         if not attempt_ids:
             return set()
         columns = tuple(sorted(values))
-        params = {f"v_{column}": values[column] for column in columns}
-        params.update(b_ids=list(attempt_ids), b_from=list(expect_states))
+        params: dict[str, Any] = {f"v_{column}": values[column] for column in columns}
+        states = list(expect_states)
+        params["b_from"] = states[0] if len(states) == 1 else states
+        move = _attempts_move(columns, len(states) == 1)
         with self._begin() as conn:
-            return {row[0] for row in conn.execute(_attempts_move(columns), params)}
+            return {row[0] for row in move.run(conn, list(attempt_ids), params)}
 
     def attempt_and_epoch(self, attempt_id: int) -> tuple[AttemptRecord, int | None]:
         """The attempt and its worker's current epoch (None: no such worker), in one query."""

@@ -19,6 +19,7 @@ from sqlalchemy import (
 
 from gpulayer.control import tables as t
 from gpulayer.control.record_states import WORKER_TRANSITIONS, sources
+from gpulayer.control.store.by_ids import ACTIVE_ATTEMPT, by_ids
 from gpulayer.control.store.engine import StoreBase
 from gpulayer.control.store.records import (
     AttemptRecord,
@@ -35,12 +36,9 @@ _WORKER = select(t.workers).where(t.workers.c.id == bindparam("b_id"))
 _WORKER_LIFE = select(t.workers.c.epoch, t.workers.c.kind).where(
     t.workers.c.id == bindparam("b_id")
 )
-_WORKERS = select(t.workers).where(t.workers.c.id.in_(bindparam("b_ids", expanding=True)))
-_ACTIVE_ON = select(t.attempts).where(
-    and_(
-        t.attempts.c.worker_id.in_(bindparam("b_ids", expanding=True)),
-        t.attempts.c.state.in_(["assigned", "running"]),
-    )
+_WORKERS = by_ids(t.workers.c.id, lambda ids: select(t.workers).where(ids))
+_ACTIVE_ON = by_ids(
+    t.attempts.c.worker_id, lambda ids: select(t.attempts).where(and_(ids, ACTIVE_ATTEMPT))
 )
 
 
@@ -159,7 +157,7 @@ class WorkerStore(StoreBase):
         found: list[WorkerRecord] = []
         with self.engine.connect() as conn:
             for chunk in in_chunks(sorted(set(worker_ids))):
-                found.extend(worker_from_row(r) for r in conn.execute(_WORKERS, {"b_ids": chunk}))
+                found.extend(worker_from_row(r) for r in _WORKERS.run(conn, chunk))
         return found
 
     def active_attempts_on(self, worker_ids: Iterable[str]) -> list[AttemptRecord]:
@@ -168,6 +166,6 @@ class WorkerStore(StoreBase):
         found: list[AttemptRecord] = []
         with self.engine.connect() as conn:
             for chunk in in_chunks(sorted(set(worker_ids))):
-                rows = conn.execute(_ACTIVE_ON, {"b_ids": chunk})
+                rows = _ACTIVE_ON.run(conn, chunk)
                 found.extend(attempt_from_row(r) for r in rows)
         return found
