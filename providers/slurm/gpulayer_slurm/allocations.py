@@ -39,6 +39,9 @@ class Allocation(BaseModel):
     """The allocation was seen running (so pending again means Slurm requeued it)."""
     cancelled: bool = False
     """gpulayer itself asked for it to end (recorded before scancel)."""
+    released: list[int] = Field(default_factory=list)
+    """Node ranks whose machine gpulayer let go of: the allocation ends once every one is
+    (its nodes may serve other jobs after a warm gang's, each ended on its own)."""
 
     name: str | None = None
     """The user's job name, part of the allocation's (None in records of older releases)."""

@@ -429,23 +429,49 @@ class SlurmProvider(GangProvider, FinishingProvider, OutlivesReclaim):
         self._end(ids, lambda login, records: self._ending.finish(login, records, patience))
 
     def _end(self, ids: Sequence[str], how: Callable[[LoginNode, list[Allocation]], None]) -> None:
-        by_cluster: dict[str, set[str]] = {}
+        """End the allocations of ``ids`` whose every node is let go of by now; one whose
+        other nodes still serve is left to end with the last of them (an error says so)."""
+        by_cluster: dict[str, dict[str, set[int]]] = {}
         for given in ids:
             parts = split_instance_id(given)
             if parts is not None and parts[0] in self.settings.clusters:
-                by_cluster.setdefault(parts[0], set()).add(parts[1])
+                cluster, job_id, rank = parts
+                by_cluster.setdefault(cluster, {}).setdefault(job_id, set()).add(rank)
         failures = []
-        for cluster, job_ids in by_cluster.items():
-            records = [
-                self.allocations.by_slurm_job(cluster, j) or _unrecorded(cluster, j)
-                for j in sorted(job_ids)
-            ]
+        for cluster, jobs in by_cluster.items():
+            records = []
+            live: set[str] | None = None
+            for job_id, ranks in sorted(jobs.items()):
+                record = self.allocations.by_slurm_job(cluster, job_id)
+                held = [] if record is None else self._release(record, ranks)
+                if held and live is None:
+                    # One Slurm has ended already (a preemption, a lost node) has no node
+                    # left to wait for.
+                    queued = self._queued(self.login(cluster))
+                    live = {j.job_id for j in queued if j.state not in ENDED}
+                if held and live is not None and job_id in live:
+                    failures.append(
+                        f"slurm job {job_id} ends with its other nodes (ranks "
+                        f"{', '.join(map(str, held))} still held)"
+                    )
+                    continue
+                records.append(record or _unrecorded(cluster, job_id))
             try:
-                how(self.login(cluster), records)
+                if records:
+                    how(self.login(cluster), records)
             except ProviderError as exc:
                 failures.append(exc.message)
         if failures:
             raise ProviderError("; ".join(failures), provider=PROVIDER)
+
+    def _release(self, record: Allocation, ranks: set[int]) -> list[int]:
+        """Record ``ranks`` as let go of; the ranks still held. Each call adds its own ranks
+        again, so calls for different nodes that race still end it on a later retry."""
+        if record.nodes <= 1:
+            return []
+        record.released = sorted({*record.released, *ranks})
+        self.allocations.write(record)
+        return [r for r in range(record.nodes) if r not in record.released]
 
     def _forget(self, login: LoginNode, record: Allocation) -> None:
         self._ending.remove_key(login, record)

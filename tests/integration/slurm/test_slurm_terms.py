@@ -196,6 +196,28 @@ def test_an_allocation_that_does_not_end_when_told_is_cancelled(
     assert ended_as(slurm_cluster, stuck) == "CANCELLED"
 
 
+def test_a_multi_node_allocation_ends_once_every_node_is_let_go_of(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """A warm gang's nodes may each serve a job of its own later: ending one node's machine
+    must not end the allocation under the other's job; the last one ends it (COMPLETED)."""
+    provider = provider_for(slurm_cluster, tmp_path)
+    offer = next(o for o in provider.offers(OfferQuery()) if o.zone == "cpu")
+    first, second = provider.launch_gang(offer, request_for(tmp_path, count=2))
+    slurm_job = slurm_job_of(first)
+    with pytest.raises(ProviderError) as held:
+        provider.finish([first.id])
+    assert f"slurm job {slurm_job} ends with its other nodes (ranks 1 still held)" in str(
+        held.value
+    )
+    assert [line.split()[0] for line in slurm_cluster.queue()] == [slurm_job]
+    assert [i.state for i in provider.describe([first.id, second.id])] == ["running"] * 2
+    provider.finish([second.id])
+    assert ended_as(slurm_cluster, slurm_job) == "COMPLETED"
+    provider.finish([first.id])  # the first node's retry: gone already is fine
+    assert {i.state for i in provider.describe([first.id, second.id])} == {"terminated"}
+
+
 # --- a shared partition, per GPU ---------------------------------------------------------------
 
 
