@@ -64,14 +64,36 @@ _BOUND_AS = {
 }
 
 
-def _conditional_move(key: Column[Any], *columns: str) -> Update:
+@dataclass(frozen=True)
+class _Move:
+    """A conditional move in its two shapes: from one state (``=``), or from any of several
+    (an expanding IN, rendered anew on every run: most moves come from one state)."""
+
+    one: Update
+    many: Update
+
+    def run(self, conn: Any, states: Sequence[str], params: dict[str, Any]) -> Any:
+        if len(states) == 1:
+            return conn.execute(self.one, {**params, "b_from": states[0]})
+        return conn.execute(self.many, {**params, "b_from": list(states)})
+
+
+def _conditional_move(key: Column[Any], *columns: str) -> _Move:
     """Built once (statements built per report cost more than running them): the rows whose
     ``key`` is ``b_key`` move to ``b_state`` only from the states in ``b_from``, with the named
     columns bound too."""
     table = key.table
-    where = and_(key == bindparam("b_key"), table.c.state.in_(bindparam("b_from", expanding=True)))
     bound: dict[str, Any] = {column: bindparam(_BOUND_AS[column]) for column in columns}
-    return update(table).where(where).values(state=bindparam("b_state"), **bound)
+
+    def move(from_: Any) -> Update:
+        where = and_(key == bindparam("b_key"), from_)
+        return update(table).where(where).values(state=bindparam("b_state"), **bound)
+
+    state = table.c.state
+    return _Move(
+        one=move(state == bindparam("b_from")),
+        many=move(state.in_(bindparam("b_from", expanding=True))),
+    )
 
 
 _MOVE_ATTEMPT = _conditional_move(t.attempts.c.id, "reason", "exit_code", "finished_at")
@@ -119,11 +141,11 @@ class AttemptEndStore(LogStore):
             for at in sorted(range(len(ends)), key=lambda i: (ends[i].job_id, i)):
                 end = ends[at]
                 rule = rules[end.state]
-                moved = conn.execute(
-                    _MOVE_ATTEMPT,
+                moved = _MOVE_ATTEMPT.run(
+                    conn,
+                    rule.attempt_from,
                     {
                         "b_key": end.attempt_id,
-                        "b_from": list(rule.attempt_from),
                         "b_state": end.state,
                         "b_reason": end.reason,
                         "b_exit": end.exit_code,
@@ -136,11 +158,11 @@ class AttemptEndStore(LogStore):
                     self._append_logs_in(conn, end.job_id, end.number, end.logs, node=None, now=now)
                 job_moved = self._end_job_in(conn, end, rule.job_from, now)
                 if job_moved:
-                    conn.execute(
-                        _END_OTHER_ATTEMPTS,
+                    _END_OTHER_ATTEMPTS.run(
+                        conn,
+                        rule.others_from,
                         {
                             "b_key": end.job_id,
-                            "b_from": list(rule.others_from),
                             "b_state": rule.others_to,
                             "b_reason": end.reason or "job_ended",
                             "b_now": now,
@@ -151,11 +173,11 @@ class AttemptEndStore(LogStore):
 
     @staticmethod
     def _end_job_in(conn: Any, end: AttemptEnd, job_from: Sequence[str], now: float) -> bool:
-        moved = conn.execute(
-            _END_JOB_KEEPING_MESSAGE if end.keep_message else _END_JOB,
+        moved = (_END_JOB_KEEPING_MESSAGE if end.keep_message else _END_JOB).run(
+            conn,
+            job_from,
             {
                 "b_key": end.job_id,
-                "b_from": list(job_from),
                 "b_state": end.state,
                 "b_reason": end.reason,
                 "b_exit": end.exit_code,
