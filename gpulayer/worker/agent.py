@@ -528,7 +528,7 @@ class WorkerAgent:
             if self.keep_attempts_seconds > 0:
                 os.utime(attempt_dir, follow_symlinks=False)
             else:
-                remove_attempt_folder(attempt_dir)
+                remove_attempt_folder(attempt_dir, maybe_mounted=bool(self.attempt_quota_bytes))
         except OSError as exc:
             log.warning("cannot retire %s (%s)", attempt_dir, exc)
         finally:

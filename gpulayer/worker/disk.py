@@ -44,12 +44,14 @@ def disk_trouble(root: Path) -> str | None:
     return None
 
 
-def remove_attempt_folder(folder: Path) -> None:
+def remove_attempt_folder(folder: Path, *, maybe_mounted: bool = True) -> None:
     """Remove an ended attempt's folder (never following a link out of it; first unmounted,
-    where it is a filesystem of its own), and its job's folder once no attempt is left in it."""
+    where it is a filesystem of its own), and its job's folder once no attempt is left in it.
+    ``maybe_mounted`` False: the worker made it a plain folder (no quota), nothing to unmount."""
     if folder.is_symlink() or not folder.is_dir():
         return
-    unmount_quota(folder)
+    if maybe_mounted:
+        unmount_quota(folder)
     shutil.rmtree(folder, onerror=_noted)
     with contextlib.suppress(OSError):
         folder.parent.rmdir()  # only when empty: another attempt of the job may be there
