@@ -103,6 +103,13 @@ def _cloud(console: Console, cloud: dict[str, Any] | None) -> None:
     if cloud is None:
         _indented(console, "no cloud provider is installed or enabled")
         return
+    arch = cloud.get("cpu_arch")
+    if arch and cloud.get("cpu_arch_from") == "submitting machine":
+        _indented(
+            console,
+            f"machines: {', '.join(arch)}, as the submitting machine (resources.cpu_arch "
+            "lists the architectures to allow)",
+        )
     for note in cloud.get("notes", []):
         _indented(console, f"note: {note}")
     offers = cloud["offers"]

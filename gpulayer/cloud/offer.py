@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from gpulayer.spec.currency import CurrencyCode
 from gpulayer.spec.models import CAPABILITY, CPU_ARCH_ALIASES, OS_NAMES, Accelerator
+from gpulayer.spec.submit_arch import rented_arch
 
 if TYPE_CHECKING:
     from gpulayer.spec.models import JobSpec
@@ -265,7 +266,7 @@ class OfferQuery(BaseModel):
             memory_gb=res.memory_gb,
             disk_gb=res.disk_gb,
             os=tuple(res.os),
-            cpu_arch=tuple(res.cpu_arch),
+            cpu_arch=rented_arch(spec),
             gpu_models=models,
             gpu_count_exact=gpu_count_exact,
             spot=spot,

@@ -375,6 +375,8 @@ def plan_cloud(
         nodes=nodes,
     )
     planned["providers"] = sorted(providers)
+    planned["cpu_arch"] = list(query.cpu_arch)
+    planned["cpu_arch_from"] = "job" if spec.resources.cpu_arch else "submitting machine"
     planned["sources"] = gathered.sources
     planned["notes"] = list(gathered.notes)
     if not planned["offers"]:

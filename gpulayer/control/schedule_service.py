@@ -38,6 +38,7 @@ from gpulayer.schedules.model import SCHEDULE_LABEL, TICK_LABEL, Schedule, worst
 from gpulayer.schedules.ticks import next_ticks, ticks_between, zone
 from gpulayer.schedules.validate import validate_schedule
 from gpulayer.spec import JobSpec
+from gpulayer.spec.submit_arch import SUBMIT_ARCH_LABEL, machine_arch
 
 log = logging.getLogger("gpulayer.schedules")
 
@@ -308,6 +309,11 @@ class ScheduleService:
         record, schedule = loaded.record, loaded.schedule
         tick_text = decision.tick.isoformat(timespec="milliseconds" if manual else "seconds")
         labels = {**schedule.job.labels, SCHEDULE_LABEL: record.name, TICK_LABEL: tick_text}
+        job = schedule.job
+        if "cloud" in job.placement.targets and not job.resources.cpu_arch:
+            arch = machine_arch()  # no submitting machine: this control plane's own
+            if arch is not None:
+                labels[SUBMIT_ARCH_LABEL] = arch
         spec = schedule.job.model_copy(update={"labels": labels})  # validated with the schedule
         service = self.service
         if workers is None:

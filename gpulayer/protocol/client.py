@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import platform
 import re
 import select
 import threading
@@ -233,6 +234,7 @@ class ControlClient:
             "source_dir": source_dir,
             "bundle_id": bundle_id,
             "client_env": client_env,
+            "client_arch": platform.machine(),
         }
         result: dict[str, Any] = self.request("POST", "/v1/jobs", body)
         return result
@@ -274,7 +276,7 @@ class ControlClient:
         """Where ``spec`` would run and why (see gpulayer.control.plan); nothing is created.
         ``working_dir``: where its local inputs are read from (the local control plane);
         ``client_env``: as for :meth:`offers`."""
-        body: dict[str, Any] = {"spec": spec}
+        body: dict[str, Any] = {"spec": spec, "client_arch": platform.machine()}
         if working_dir is not None:
             body["working_dir"] = working_dir
         if client_env is not None:
@@ -297,6 +299,9 @@ class ControlClient:
 
     def submit_many(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Several submit bodies in one request and one transaction; their jobs, in order."""
+        arch = platform.machine()
+        for body in bodies:
+            body.setdefault("client_arch", arch)
         result: list[dict[str, Any]] = self.request("POST", "/v1/jobs", bodies, timeout=600)
         return result
 

@@ -209,3 +209,49 @@ def test_an_unknown_gpu_model_is_refused_by_submit_and_plan_as_by_offers(
             refused.stderr.startswith(f"error: --gpu: {expected}")
         ), refused.stderr
     _nothing_created()
+
+
+@pytest.mark.slow
+def test_a_rented_machine_has_the_submitting_machines_architecture(
+    aws_enabled: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without cpu_arch the cheapest CUDA offer was an ARM g5g, where x86_64 wheels do not exist.
+    planned = json.loads(
+        run_cli(["plan", "--json", "--target", "cloud", "--gpus", "1", "--", "true"]).stdout
+    )
+    cloud = planned["tried"][0]["cloud"]
+    assert (cloud["cpu_arch"], cloud["cpu_arch_from"]) == (["x86_64"], "submitting machine")
+    assert cloud["offers"][0]["instance_type"] == "g4dn.xlarge"
+    shown = run_cli(["plan", "--target", "cloud", "--gpus", "1", "--", "true"])
+    assert "machines: x86_64, as the submitting machine" in shown.stdout
+
+    either = tmp_path / "either.json"
+    either.write_text(
+        json.dumps(
+            {
+                "workload": {"kind": "command", "command": ["true"]},
+                "resources": {
+                    "accelerator": "cuda",
+                    "gpu_count": 1,
+                    "cpu_arch": ["x86_64", "arm64"],
+                },
+                "placement": {"target": "cloud"},
+            }
+        )
+    )
+    planned = json.loads(run_cli(["plan", "--json", "-f", str(either)]).stdout)
+    assert planned["tried"][0]["cloud"]["offers"][0]["instance_type"] == "g5g.xlarge"
+
+    # An API client on an ARM machine says so; its jobs' machines are ARM ones.
+    monkeypatch.setenv("GPULAYER_HOME", str(aws_enabled.parent))
+    from gpulayer.sdk.connection import connect
+
+    client = connect().client
+    spec = {
+        "workload": {"kind": "command", "command": ["true"]},
+        "resources": {"accelerator": "cuda", "gpu_count": 1},
+        "placement": {"target": "cloud"},
+    }
+    arm = client.request("POST", "/v1/plan", {"spec": spec, "client_arch": "arm64"})
+    assert arm["tried"][0]["cloud"]["offers"][0]["instance_type"] == "g5g.xlarge"
+    _nothing_created()

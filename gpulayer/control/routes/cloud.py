@@ -11,6 +11,7 @@ from gpulayer.control.routes.deps import ADMIN, ApiContext, Context
 from gpulayer.control.routes.details import instances_detail
 from gpulayer.control.views import cost_view
 from gpulayer.errors import UsageError
+from gpulayer.spec.submit_arch import machine_arch, with_submit_arch
 
 router = APIRouter(route_class=OffLoopJSONRoute)
 
@@ -66,10 +67,13 @@ def plan(body: dict[str, Any], context: Context) -> dict[str, Any]:
     working_dir = body.get("working_dir")
     if working_dir is not None and not isinstance(working_dir, str):
         raise UsageError("working_dir: a path (a string)")
+    arch = body.get("client_arch")
+    if arch is not None and not isinstance(arch, str):
+        raise UsageError("client_arch: a machine architecture (a string)")
     # As for a submit: only the local control plane reads this machine's folders, and asks
     # the clouds with the caller's credentials.
     return context.service.submissions.plan(
-        spec,
+        with_submit_arch(spec, machine_arch(arch) if arch is not None else machine_arch()),
         working_dir=working_dir if context.embedded else None,
         cloud_env=_client_credentials(body, context),
     )

@@ -19,6 +19,7 @@ from gpulayer.control.text_checks import unsafe_text
 from gpulayer.control.uploads import incoming_bundle
 from gpulayer.control.views import job_view
 from gpulayer.errors import SpecError, UsageError
+from gpulayer.spec.submit_arch import machine_arch, with_submit_arch
 
 router = APIRouter(route_class=OffLoopJSONRoute)
 
@@ -41,6 +42,9 @@ class SubmitBody(_Body):
     bundle_id: str | None = None
     source_dir: str | None = None
     client_env: dict[str, str] | None = None
+    client_arch: Annotated[str, Field(max_length=64)] | None = None
+    """The submitting machine's CPU architecture (platform.machine()): a rented machine's
+    when the job names none; one gpulayer does not know sets nothing."""
 
 
 # Checked inside (service.submissions.submit for the spec): a refused job must not leave its bundle.
@@ -82,6 +86,7 @@ def _submit(context: ApiContext, body: SubmitBody, once: OnceKey | None) -> Any:
     reserved = reserved_label_lines(body.spec)
     if reserved:
         raise SpecError(reserved)
+    body.spec = with_submit_arch(body.spec, _arch_of(body.client_arch))
     if body.array is not None:
         return _submit_array(context, body, once)
     digest = parse_digest(body.bundle_id) if body.bundle_id else None
@@ -142,7 +147,8 @@ def _submit_many(
             f"jobs[{index}].{line}" for line in unsafe_text(body.model_dump(exclude={"spec"}))
         ]
         problems += reserved_label_lines(body.spec, f"jobs[{index}].")
-        items.append((body.spec, body.working_dir, _one_of_many(context, body, index)))
+        spec = with_submit_arch(body.spec, _arch_of(body.client_arch))
+        items.append((spec, body.working_dir, _one_of_many(context, body, index)))
     if problems:
         raise SpecError(problems)
     made = context.service.submissions.submit_many(items, once=once, client_envs=client_envs)
@@ -172,3 +178,10 @@ def _one_of_many(context: ApiContext, body: SubmitBody, index: int) -> str | Non
             f"jobs[{index}].bundle_id: a list of jobs takes {DIGEST_PREFIX} bundle ids"
         )
     return digest
+
+
+def _arch_of(client_arch: str | None) -> str | None:
+    """The submitting machine's architecture: the client's when it says, else this control
+    plane's own (the submitting machine, for the local one)."""
+    return machine_arch(client_arch) if client_arch is not None else machine_arch()
+

@@ -278,6 +278,7 @@ def plan_context(service: ControlService, text: str) -> dict[str, Any]:
     """Where a pasted job spec (YAML or JSON) would run and why, as `gpulayer plan` says it;
     nothing is created."""
     from gpulayer.spec.loader import parse_spec_text
+    from gpulayer.spec.submit_arch import machine_arch, with_submit_arch
 
     if not text.strip():
         raise UsageError("spec: paste a job spec (YAML or JSON) to plan")
@@ -288,7 +289,7 @@ def plan_context(service: ControlService, text: str) -> dict[str, Any]:
     except UsageError as exc:
         # The loader names the CLI's flag; here the field is the form's.
         raise UsageError("spec: " + str(exc).removeprefix("--file: ")) from None
-    return {"plan": service.submissions.plan(data)}
+    return {"plan": service.submissions.plan(with_submit_arch(data, machine_arch()))}
 
 
 def schedules_context(schedules: ScheduleService | None) -> dict[str, Any]:
