@@ -234,7 +234,7 @@ class ControlClient:
             "source_dir": source_dir,
             "bundle_id": bundle_id,
             "client_env": client_env,
-            "client_arch": platform.machine(),
+            "client_arch": _own_arch(),
         }
         result: dict[str, Any] = self.request("POST", "/v1/jobs", body)
         return result
@@ -276,7 +276,7 @@ class ControlClient:
         """Where ``spec`` would run and why (see gpulayer.control.plan); nothing is created.
         ``working_dir``: where its local inputs are read from (the local control plane);
         ``client_env``: as for :meth:`offers`."""
-        body: dict[str, Any] = {"spec": spec, "client_arch": platform.machine()}
+        body: dict[str, Any] = {"spec": spec, "client_arch": _own_arch()}
         if working_dir is not None:
             body["working_dir"] = working_dir
         if client_env is not None:
@@ -299,7 +299,7 @@ class ControlClient:
 
     def submit_many(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Several submit bodies in one request and one transaction; their jobs, in order."""
-        arch = platform.machine()
+        arch = _own_arch()
         for body in bodies:
             body.setdefault("client_arch", arch)
         result: list[dict[str, Any]] = self.request("POST", "/v1/jobs", bodies, timeout=600)
@@ -475,3 +475,10 @@ def _detail_line(detail: Any) -> str:
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
         return f"{where or 'request'}: {first.get('msg', 'invalid')}"
     return str(detail)
+
+
+def _own_arch() -> str:
+    """This machine's architecture as a submit tells it (a rented machine's default, see
+    gpulayer.spec.submit_arch): on Linux only, since a Mac's wheels are no Linux machine's."""
+    return platform.machine() if platform.system() == "Linux" else ""
+

@@ -17,9 +17,16 @@ SUBMIT_ARCH_LABEL = "gpulayer.submit.cpu_arch"
 
 
 def machine_arch(name: str | None = None) -> str | None:
-    """``name`` (else this machine's) as the spec names architectures; None when unknown."""
-    given = name if name is not None else platform.machine()
-    return CPU_ARCH_ALIASES.get(given.lower()) if given.isascii() else None
+    """``name`` (else this machine's) as the spec names architectures; None when unknown, and
+    for this machine when it is not Linux: a Mac's wheels are no Linux machine's anyway."""
+    if name is None:
+        name = local_arch_name()
+    return CPU_ARCH_ALIASES.get(name.lower()) if name.isascii() else None
+
+
+def local_arch_name() -> str:
+    """What a client says of its own machine: its architecture on Linux, else nothing."""
+    return platform.machine() if platform.system() == "Linux" else ""
 
 
 def with_submit_arch(spec_data: Any, arch: str | None) -> Any:
