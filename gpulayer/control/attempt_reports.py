@@ -67,15 +67,20 @@ class AttemptReports:
         write, and one dispatch pass after them all (see Dispatcher.dispatch_soon)."""
         self.access.check_worker(caller, worker_id)
         outcomes: list[FinishOutcome | None] = [None] * len(reports)
+        # The jobs these ends changed, for their followers (None: perhaps others too, as a
+        # gang's or a retry's end, or an end cut short).
+        touched: set[str] | None = None
         try:
             plain = self._plain_ends(reports, caller, outcomes)
             if plain:
                 self._record_plain_ends(plain, outcomes)
+            if all(outcome is not None for outcome in outcomes):
+                touched = {attempt.job_id for _, attempt, _ in plain}
             for at, (attempt_id, report) in enumerate(reports):
                 if outcomes[at] is None:
                     outcomes[at] = self._finish_one(attempt_id, report, caller)
         finally:
-            self.dispatcher.dispatch_soon()
+            self.dispatcher.dispatch_soon(touched)
         return [outcome for outcome in outcomes if outcome is not None]
 
     def _record_plain_ends(

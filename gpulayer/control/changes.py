@@ -10,6 +10,9 @@ from collections.abc import Callable, Iterable, Sequence
 from gpulayer.control.store import Store
 from gpulayer.control.worker_news import WorkerNews
 
+_JOBS_KEPT = 4096
+"""Jobs whose last change is kept apart at most; past it the lot counts as one of any job."""
+
 
 class ChangeFeed:
     def __init__(self, store: Store) -> None:
@@ -17,6 +20,11 @@ class ChangeFeed:
         self.news = WorkerNews()
         self._changed = threading.Condition()
         self._version = 0
+        self._any_at = 0
+        """The version of the last change that may concern any job."""
+        self._job_at: dict[str, int] = {}
+        """Per job, the version of the last change said to concern only some jobs, it among
+        them (what a follower of one job waits for: see wait_for_job_change)."""
         self._listeners: list[Callable[[], None]] = []
         self._cloud_listeners: list[Callable[[], None]] = []
 
@@ -32,9 +40,18 @@ class ChangeFeed:
         for listener in self._cloud_listeners:
             listener()
 
-    def notify(self) -> None:
+    def notify(self, job_ids: Iterable[str] | None = None) -> None:
+        """Something changed; ``job_ids``: it concerns only these jobs (None: any job)."""
         with self._changed:
             self._version += 1
+            if job_ids is None:
+                self._any_at = self._version
+            else:
+                for job_id in job_ids:
+                    self._job_at[job_id] = self._version
+                if len(self._job_at) > _JOBS_KEPT:
+                    self._job_at.clear()  # told as a change of any job: every follower looks
+                    self._any_at = self._version
             self._changed.notify_all()
         for listener in self._listeners:
             listener()
@@ -42,6 +59,16 @@ class ChangeFeed:
     def wait_for_change(self, since: int, timeout: float) -> int:
         with self._changed:
             self._changed.wait_for(lambda: self._version != since, timeout=timeout)
+            return self._version
+
+    def wait_for_job_change(self, job_id: str, since: int, timeout: float) -> int:
+        """wait_for_change for a follower of one job: a change said to concern only other
+        jobs (each item of a map placed or ended) does not wake it."""
+        with self._changed:
+            self._changed.wait_for(
+                lambda: self._any_at > since or self._job_at.get(job_id, 0) > since,
+                timeout=timeout,
+            )
             return self._version
 
     @property

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from gpulayer.control import gangs
 from gpulayer.control.changes import ChangeFeed
@@ -28,6 +28,11 @@ class Dispatcher:
         self._dispatching = False
         self._wanted = False
         self._loud = False
+        self._general = False
+        """A pass was asked for by a change that may concern any job: its news is for all."""
+        self._touched: set[str] = set()
+        """Else the jobs whose changes asked for it: its news is for their followers (and
+        those of the jobs it places) alone."""
         self._asked: threading.Event | None = None
         """Set to ask the dispatcher thread for a pass (None: no such thread; passes are
         made by whoever asks for them)."""
@@ -66,7 +71,7 @@ class Dispatcher:
                     return
                 asked.clear()
                 try:
-                    self.dispatch()
+                    self.dispatch(touched=())  # what asked for it noted it in dispatch_soon
                 except Exception:
                     log.exception("dispatch pass failed")
                     stopping.wait(0.5)  # a store that keeps failing is not asked in a loop
@@ -85,20 +90,32 @@ class Dispatcher:
 
         return stop
 
-    def dispatch_soon(self) -> None:
+    def dispatch_soon(self, touched: Iterable[str] | None = None) -> None:
         """Ask for a dispatch pass: the dispatcher thread's where one runs (the caller goes on
-        at once; passes asked for meanwhile are made together), else made now."""
+        at once; passes asked for meanwhile are made together), else made now. ``touched``:
+        the jobs whose change asks for it (None: a change that may concern any job)."""
         asked = self._asked
         if asked is None:
-            self.dispatch()
+            self.dispatch(touched=touched)
         else:
+            with self._lock:
+                self._note(touched)
             asked.set()
 
-    def dispatch(self, *, quiet: bool = False) -> int:
+    def _note(self, touched: Iterable[str] | None) -> None:
+        """Called with the lock held."""
+        if touched is None:
+            self._general = True
+        else:
+            self._touched.update(touched)
+
+    def dispatch(self, *, quiet: bool = False, touched: Iterable[str] | None = None) -> int:
         """Place queued jobs on workers with room. Returns how many were assigned.
 
         Only the workers given work are woken; ``quiet`` (the periodic pass) tells the
-        other listeners only when something was assigned."""
+        other listeners only when something was assigned. Followers of one job are told only
+        of a pass whose news may concern it: ``touched`` (the jobs whose change asked for the
+        pass; None: any job) and the jobs it places."""
         # One pass at a time, and callers never queue behind it: a call made while a pass
         # runs asks for one more pass, which the running one makes before it returns. A caller
         # makes at most _PASSES_PER_CALL of them, so no request is kept making passes for
@@ -106,6 +123,7 @@ class Dispatcher:
         with self._lock:
             self._wanted = True
             self._loud = self._loud or not quiet
+            self._note(touched)
             if self._dispatching:
                 return 0
             self._dispatching = True
@@ -119,16 +137,19 @@ class Dispatcher:
                         break
                     passes += 1
                     loud = self._loud
-                    self._wanted = self._loud = False
-                assigned += self._one_pass(quiet=not loud)
+                    told = None if self._general else self._touched
+                    self._wanted = self._loud = self._general = False
+                    self._touched = set()
+                assigned += self._one_pass(quiet=not loud, told=told)
         except BaseException:
             with self._lock:
                 self._dispatching = False
             raise
         return assigned
 
-    def _one_pass(self, *, quiet: bool) -> int:
+    def _one_pass(self, *, quiet: bool, told: set[str] | None = None) -> int:
         woken: set[str] = set()
+        placed: set[str] = set()
         assigned = 0
         plans = plan_assignments(self.store, self.placement)
         results = self.store.assign_all(plans)
@@ -141,11 +162,12 @@ class Dispatcher:
                     self._wanted = True
                 continue
             assigned += 1
+            placed.add(job_id)
             woken.update(w for w, _ in nodes)
             if len(nodes) > 1:
                 self.changes.log_system(job_id, 0, [gangs.placed_note(self.store, nodes)])
         if assigned:
             self.changes.wake_workers(woken)
         if assigned or not quiet:
-            self.changes.notify()
+            self.changes.notify(None if told is None else told | placed)
         return assigned

@@ -129,7 +129,7 @@ class JobService:
             if lines or state in TERMINAL_STATES or remaining <= 0:
                 job = self.store.get_job(job_id)
                 return lines, job
-            self.changes.wait_for_change(since, min(remaining, 1.0))
+            self.changes.wait_for_job_change(job_id, since, min(remaining, 1.0))
 
     def artifacts(self, job_ref: str) -> list[dict[str, Any]]:
         return self.store.list_artifacts(self.resolve_job_id(job_ref))

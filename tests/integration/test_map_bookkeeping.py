@@ -6,6 +6,7 @@ runs exactly once."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from sqlalchemy import event
@@ -109,3 +110,36 @@ def test_a_worker_restarted_mid_map_loses_only_what_it_ran(tmp_path: Path) -> No
         assert len(attempts) == 1  # no item ran twice
         assert ended[job_id].attempts == 1
     assert not set(old) & set(ran)
+
+
+def test_a_follower_of_one_job_sleeps_through_the_other_items_ends(tmp_path: Path) -> None:
+    """Waiting for the map's last item (as fn.map's wait does, past every log line), its
+    follower reads the job's log when that job is placed and when it ends, not each time
+    another item ends (it did before); and it is answered once its job has ended."""
+    service = plane(tmp_path)
+    worker = register(service, "w", caps(cpu_cores=2))
+    jobs = _submit(service, 12)
+    looks: list[str] = []
+
+    def note(_c: object, _k: object, statement: str, *_: object) -> None:
+        if statement.startswith("SELECT logs."):
+            looks.append(statement)
+
+    event.listen(service.store.engine, "before_cursor_execute", note)
+    answer: list[str] = []
+    follower = threading.Thread(
+        target=lambda: answer.append(
+            service.jobs.read_logs(jobs[-1], after=2**31 - 1, wait=60)[1].state
+        )
+    )
+    follower.start()
+    ended = 0
+    while ended < len(jobs):
+        taken, _ = _claim(service, worker)
+        assert taken, "the pass after each end placed the next items"
+        service.reports.finish_attempts(worker, [(a, DONE) for a in taken])
+        ended += len(taken)
+    follower.join(10)
+    assert answer == ["succeeded"]
+    # Its first look, its job placed, its job ended (ten other items ended meanwhile).
+    assert len(looks) <= 3, looks
