@@ -13,6 +13,7 @@ from gpulayer.cli import (
     instance_commands,
     job_commands,
     schedule_commands,
+    secret_commands,
     server_commands,
     spec_commands,
     ui_commands,
@@ -32,6 +33,7 @@ app = typer.Typer(
 
 job_commands.register(app)
 server_commands.register(app)
+secret_commands.register(app)
 cloud_commands.register(app)
 instance_commands.register(app)
 spec_commands.register(app)

@@ -376,3 +376,12 @@ def token_table(tokens: list[dict[str, Any]]) -> None:
         Column("CREATED", drop=2),
     )
     print_fitted(_console(), columns, rows)
+
+
+def secret_table(secrets: list[dict[str, Any]]) -> None:
+    rows = [
+        (s["name"], _short_time(s.get("updated_at")), _short_time(s.get("created_at")))
+        for s in secrets
+    ]
+    columns = (Column("NAME", fold=True), Column("UPDATED"), Column("CREATED", drop=1))
+    print_fitted(_console(), columns, rows)

@@ -26,6 +26,7 @@ from gpulayer.control.routes import (
     health,
     jobs,
     schedules,
+    secrets,
     submit,
     tokens,
     workers,
@@ -68,6 +69,7 @@ ROUTERS = [
     cloud.router,
     schedules.router,
     bundles.router,
+    secrets.router,
 ]
 
 

@@ -14,6 +14,7 @@ from gpulayer.control.bundle_store import BundleStore
 from gpulayer.control.gang_service import GangService
 from gpulayer.control.job_states import JobStates
 from gpulayer.control.paths import HomeLayout
+from gpulayer.control.secret_vault import SecretVault
 from gpulayer.control.store import AttemptRecord, JobRecord, Store
 from gpulayer.control.submit_environments import SubmitEnvironments
 from gpulayer.control.worker_access import WorkerAccess
@@ -36,9 +37,11 @@ class ClaimService:
         news: WorkerNews,
         layout: HomeLayout,
         environments: SubmitEnvironments,
+        secrets: SecretVault,
     ) -> None:
         self.store = store
         self.environments = environments
+        self.secrets = secrets
         self.states = states
         self.gangs = gangs
         self.news = news
@@ -128,10 +131,21 @@ class ClaimService:
                     gpu_indices=attempt.gpu_indices,
                     **self.source_for(job, on_this_machine=on_this_machine),
                     gang=gangs.gang_node(self.store, job, attempt),
-                    secret_values=self.environments.secrets_for(job.id),
+                    secret_values=self._secret_values(job),
                 )
             )
         return claimed
+
+    def _secret_values(self, job: JobRecord) -> dict[str, str]:
+        """The values the worker reads the job's secrets from, where the control plane holds
+        them: the submitting shell's (a cloud job of the local control plane), else the secret
+        store's; those it holds neither way the worker reads from its own environment."""
+        keys = [s.get("key") or s.get("name") for s in job.spec.get("secrets") or []]
+        if not keys:
+            return {}
+        held = self.environments.secrets_for(job.id)
+        missing = [key for key in keys if key and key not in held]
+        return {**self.secrets.values(missing), **held} if missing else held
 
     def _kind(self, worker_id: str, epoch: int) -> str:
         known = self._kinds.get(worker_id)

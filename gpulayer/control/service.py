@@ -26,6 +26,7 @@ from gpulayer.control.output_keeping import OutputKeeper
 from gpulayer.control.output_uploads import OutputLimits
 from gpulayer.control.paths import HomeLayout
 from gpulayer.control.progress import ServerProgress
+from gpulayer.control.secret_vault import SecretVault
 from gpulayer.control.serving_clock import ServingClock
 from gpulayer.control.store import Store
 from gpulayer.control.submissions import Submissions
@@ -64,6 +65,7 @@ class ControlService:
         self.tokens = TokenService(store)
         self.changes = ChangeFeed(store)
         self.environments = SubmitEnvironments()
+        self.secrets = SecretVault(store, layout.root / "secrets.key")
         self.placement = placement or LivePlacement(store)
         self.dispatcher = Dispatcher(store, self.placement, self.changes)
         self.states = JobStates(store, on_queue_change=self.dispatcher.queue_moved)
@@ -89,7 +91,13 @@ class ControlService:
             silence_excused=self.cloud.silence_excused,
         )
         self.claims = ClaimService(
-            store, self.states, self.gangs, self.changes.news, self.layout, self.environments
+            store,
+            self.states,
+            self.gangs,
+            self.changes.news,
+            self.layout,
+            self.environments,
+            self.secrets,
         )
         self.reports = AttemptReports(
             store,

@@ -353,3 +353,16 @@ capacity_waits = Table(
     Column("job_id", String(32), primary_key=True),
     Column("not_before", Float, nullable=False),
 )
+
+# Added in schema 15: the team server's secret store. A value is kept only encrypted, with a key
+# held in a file beside the database (never in it); ``scope`` says whose secret it is ("server"
+# for the server's own: every job of it may name it).
+secrets = Table(
+    "secrets",
+    metadata,
+    Column("scope", String(64), primary_key=True),
+    Column("name", String(128), primary_key=True),
+    Column("ciphertext", LargeBinary, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)

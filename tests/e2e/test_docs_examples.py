@@ -51,6 +51,7 @@ RUN_HERE: dict[str, str] = {
     "jobs-validate": "test_jobs_page",
     "jobs-server": "test_jobs_page",
     "team-server-setup": "test_team_server_page",
+    "team-server-secrets": "test_team_server_secrets",
     "targets-plan": "test_targets_offers_and_cloud_commands",
     "offers-listing": "test_targets_offers_and_cloud_commands",
     "clouds-commands": "test_targets_offers_and_cloud_commands",
@@ -711,4 +712,33 @@ def test_multi_node_command(reader: Reader, tmp_path: Path) -> None:
     (job,) = [job for job in reader.jobs() if job["nodes"] == 2]
     assert job["state"] == "succeeded"
     assert submitted.stdout.count("RANKINFO") == 2, submitted.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_team_server_secrets(reader: Reader) -> None:
+    """The page's secret commands, against the reader's control plane (the same routes a team
+    server has), with HF_TOKEN in the reader's shell."""
+    value = "hf_docs_example_value"
+    reader.env["HF_TOKEN"] = value
+    ex = example("team-server-secrets")
+    set_line, ls_line, rm_line = ex.commands()
+    listed: dict[str, str] = {}
+
+    def kept(line: str, run: Run) -> None:
+        assert run[line].stdout.strip() == "kept secret HF_TOKEN", run[line]
+        # A shell without it: the job gets the stored value.
+        without = {k: v for k, v in reader.env.items() if k != "HF_TOKEN"}
+        job = reader.sh(
+            "gpulayer submit --secret HF_TOKEN -- python -c "
+            "\"import os; print('length', len(os.environ['HF_TOKEN']))\"",
+            env=without,
+        )
+        assert job.returncode == 0, job.stderr
+        listed["job"] = job.stdout
+
+    run = run_example(reader, ex, after={set_line: kept})
+    assert not [line for line, done in run.done.items() if done.returncode], run.done
+    assert f"length {len(value)}" in listed["job"]
+    assert "HF_TOKEN" in run[ls_line].stdout and value not in run[ls_line].stdout
+    assert run[rm_line].stdout.strip() == "removed secret HF_TOKEN"
 

@@ -63,7 +63,7 @@ def test_upgrade_from_3_adds_the_lifecycle_columns_and_tables(tmp_path: Path) ->
     database = tmp_path / "state.db"
     write_old_database(f"sqlite:///{database}", 3)
     store = Store(f"sqlite:///{database}")
-    assert store.schema_version() == 14
+    assert store.schema_version() == 15
     (old,) = store.list_instances()
     assert (old.request_id, old.state, old.offer, old.tunnel_port) == (
         "r-old",
@@ -122,7 +122,7 @@ def test_upgrade_from_8_reads_each_tries_note_into_its_outcome_columns(tmp_path:
     database = tmp_path / "state.db"
     make_schema_8_database(database)
     store = Store(f"sqlite:///{database}")
-    assert store.schema_version() == 14
+    assert store.schema_version() == 15
     found = {
         r.request_id: (r.outcome, r.outcome_scope, r.outcome_message)
         for r in store.list_instances()

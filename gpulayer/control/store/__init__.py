@@ -47,6 +47,7 @@ from gpulayer.control.store.records import (  # noqa: F401 (the store's records)
     worker_from_row,
 )
 from gpulayer.control.store.schedules import ScheduleStore
+from gpulayer.control.store.secrets import SecretRows
 from gpulayer.control.store.tokens import TokenStore
 from gpulayer.control.store.workers import WorkerStore
 from gpulayer.errors import NotFoundError
@@ -62,6 +63,7 @@ class Store(
     ScheduleStore,
     DashboardStore,
     OnceKeyStore,
+    SecretRows,
 ):
     """The control plane's database: every aggregate's reads and writes, sharing one engine
     (and, on SQLite, one writer at a time)."""
