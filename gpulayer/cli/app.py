@@ -7,6 +7,7 @@ import sys
 import typer
 
 from gpulayer.cli import (
+    attach_commands,
     cleanup_commands,
     cloud_commands,
     config_commands,
@@ -34,6 +35,7 @@ app = typer.Typer(
 job_commands.register(app)
 server_commands.register(app)
 secret_commands.register(app)
+attach_commands.register(app)
 cloud_commands.register(app)
 instance_commands.register(app)
 spec_commands.register(app)

@@ -74,6 +74,9 @@ def job_panel(job: dict[str, Any]) -> None:
     job_cost = (job.get("cost") or {}).get("total") or {}
     if job_cost:
         rows.append(("cost", ", ".join(amount_text(v, k) for k, v in job_cost.items())))
+    if job.get("ports"):
+        listed = ", ".join(str(p) for p in job["ports"])
+        rows.append(("ports", f"{listed} (gpulayer attach {job['id']} forwards them here)"))
     for reason in job.get("waiting_for") or []:
         rows.append(("waiting for", reason))
     for report in _train_reports(job.get("result"))[-5:]:

@@ -20,6 +20,7 @@ from gpulayer.control.idempotency import TokenShownOnce
 from gpulayer.control.json_route import OffLoopJSONRoute
 from gpulayer.control.output_uploads import UploadTooLarge
 from gpulayer.control.routes import (
+    attach,
     attempts,
     bundles,
     cloud,
@@ -70,6 +71,7 @@ ROUTERS = [
     schedules.router,
     bundles.router,
     secrets.router,
+    attach.router,
 ]
 
 

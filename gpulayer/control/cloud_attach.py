@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from gpulayer.cloud.lifecycle.ports import InstanceStore, JobPort
     from gpulayer.cloud.lifecycle.records import InstanceRecord
+    from gpulayer.cloud.port_forwards import PortForwards
     from gpulayer.spec import JobSpec
 
 
@@ -63,6 +64,7 @@ class ProviderCloud:
         self.store = store
         self.registry = ProviderRegistry(root)
         self.lifecycle: Reconciler | None = None
+        self._ports: PortForwards | None = None
 
     def available(self) -> bool:
         return bool(self.registry.checked().providers)
@@ -123,6 +125,14 @@ class ProviderCloud:
         if self.lifecycle is None:
             return None
         return list(self.lifecycle.reap(dry_run=dry_run))
+
+    def forward_port(self, record: InstanceRecord, port: int, live: set[str]) -> int:
+        if self._ports is None:
+            from gpulayer.cloud.port_forwards import PortForwards
+
+            self._ports = PortForwards(self.root / "keys")
+        self._ports.keep_only(live)
+        return self._ports.forward(record, port)
 
     def start_lifecycle(self, port: JobPort, control_port: int) -> Reconciler:
         """The reconciler, driving the control plane's cloud jobs through ``port``."""

@@ -45,6 +45,11 @@ class CloudGate(Protocol):
         lifecycle runs here)."""
         ...
 
+    def forward_port(self, record: InstanceRecord, port: int, live: set[str]) -> int:
+        """The port of this machine's loopback reaching ``port`` of ``record``'s machine;
+        forwards to machines not in ``live`` (request ids) are closed."""
+        ...
+
 
 class NoCloud:
     """No provider and no lifecycle: cloud targets are skipped as unavailable."""
@@ -69,3 +74,8 @@ class NoCloud:
 
     def reap(self, *, dry_run: bool) -> list[dict[str, Any]] | None:
         return None
+
+    def forward_port(self, record: InstanceRecord, port: int, live: set[str]) -> int:
+        from gpulayer.errors import UsageError
+
+        raise UsageError("attach: no cloud is set up on this control plane")

@@ -499,6 +499,11 @@ class JobSpec(StrictModel):
     labels: dict[str, str] = Field(default_factory=dict)
     setup: Setup | None = None
     outputs: OutputsPolicy | None = None
+    # A project extension: ports the job listens on (TensorBoard, Jupyter), which
+    # `gpulayer attach` forwards to the submitting machine.
+    ports: Annotated[
+        list[Annotated[int, STRICT, Field(ge=1, le=65535), WHOLE]], Field(max_length=16)
+    ] = Field(default_factory=list)
 
     @field_validator("name")
     @classmethod

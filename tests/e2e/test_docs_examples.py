@@ -70,6 +70,7 @@ RUN_HERE: dict[str, str] = {
 }
 # Run by a test of their own elsewhere: the try-without-a-cloud steps against a lab sshd host.
 RUN_ELSEWHERE: dict[str, str] = {
+    "jobspec-attach": "tests/e2e_cloud/test_cloud_attach.py",
     "clouds-try-ssh-setup": TRY_WITHOUT_CLOUD,
     "clouds-try-ssh-run": TRY_WITHOUT_CLOUD,
 }

@@ -38,6 +38,7 @@ ACCEPTED = [
     ("nested function entrypoint", spec_with("workload.entrypoint", "a.b:C.method", FUNC)),
     ("distributed script", DIST),
     ("distributed function", {"workload": {"kind": "distributed", "function": "m:f"}}),
+    ("ports", {"workload": {"kind": "command", "command": ["true"]}, "ports": [6006, 8888]}),
     (
         "distributed command",
         {"workload": {"kind": "distributed", "command": ["sh", "run.sh"], "num_workers": 2}},
@@ -138,6 +139,10 @@ REJECTED = [
         {"workload": {"kind": "distributed", "entrypoint": "a.py", "function": "m:f"}},
         "workload.entrypoint:",
     ),
+    ("port zero", spec_with("ports", [0]), "ports.0:"),
+    ("port too big", spec_with("ports", [65536]), "ports.0:"),
+    ("port text", spec_with("ports", ["6006"]), "ports.0:"),
+    ("too many ports", spec_with("ports", list(range(1, 18))), "ports:"),
     (
         "dist script and command",
         {"workload": {"kind": "distributed", "entrypoint": "a.py", "command": ["sh"]}},

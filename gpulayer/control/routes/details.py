@@ -33,6 +33,7 @@ def job_detail(service: ControlService, job_id: str) -> dict[str, Any]:
     attempts = service.jobs.attempts(job_id)
     workers = {w.id: w for w in service.workers.list_workers()}
     view = job_view(job, attempts, workers)
+    view["ports"] = list(job.spec.get("ports") or [])
     spans = service.store.setup_spans(job_id, SETUP_LOG_PREFIX)
     for attempt in view["attempts"]:
         if attempt["number"] in spans:
