@@ -193,8 +193,10 @@ def name_flags(lines: Iterable[str], flags: SubmitFlags, *, under: str = "") -> 
         for flag, path in given:
             if line.startswith(f"{path}:") or line.startswith(f"{path}."):
                 rest = line[len(path) :]
-                # A repeated flag's item is named by its value in the message, not its index.
-                line = flag + _ITEM_INDEX.sub("", rest, count=1)
+                # A repeated flag's item is named by its value in the message, not its index;
+                # a KEY=VALUE flag's by its key (`--label team: ...`).
+                rest = _ITEM_INDEX.sub("", rest, count=1)
+                line = flag + (" " + rest[1:] if rest.startswith(".") else rest)
                 break
         named.append(line)
     return named

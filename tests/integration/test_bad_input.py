@@ -111,7 +111,7 @@ def test_cli_refuses_undecodable_arguments_with_exit_2(
         cwd=tmp_path,
     )
     assert result.returncode == 2, result.stderr
-    assert "labels.team" in result.stderr
+    assert "--label team: " in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
     listed = run_cli(["ls", "--server", server.url], env={"GPULAYER_TOKEN": ADMIN_TOKEN})
     assert listed.returncode == 0, listed.stderr

@@ -147,9 +147,12 @@ def test_refusals_name_the_flag_that_set_the_field() -> None:
         "resources.gpu_count: a cpu job cannot ask for GPUs; set an accelerator",
         "placement.regions.0: unknown region",
         "resources.gpu_models: from the file, not a flag",
+        "labels.team: not text",
     ]
+    flags.labels = ["team=x"]
     assert name_flags(lines, flags) == [
         "--gpus: a cpu job cannot ask for GPUs; set an accelerator",
         "--region: unknown region",
         "resources.gpu_models: from the file, not a flag",
+        "--label team: not text",
     ]
