@@ -21,7 +21,7 @@ STATE_WRITERS = {
     ),  # the dispatch's queued -> running, a JOB_TRANSITIONS move
     # A worker's reported ends: attempt and job moves from the sources JobStates.end_reported
     # takes from ATTEMPT_TRANSITIONS and JOB_TRANSITIONS.
-    ("control/store/attempt_ends.py", "_conditional_move"),
+    ("control/store/attempt_ends.py", "_conditional_move.move"),
     ("control/store/instances.py", "InstanceLedger.move_instance"),  # checks TRANSITIONS first
     ("control/store/workers.py", "WorkerStore.move_worker"),  # WORKER_TRANSITIONS
     (
