@@ -1,7 +1,7 @@
 """`gpulayer attach JOB`: a running job's ports on this machine's localhost, for as long as the
 job runs (or until Ctrl-C). The control plane forwards each port of the job's machine to its own
 loopback through an SSH session to the machine; this command carries them on to the ports asked
-for here."""
+for here. `gpulayer exec JOB -- CMD`: a command run on the job's machine as the job runs."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 from typing import Any, Optional
+from urllib.parse import quote
 
 import typer
 
@@ -123,5 +124,33 @@ def _pump(a: socket.socket, b: socket.socket, closing: threading.Event) -> None:
             ends[end].sendall(data)
 
 
+def exec_command(
+    job: str = typer.Argument(..., help="Job id (or a unique prefix)."),
+    argv: list[str] = typer.Argument(..., metavar="-- CMD...", help="The command to run."),
+    node: int = typer.Option(0, "--node", help="The node to run it on (gangs)."),
+    timeout: float = typer.Option(300, "--timeout", help="Seconds before it is given up."),
+    server: Optional[str] = typer.Option(None, "--server", help="Control plane URL."),
+) -> None:
+    """Run a command on a running job's rented machine, in its folder and environment, as
+    its user; exit as the command did. Recorded in the job's log."""
+    import sys
+
+    from gpulayer.sdk.connection import connect
+
+    if not 0 < timeout <= 3600:
+        raise UsageError(f"--timeout: between 0 and 3600 seconds, got {timeout:g}")
+    client = connect(server).client
+    ran = client.request(
+        "POST",
+        f"/v1/jobs/{quote(job, safe='')}/exec",
+        {"argv": list(argv), "node": node, "timeout": timeout},
+        timeout=timeout + 30,
+    )
+    sys.stdout.write(ran["stdout"])
+    sys.stderr.write(ran["stderr"])
+    raise typer.Exit(int(ran["exit_code"]) & 0xFF if ran["exit_code"] >= 0 else 255)
+
+
 def register(app: typer.Typer) -> None:
     app.command()(attach)
+    app.command("exec")(exec_command)

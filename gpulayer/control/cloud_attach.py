@@ -12,9 +12,9 @@ from gpulayer.errors import SpecError, UsageError
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from gpulayer.cloud.job_machines import JobMachines
     from gpulayer.cloud.lifecycle.ports import InstanceStore, JobPort
     from gpulayer.cloud.lifecycle.records import InstanceRecord
-    from gpulayer.cloud.port_forwards import PortForwards
     from gpulayer.spec import JobSpec
 
 
@@ -64,7 +64,7 @@ class ProviderCloud:
         self.store = store
         self.registry = ProviderRegistry(root)
         self.lifecycle: Reconciler | None = None
-        self._ports: PortForwards | None = None
+        self._machines: JobMachines | None = None
 
     def available(self) -> bool:
         return bool(self.registry.checked().providers)
@@ -127,12 +127,21 @@ class ProviderCloud:
         return list(self.lifecycle.reap(dry_run=dry_run))
 
     def forward_port(self, record: InstanceRecord, port: int, live: set[str]) -> int:
-        if self._ports is None:
-            from gpulayer.cloud.port_forwards import PortForwards
+        machines = self._job_machines()
+        machines.keep_only(live)
+        return machines.forward(record, port)
 
-            self._ports = PortForwards(self.root / "keys")
-        self._ports.keep_only(live)
-        return self._ports.forward(record, port)
+    def run_in_job(
+        self, record: InstanceRecord, job_id: str, argv: list[str], timeout: float
+    ) -> tuple[int, str, str]:
+        return self._job_machines().run(record, job_id, argv, timeout)
+
+    def _job_machines(self) -> JobMachines:
+        if self._machines is None:
+            from gpulayer.cloud.job_machines import JobMachines
+
+            self._machines = JobMachines(self.root / "keys")
+        return self._machines
 
     def start_lifecycle(self, port: JobPort, control_port: int) -> Reconciler:
         """The reconciler, driving the control plane's cloud jobs through ``port``."""

@@ -50,6 +50,12 @@ class CloudGate(Protocol):
         forwards to machines not in ``live`` (request ids) are closed."""
         ...
 
+    def run_in_job(
+        self, record: InstanceRecord, job_id: str, argv: list[str], timeout: float
+    ) -> tuple[int, str, str]:
+        """``argv`` run on ``record``'s machine as job ``job_id`` runs: (code, stdout, stderr)."""
+        ...
+
 
 class NoCloud:
     """No provider and no lifecycle: cloud targets are skipped as unavailable."""
@@ -79,3 +85,10 @@ class NoCloud:
         from gpulayer.errors import UsageError
 
         raise UsageError("attach: no cloud is set up on this control plane")
+
+    def run_in_job(
+        self, record: InstanceRecord, job_id: str, argv: list[str], timeout: float
+    ) -> tuple[int, str, str]:
+        from gpulayer.errors import UsageError
+
+        raise UsageError("exec: no cloud is set up on this control plane")

@@ -1,6 +1,7 @@
-"""`ports` and `gpulayer attach` on a rented machine (a real sshd host of its own): a job serving
-HTTP on its machine's port 6006 (as TensorBoard does) is reached from this machine's localhost
-through the control plane's SSH session, for as long as the job runs."""
+"""`ports`, `gpulayer attach` and `gpulayer exec` on a rented machine (a real sshd host of its
+own): a job serving HTTP on its machine's port 6006 (as TensorBoard does) is reached from this
+machine's localhost through the control plane's SSH session, and commands run in its folder and
+environment, for as long as the job runs."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def _fetch(port: int) -> str | None:
         return None
 
 
-def test_attach_forwards_the_jobs_port_while_it_runs(
+def test_attach_forwards_the_jobs_port_and_exec_runs_in_it_while_it_runs(
     ssh_hosts: Any, cloud_home: Path, tmp_path: Path
 ) -> None:
     (host,) = ssh_hosts(1)
@@ -81,6 +82,22 @@ def test_attach_forwards_the_jobs_port_while_it_runs(
     try:
         page = wait_until(lambda: _fetch(local), what="the job's page through attach")
         assert page == "from the job"
+
+        # exec: in the job's folder (where it wrote index.html) and environment, exiting as
+        # the command did, each run recorded in the job's log.
+        ran = run_cli(
+            ["exec", job_id, "--", "sh", "-c", 'cat index.html; echo " $GPULAYER_JOB_ID"']
+        )
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout == f"from the job {job_id}\n"
+        failed = run_cli(["exec", job_id, "--", "sh", "-c", "echo oops >&2; exit 3"])
+        assert (failed.returncode, failed.stderr) == (3, "oops\n")
+        missing = run_cli(["exec", job_id, "--", "no-such-program"])
+        assert missing.returncode != 0 and "no-such-program" in missing.stderr
+        shown = run_cli(["logs", job_id])
+        logged = shown.stdout + shown.stderr
+        assert "exec on node 0: sh -c 'echo oops >&2; exit 3' (exit 3)" in logged, logged
+
         assert run_cli(["cancel", job_id]).returncode == 0
         out, err = attach.communicate(timeout=60)
         assert attach.returncode == 0, err
@@ -98,6 +115,8 @@ def test_attach_forwards_the_jobs_port_while_it_runs(
 
 def test_attach_refusals_are_one_line(cloud_home: Path) -> None:
     bad = run_cli(["attach", "j-nothing", "--port", "99999"])
+    not_running = run_cli(["exec", "j-nothing", "--", "true"])
+    assert not_running.returncode == 2 and "Traceback" not in not_running.stderr
     assert bad.returncode == 2
     assert bad.stderr == "error: --port: expected PORT or LOCAL:PORT (1-65535), got '99999'\n"
     local_job = run_cli(["submit", "-d", "--", "sleep", "30"]).stdout.strip()
