@@ -8,7 +8,7 @@ import pytest
 from gpulayer_slurm import batch
 from gpulayer_slurm.allocations import instance_id, split_instance_id
 from gpulayer_slurm.parsing import QueuedJob
-from gpulayer_slurm.provider import _instance_state
+from gpulayer_slurm.queue_states import instance_state as _instance_state
 
 
 def test_sbatch_line_carries_the_shape_limits_and_tags() -> None:
@@ -128,7 +128,7 @@ def test_an_allocation_is_named_after_its_job_in_one_sbatch_word() -> None:
 
 
 def test_a_pending_allocation_waits_for_capacity_only_with_slurms_reason() -> None:
-    from gpulayer_slurm.provider import _pending_note
+    from gpulayer_slurm.queue_states import pending_note as _pending_note
 
     pending = QueuedJob("7", "gpulayer-r", "PENDING", "Resources", (), "")
     assert _pending_note("7", pending) == (

@@ -80,6 +80,8 @@ class InstanceFacts:
     """An idle fleet machine within its fleet's min_nodes: no idle limit ends it."""
     fleet_gone: bool = False
     """Its fleet is no longer configured: it ends once no job uses it."""
+    array_call_pending: bool = False
+    """A job array's task whose array's one launch call (another task's) is not made yet."""
 
 
 @dataclass(frozen=True)
@@ -263,8 +265,9 @@ def _end_with_gang(facts: InstanceFacts, why: str) -> list[Action]:
 
 def _next(facts: InstanceFacts, now: float, deadman_seconds: float) -> Sequence[Action]:
     state, ended = facts.state, facts.job_ended
-    # Node 0's record launches the whole gang; the other nodes wait for it.
-    launches = facts.node_rank == 0
+    # Node 0's record launches the whole gang; the other nodes wait for it, as an array's
+    # tasks wait for the task that makes the array's call.
+    launches = facts.node_rank == 0 and not facts.array_call_pending
     if state == "requested":
         if ended:
             return [Move("never_launched", "its job ended before the launch")]

@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from gpulayer.cloud.credentials import using_environment
+from gpulayer.cloud.lifecycle.arrays import array_of
 from gpulayer.cloud.lifecycle.links import Links
 from gpulayer.cloud.lifecycle.states import GONE, HOLDS_WORKER
 from gpulayer.cloud.lifecycle.steps import check, drain, launch, prepare, reap, reconnect, terminate
@@ -273,6 +274,11 @@ class Reconciler:
             self.steps.deadman_seconds(),
             self._reap_due(now),
             tuple(self.settings.get("fleet_rules") or ()),
+            {
+                job.id: (array_id, job.created_at)
+                for job in waiting
+                if (array_id := array_of(job.spec.get("labels"))) is not None
+            },
         )
         return {r.request_id: r for r in records}, world
 
@@ -294,7 +300,8 @@ class Reconciler:
         if decision.ended_waits:
             self.store.end_capacity_waits(decision.ended_waits)
         for job_id in decision.plan:
-            self._submit(f"plan:{job_id}", self._plan, job_id, job_id=job_id)
+            together = decision.plan_with.get(job_id, ())
+            self._submit(f"plan:{job_id}", self._plan, job_id, together, job_id=job_id)
         for fleet, _ in decision.top_ups:
             self._submit(fleet_wait_key(fleet), self._top_up, fleet)
         if decision.reap:
@@ -324,13 +331,14 @@ class Reconciler:
         if result.outcome != "skipped":
             self.steps.keep(request_id, result)
 
-    def _plan(self, job_id: str) -> None:
+    def _plan(self, job_id: str, together: tuple[str, ...] = ()) -> None:
         plan_job(
             self.steps,
             job_id,
             lambda rid, job: self._submit(
                 launch_key(rid), self._run_step, launch.launch, rid, job_id=job, pool="launch"
             ),
+            together,
         )
 
     def _top_up(self, fleet: str) -> None:

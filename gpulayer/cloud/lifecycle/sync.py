@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from gpulayer.cloud.lifecycle import gangs
+from gpulayer.cloud.lifecycle.arrays import ARRAY_LAUNCH_TAG, waits_for_array_call
 from gpulayer.cloud.lifecycle.decide import InstanceFacts, stuck_soon
 from gpulayer.cloud.lifecycle.states import HOLDS_WORKER
 
@@ -107,6 +108,11 @@ def _facts(
 ) -> InstanceFacts:
     rid = r.request_id
     worker_id = _worker_of(rid, reservations)
+    launches = [node.request_id for node in gang]
+    array_call_pending = waits_for_array_call(rid, r.state, r.tags or {})
+    if array_call_pending:
+        # Its array's call is another task's launch: it waits while that one is under way.
+        launches.append(r.tags[ARRAY_LAUNCH_TAG])
     facts = InstanceFacts(
         state=r.state,
         since=r.state_since or r.created_at,
@@ -115,13 +121,14 @@ def _facts(
         outcome=r.outcome,
         unreachable_since=r.unreachable_since,
         next_step_at=r.next_step_at,
-        launch_in_flight=any(local.in_flight(launch_key(node.request_id)) for node in gang),
+        launch_in_flight=any(local.in_flight(launch_key(launch)) for launch in launches),
         step_in_flight=local.in_flight(rid),
         teardown_in_flight=local.in_flight(end_key(rid)),
         checked_at=r.checked_at or 0.0,
         idle_seconds=local.idle_seconds(r.provider) if r.state in HOLDS_WORKER else 0.0,
         fleet=r.fleet,
         no_job=not r.job_id,
+        array_call_pending=array_call_pending,
     )
     if job is not None and stuck_soon(facts, now, limits):
         facts = replace(facts, provisioning_budget=provisioning_budget(job))

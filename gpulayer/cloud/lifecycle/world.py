@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, NamedTuple
 
+from gpulayer.cloud.lifecycle.arrays import ARRAY_GATHER_SECONDS, plan_groups
 from gpulayer.cloud.lifecycle.decide import (
     CHECK_EVERY_SECONDS,
     Action,
@@ -60,6 +61,9 @@ class World:
     reap_due: bool = False
     fleets: Sequence[FleetRule] = ()
     """The named fleets configured now (providers.yaml's ``fleets:``)."""
+    arrays: Mapping[str, tuple[str, float]] = field(default_factory=dict)
+    """Waiting jobs of a job array: job id -> (array id, when the job was submitted); an
+    array's jobs are planned together (see arrays.py)."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,8 @@ class PassDecision:
     reap: bool = False
     top_ups: tuple[tuple[str, int], ...] = ()
     """Fleets below their min_nodes: (fleet, how many machines to launch for it)."""
+    plan_with: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """A job of ``plan`` -> the other jobs of its array planned with it (not in ``plan``)."""
 
     @property
     def moves(self) -> list[tuple[str, Move]]:
@@ -149,9 +155,35 @@ def decide_pass(world: World, now: float) -> PassDecision:
         if waits
         else frozenset()
     )
+    plan = gathered(plan, world.arrays, now, follow_ups)
+    firsts, together = plan_groups(plan, {job: a for job, (a, _) in world.arrays.items()})
     return PassDecision(
-        acting, tuple(plan), ended, tuple(follow_ups), world.reap_due, tuple(top_ups)
+        acting, firsts, ended, tuple(follow_ups), world.reap_due, tuple(top_ups), together
     )
+
+
+def gathered(
+    plan: list[str],
+    arrays: Mapping[str, tuple[str, float]],
+    now: float,
+    follow_ups: list[FollowUp],
+) -> list[str]:
+    """The jobs of ``plan`` to plan now: an array's jobs wait until none joined the array
+    for ARRAY_GATHER_SECONDS (a client may send them one by one), then are planned together."""
+    if not arrays:
+        return plan
+    newest: dict[str, float] = {}
+    for array_id, created in arrays.values():
+        newest[array_id] = max(created, newest.get(array_id, created))
+    kept = []
+    for job_id in plan:
+        array = arrays.get(job_id)
+        ready_at = newest[array[0]] + ARRAY_GATHER_SECONDS if array is not None else now
+        if ready_at <= now:
+            kept.append(job_id)
+        else:
+            follow_ups.append(FollowUp(job_id, ready_at, "its array's jobs are gathered"))
+    return kept
 
 
 def _fleets(

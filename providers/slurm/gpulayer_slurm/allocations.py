@@ -45,10 +45,13 @@ class Allocation(BaseModel):
 
     name: str | None = None
     """The user's job name, part of the allocation's (None in records of older releases)."""
+    array_name: str | None = None
+    """A job array's task: the array's job name (its first task's request), which squeue
+    shows for every task."""
 
     @property
     def job_name(self) -> str:
-        return job_name(self.request_id, self.name)
+        return self.array_name or job_name(self.request_id, self.name)
 
     @property
     def region(self) -> str:
@@ -72,10 +75,14 @@ def instance_id(cluster: str, slurm_job_id: str, rank: int) -> str:
     return f"{cluster}.{slurm_job_id}.{rank}"
 
 
+_SLURM_JOB_ID = re.compile(r"^\d+(?:_\d+)?$")
+"""A job's id, or a job array's task's (``JOBID_TASK``)."""
+
+
 def split_instance_id(value: str) -> tuple[str, str, int] | None:
     """(cluster, Slurm job id, node rank) of an instance id; None when it is not one."""
     parts = value.rsplit(".", 2)
-    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+    if len(parts) != 3 or not _SLURM_JOB_ID.match(parts[1]) or not parts[2].isdigit():
         return None
     return parts[0], parts[1], int(parts[2])
 

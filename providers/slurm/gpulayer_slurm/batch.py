@@ -31,6 +31,25 @@ def node_launcher(install_root: str, job_id: str) -> str:
     node's install dir, ``install_root/job_id`` on node 0 and ``install_root/job_id-nodeN``
     on node N (SLURM_NODEID), as :func:`gpulayer.cloud.node_install_dir` places them. The
     dir travels in the environment, not in the task's arguments (see ``launcher_loop``)."""
+    return (
+        f"export {_ROOT_VARIABLE}={shlex.quote(install_root)} "
+        f"{_JOB_VARIABLE}={shlex.quote(job_id)}; {_steps()}"
+    )
+
+
+def array_launcher(install_root: str, jobs: Mapping[int, str]) -> str:
+    """The batch script of a job array: each task is one job's allocation, whose worker it
+    launches from ``install_root/JOB``, JOB being the job of its ``SLURM_ARRAY_TASK_ID``
+    (``jobs``: task -> gpulayer job id); a task with no job of its own ends at once."""
+    cases = " ".join(f"{task}) {_JOB_VARIABLE}={shlex.quote(job)};;" for task, job in jobs.items())
+    return (
+        f"export {_ROOT_VARIABLE}={shlex.quote(install_root)}; "
+        f'case "$SLURM_ARRAY_TASK_ID" in {cases} *) exit 1;; esac; '
+        f"export {_JOB_VARIABLE}; {_steps()}"
+    )
+
+
+def _steps() -> str:
     d = LAUNCH_DIR_VARIABLE
     task = (
         f'{d}="${_ROOT_VARIABLE}/${_JOB_VARIABLE}"; '
@@ -40,10 +59,7 @@ def node_launcher(install_root: str, job_id: str) -> str:
     # The step runs in the background so that the shell can take END_SIGNAL while it waits,
     # and return 0: the allocation then ends COMPLETED (Slurm ends the step with it).
     return (
-        f"export {_ROOT_VARIABLE}={shlex.quote(install_root)} "
-        f"{_JOB_VARIABLE}={shlex.quote(job_id)}; "
-        f"trap 'exit 0' {END_SIGNAL}; "
-        f"srun --ntasks-per-node=1 sh -c {shlex.quote(task)} & wait $!"
+        f"trap 'exit 0' {END_SIGNAL}; srun --ntasks-per-node=1 sh -c {shlex.quote(task)} & wait $!"
     )
 
 
@@ -96,11 +112,13 @@ def sbatch_command(
     job_id: str,
     exclude: Sequence[str] = (),
     share: Share | None = None,
+    array: tuple[str, Mapping[int, str]] | None = None,
 ) -> str:
     """``sbatch --parsable ...``: whole nodes (the offer is a node shape, priced per
     node-hour), or with ``share`` part of each node beside other jobs, one task each,
     launching the job's worker on each node (``node_launcher``); ``exclude`` keeps the
-    partition's nodes of other shapes out."""
+    partition's nodes of other shapes out. ``array``: (``--array`` value, task -> job id):
+    one job array whose every task is an allocation of its own, for its own job."""
     args = [
         "sbatch", "--parsable", f"--job-name={job_name}", f"--comment={comment(tags)}",
         f"--partition={partition}", f"--nodes={nodes}", "--ntasks-per-node=1",
@@ -124,7 +142,11 @@ def sbatch_command(
         args.append(f"--time={time_limit}")
     if exclude:
         args.append(f"--exclude={','.join(exclude)}")
-    args.append(f"--wrap={node_launcher(install_root, job_id)}")
+    if array is not None:
+        args.append(f"--array={array[0]}")
+        args.append(f"--wrap={array_launcher(install_root, array[1])}")
+    else:
+        args.append(f"--wrap={node_launcher(install_root, job_id)}")
     return shlex.join(args)
 
 
@@ -134,7 +156,8 @@ def squeue_command(
     """Every job of the login user (or of one job name) as :func:`parsing.parse_squeue` reads.
     ``ended_too``: jobs that ended within the cluster's MinJobAge as well, with the state they
     ended in (PREEMPTED, NODE_FAIL, TIMEOUT...), which squeue leaves out by default."""
-    args = ["squeue", "-h", "-o", SQUEUE_FORMAT]
+    # -r: a job array's every task on a line of its own (JOBID_TASK), pending ones too.
+    args = ["squeue", "-h", "-r", "-o", SQUEUE_FORMAT]
     if ended_too:
         args.append("--states=all")
     if user_only:

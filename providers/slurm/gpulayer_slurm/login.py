@@ -13,7 +13,7 @@ from gpulayer_slurm.errors import ClusterUnreachable, SlurmCommandError
 from gpulayer_slurm.settings import SlurmCluster
 
 if TYPE_CHECKING:
-    from gpulayer.cloud import SshSession, SshVia
+    from gpulayer.cloud import LaunchRequest, SshSession, SshVia
 
 
 @dataclass(frozen=True)
@@ -118,3 +118,16 @@ class LoginNode:
         target = SshTarget(c.login, c.port, c.user, key_path=c.key_file, host_key=c.host_key)
         session = SshSession(target, host_keys=JsonHostKeyStore(self._host_keys_dir))
         return session.connect(timeout=self._connect_timeout)
+
+
+def add_key_command(login: LoginNode, request: LaunchRequest) -> str:
+    """The command that adds the request's job key to the cluster's authorized_keys (a line
+    tagged with the request id, which its end takes out again)."""
+    from gpulayer.cloud import ProviderError, add_authorized_key_command
+
+    try:
+        return add_authorized_key_command(
+            login.cluster.authorized_keys, request.ssh_public_key, request.request_id
+        )
+    except ValueError as exc:
+        raise ProviderError(f"ssh_public_key: {exc}", provider="slurm") from None

@@ -9,6 +9,7 @@ whose values may hold spaces (``OS=Linux 6.1.0 #1 SMP``, a drain ``Reason``), ne
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 _KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_]*)=")
@@ -220,9 +221,9 @@ def parse_squeue(text: str) -> list[QueuedJob]:
         if len(parts) != 7:
             raise ValueError(f"{line!r} is not a squeue line of 7 fields")
         job_id, name, state, reason, nodes, left, comment = (p.strip() for p in parts)
-        found.append(
+        found += [
             QueuedJob(
-                job_id=job_id,
+                job_id=one,
                 name=name,
                 state=state,
                 reason=reason,
@@ -230,8 +231,43 @@ def parse_squeue(text: str) -> list[QueuedJob]:
                 comment=comment,
                 time_left=_time_left(left),
             )
-        )
+            for one in expand_array_job_ids(job_id)
+        ]
     return found
+
+
+_ARRAY_ID = re.compile(r"^(\d+)_\[([0-9,\-]+)(?:%\d+)?\]$")
+
+
+def expand_array_job_ids(text: str) -> list[str]:
+    """A job array's pending tasks as squeue may show them on one line (``12_[0-2%2]``,
+    ``12_[1,4-5]``) -> each task's id (``12_0 12_1 12_2``); any other id as it is
+    (``12``, a task's ``12_3``)."""
+    match = _ARRAY_ID.match(text.strip())
+    if match is None:
+        return [text.strip()]
+    job, ranges = match.groups()
+    tasks: list[int] = []
+    for part in ranges.split(","):
+        low, _, high = part.partition("-")
+        tasks += range(int(low), int(high or low) + 1)
+    return [f"{job}_{task}" for task in tasks]
+
+
+def array_spec(tasks: Sequence[int], limit: int | None = None) -> str:
+    """sbatch's ``--array`` value for ``tasks``: runs of indices as ranges, then ``%limit``
+    (``[0, 1, 2], 2`` -> ``0-2%2``; ``[1, 3, 4]`` -> ``1,3-4``)."""
+    ordered = sorted(set(tasks))
+    if not ordered:
+        raise ValueError("an array has at least one task")
+    runs: list[list[int]] = []
+    for task in ordered:
+        if runs and task == runs[-1][1] + 1:
+            runs[-1][1] = task
+        else:
+            runs.append([task, task])
+    text = ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+    return f"{text}%{limit}" if limit else text
 
 
 def _time_left(text: str) -> int | None:

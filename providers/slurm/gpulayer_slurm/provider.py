@@ -27,7 +27,6 @@ from gpulayer.cloud import (
     FinishingProvider,
     GangProvider,
     Instance,
-    InstanceState,
     JobKeyFile,
     JobKeyLogin,
     LaunchRequest,
@@ -35,10 +34,9 @@ from gpulayer.cloud import (
     OfferQuery,
     OutlivesReclaim,
     ProviderError,
-    add_authorized_key_command,
     load_settings,
 )
-from gpulayer_slurm import batch, parsing, regions
+from gpulayer_slurm import arrays, batch, parsing, queue_states, regions
 from gpulayer_slurm.allocations import (
     Allocation,
     AllocationStore,
@@ -47,7 +45,7 @@ from gpulayer_slurm.allocations import (
 )
 from gpulayer_slurm.ending import ENDED, JOB_NAME_PREFIX, POLL_SECONDS, Ending
 from gpulayer_slurm.errors import PROVIDER, ClusterUnreachable, SlurmCommandError
-from gpulayer_slurm.login import LoginNode
+from gpulayer_slurm.login import LoginNode, add_key_command
 from gpulayer_slurm.offers import PartitionShape, offered_partitions, partition_shapes
 from gpulayer_slurm.reach import install_root_of, over_ssh, reach_nodes
 from gpulayer_slurm.settings import SlurmCluster, SlurmProviderSettings
@@ -182,6 +180,13 @@ class SlurmProvider(GangProvider, FinishingProvider, OutlivesReclaim):
         SLURM_NODEID order (node 0 is where the gang meets)."""
         return self._allocate(offer, request)
 
+    def launch_array(
+        self, offer: Offer, requests: Sequence[LaunchRequest], limit: int | None
+    ) -> list[str]:
+        """One Slurm job array for ``requests`` (see :mod:`gpulayer_slurm.arrays`); each
+        task's own ``launch`` then waits for it to run."""
+        return arrays.submit_array(self, offer, requests, limit)
+
     def _allocate(self, offer: Offer, request: LaunchRequest) -> list[Instance]:
         if offer.provider != PROVIDER:
             raise ProviderError(f"offer {offer.label} is not a slurm offer", provider=PROVIDER)
@@ -212,25 +217,11 @@ class SlurmProvider(GangProvider, FinishingProvider, OutlivesReclaim):
     def _submit(
         self, login: LoginNode, offer: Offer, partition: str, request: LaunchRequest
     ) -> Allocation:
-        cluster = login.cluster
-        shapes = self.partition_shapes(login.name)
-        shape = _shape_of(shapes, offer, partition, request.count)
-        time_limit = None
-        if request.time_limit_seconds is not None:
-            wanted = int(request.time_limit_seconds + self.settings.time_margin_seconds)
-            if shape.max_time_seconds is not None:
-                wanted = min(wanted, shape.max_time_seconds)
-            time_limit = parsing.format_duration(wanted)
         tags = dict(request.tags)
         if request.count > 1:
             tags.setdefault(GANG_SIZE_TAG, str(request.count))
-        try:
-            add_key = add_authorized_key_command(
-                cluster.authorized_keys, request.ssh_public_key, request.request_id
-            )
-        except ValueError as exc:
-            raise ProviderError(f"ssh_public_key: {exc}", provider=PROVIDER) from None
-        login.checked(add_key, what="adding the job's key to authorized_keys")
+        adding = "adding the job's key to authorized_keys"
+        login.checked(add_key_command(login, request), what=adding)
         record = Allocation(
             request_id=request.request_id,
             job_id=request.job_id,
@@ -245,24 +236,14 @@ class SlurmProvider(GangProvider, FinishingProvider, OutlivesReclaim):
         command = batch.sbatch_command(
             job_name=record.job_name,
             tags=tags,
-            partition=partition,
-            nodes=request.count,
-            gpus_per_node=offer.gpu_count,
-            account=cluster.account,
-            qos=cluster.qos,
-            time_limit=time_limit,
-            install_root=install_root_of(login),
             job_id=request.job_id,
-            exclude=sorted(
-                {n for s in shapes if s.partition == partition for n in s.nodes} - {*shape.nodes}
-            ),
-            share=_share(shape),
+            **self.sbatch_shape(login, offer, partition, request),
         )
         done = login.run(command, once=True)
         job_id = done.stdout.strip().split(";")[0]
         if done.exit_code != 0 or not job_id.isdigit():
             # Slurm refused it: nothing was queued.
-            self._forget(login, record)
+            self.forget(login, record)
             why = " | ".join((done.stderr or done.stdout).strip().splitlines()[-2:])
             raise CapacityError(
                 "zone", PROVIDER, offer.region, partition, f"sbatch refused the allocation: {why}"
@@ -272,6 +253,34 @@ class SlurmProvider(GangProvider, FinishingProvider, OutlivesReclaim):
         if request.progress is not None:
             request.progress(f"slurm job {job_id} submitted to {login.name}/{partition}")
         return record
+
+    def sbatch_shape(
+        self, login: LoginNode, offer: Offer, partition: str, request: LaunchRequest
+    ) -> dict[str, Any]:
+        """What of ``sbatch_command`` the offer and the request's limits say: the nodes,
+        their part, the time limit within the partition's, account and qos."""
+        cluster = login.cluster
+        shapes = self.partition_shapes(login.name)
+        shape = _shape_of(shapes, offer, partition, request.count)
+        time_limit = None
+        if request.time_limit_seconds is not None:
+            wanted = int(request.time_limit_seconds + self.settings.time_margin_seconds)
+            if shape.max_time_seconds is not None:
+                wanted = min(wanted, shape.max_time_seconds)
+            time_limit = parsing.format_duration(wanted)
+        return {
+            "partition": partition,
+            "nodes": request.count,
+            "gpus_per_node": offer.gpu_count,
+            "account": cluster.account,
+            "qos": cluster.qos,
+            "time_limit": time_limit,
+            "install_root": install_root_of(login),
+            "exclude": sorted(
+                {n for s in shapes if s.partition == partition for n in s.nodes} - {*shape.nodes}
+            ),
+            "share": _share(shape),
+        }
 
     def _wait_running(
         self, login: LoginNode, record: Allocation, request: LaunchRequest
@@ -300,10 +309,13 @@ class SlurmProvider(GangProvider, FinishingProvider, OutlivesReclaim):
                 )
             if job.state == "RUNNING" and len(job.nodes) == record.nodes:
                 return job
-            reason = _pending_note(record.slurm_job_id, job)
+            reason = queue_states.pending_note(record.slurm_job_id, job)
             if reason != said and request.progress is not None:
                 request.progress(reason)
             said = reason
+            if job.reason == queue_states.ARRAY_WAIT_REASON:
+                # Held by its own array's %LIMIT: its patience starts once Slurm would run it.
+                deadline = time.monotonic() + patience
             if time.monotonic() > deadline:
                 self._ending.cancel(login, [record])
                 raise CapacityError(
@@ -396,7 +408,7 @@ class SlurmProvider(GangProvider, FinishingProvider, OutlivesReclaim):
         record: Allocation | None,
         job: parsing.QueuedJob | None,
     ) -> Instance:
-        state, reclaimed = _instance_state(job, ran=record is not None and record.ran)
+        state, reclaimed = queue_states.instance_state(job, ran=record is not None and record.ran)
         if record is not None and record.cancelled:
             reclaimed = False
         if record is not None and rank < len(record.instances):
@@ -473,7 +485,10 @@ class SlurmProvider(GangProvider, FinishingProvider, OutlivesReclaim):
         self.allocations.write(record)
         return [r for r in range(record.nodes) if r not in record.released]
 
-    def _forget(self, login: LoginNode, record: Allocation) -> None:
+    def queued(self, login: LoginNode, name: str) -> list[parsing.QueuedJob]:
+        return self._queued(login, name=name)
+
+    def forget(self, login: LoginNode, record: Allocation) -> None:
         self._ending.remove_key(login, record)
         self.allocations.remove(record.request_id)
 
@@ -544,36 +559,11 @@ def _share(shape: PartitionShape) -> batch.Share | None:
     return batch.Share(part.cpus, part.memory_mb, part.gpu_type if part.typed else None)
 
 
-def _pending_note(slurm_job_id: str | None, job: parsing.QueuedJob) -> str:
-    """What a launch says while its allocation waits: for capacity only when Slurm gives a
-    reason (Resources, Priority, a limit); a job Slurm's scheduler has not looked at yet
-    (reason None) waits for nothing but that."""
-    if job.reason in ("None", ""):
-        return f"slurm job {slurm_job_id} is {job.state.lower()}, not yet scheduled"
-    return f"waiting for capacity: slurm job {slurm_job_id} is {job.state.lower()} ({job.reason})"
-
-
 @dataclass(frozen=True)
 class _ClusterView:
     shapes: list[PartitionShape]
     partitions: list[str]
     """Every partition gpulayer may submit to, with usable nodes or not."""
-
-
-def _instance_state(job: parsing.QueuedJob | None, *, ran: bool) -> tuple[InstanceState, bool]:
-    """(state, reclaimed) of an allocation as squeue shows it (None: no longer shown)."""
-    if job is None:
-        return "terminated", False
-    if job.state == "PREEMPTED":
-        return "terminated", True
-    if job.state in ENDED:
-        return "terminated", False
-    if job.state in ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"):
-        # Pending again after it ran: Slurm requeued it (a preemption or a node failure).
-        return "pending", ran
-    if job.state == "RUNNING":
-        return "running", False
-    return "stopping", False
 
 
 def _unrecorded(cluster: str, slurm_job_id: str) -> Allocation:

@@ -60,11 +60,6 @@ def most_at_once(spans: list[tuple[str, str]]) -> int:
     return most
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 39: the lifecycle plans and launches each job of an array on its own, so "
-    "Slurm runs one allocation per job (three sbatch), not one sbatch --array",
-)
 def test_an_array_is_one_slurm_job_array(
     slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
 ) -> None:

@@ -1,4 +1,5 @@
-"""The launch step: one provider call for an instance (a gang's node 0 makes it for every node).
+"""The launch step: one provider call for an instance (a gang's node 0 makes it for every node;
+a job array's first task makes one more, which creates every task of the array).
 
 Idempotent by request id, so a launch a restart cut off is made again safely. What the call
 raised is kept as data (:func:`~gpulayer.cloud.lifecycle.results.error_of`) and read into the
@@ -10,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from gpulayer.cloud.lifecycle import step_result
+from gpulayer.cloud.lifecycle import arrays, step_result
 from gpulayer.cloud.lifecycle.results import after_config_error, error_of, failed_launch
 from gpulayer.cloud.protocol import GangProvider
 from gpulayer.errors import UsageError
@@ -41,15 +42,21 @@ def launch(ctx: StepContext, request_id: str) -> StepResult:
     provider = ctx.provider(r)
     if provider is None:
         return step_result.skipped("launch", time.time(), f"provider {r.provider} is not enabled")
+    if r.tags.get(arrays.ARRAY_LAUNCH_TAG) == r.request_id:
+        failed = _launch_array(ctx, r, spec, offer, provider)
+        if failed is not None:
+            return failed
     public_key = load_keypair(ctx.keys_dir, request_id).public_key
     count = len(gang)
     what = offer.label if count == 1 else f"{count} x {offer.label} together"
     each = " each" if count > 1 else ""
     ctx.note(r.job_id, f"launching {what} at {_price(offer)}{each}")
     try:
-        instances = _call(provider, offer, _request(ctx, r, spec, offer, count, public_key), count)
+        instances = _call(
+            provider, offer, request_for(ctx, r, spec, offer, count, public_key), count
+        )
     except Exception as exc:
-        return _failed(ctx, r, gang, offer, error_of(exc))
+        return launch_failed(ctx, r, gang, offer, error_of(exc))
     return _launched(ctx, r, gang, offer, instances)
 
 
@@ -70,7 +77,7 @@ def _launching_gang(ctx: StepContext, r: InstanceRecord) -> list[InstanceRecord]
     return gang
 
 
-def _request(
+def request_for(
     ctx: StepContext, r: InstanceRecord, spec: JobSpec, offer: Offer, count: int, public_key: str
 ) -> LaunchRequest:
     from gpulayer.cloud.images import resolve_release
@@ -118,7 +125,7 @@ def _call(provider: Provider, offer: Offer, request: LaunchRequest, count: int) 
     return instances
 
 
-def _failed(
+def launch_failed(
     ctx: StepContext, r: InstanceRecord, gang: list[InstanceRecord], offer: Offer, error: StepError
 ) -> StepResult:
     failed = failed_launch(error)
@@ -166,6 +173,51 @@ def _launched(
         )
     ids = ", ".join(i.id for i in instances)
     return step_result.done("launch", time.time(), f"launched {ids}", move_to="booting")
+
+
+def _launch_array(
+    ctx: StepContext, r: InstanceRecord, spec: JobSpec, offer: Offer, provider: Provider
+) -> StepResult | None:
+    """A job array's one call, made by its first task ``r`` (launching), which creates every
+    task (see :mod:`gpulayer.cloud.lifecycle.arrays`); the other tasks then move to
+    launching, where each task's own launch waits for its task to run. None once made (or
+    when the provider makes no arrays: each task is launched on its own), else the failed
+    launch, every task that waited for the call ended with it."""
+    from gpulayer.ssh.keys import load_keypair
+
+    tasks = sorted(
+        (
+            t
+            for t in ctx.store.list_instances(live_only=True)
+            if t.tags.get(arrays.ARRAY_LAUNCH_TAG) == r.request_id
+            and t.state in ("requested", "launching")
+        ),
+        key=lambda t: int(t.tags.get(arrays.ARRAY_TASK_TAG, "0")),
+    )
+    others = [t for t in tasks if t.request_id != r.request_id]
+    if isinstance(provider, arrays.ArrayProvider) and others:
+        requests = [
+            request_for(ctx, t, spec, offer, 1, load_keypair(ctx.keys_dir, t.request_id).public_key)
+            for t in tasks
+        ]
+        limit = arrays.array_limit(r.tags)
+        ctx.note(
+            r.job_id,
+            f"launching {len(tasks)} jobs of its array as one array of {offer.label}"
+            + (f", at most {limit} at once" if limit else ""),
+        )
+        try:
+            ids = provider.launch_array(offer, requests, limit)
+        except Exception as exc:
+            return launch_failed(ctx, r, tasks, offer, error_of(exc))
+    else:
+        ids = ["" for _ in tasks]
+    made = dict(zip((t.request_id for t in tasks), ids, strict=True))
+    for task in others:
+        if task.state == "requested":
+            what = f" as {made[task.request_id]}" if made[task.request_id] else ""
+            ctx.move(task, "launching", f"its array's launch ({r.request_id}) made it{what}")
+    return None
 
 
 def _progress(ctx: StepContext, job_id: str, text: str) -> None:

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from gpulayer.cloud.fleets import FLEET_TAG
 from gpulayer.cloud.lifecycle import gangs, planning
 from gpulayer.cloud.lifecycle.placement import candidates
 from gpulayer.cloud.lifecycle.steps.fleet import fleet_room, machines_held
+from gpulayer.cloud.lifecycle.steps.plan_arrays import record_array
 from gpulayer.cloud.lifecycle.steps.terminate import REQUEST_TAG
 from gpulayer.cloud.lifecycle.world import HELD_FOR_NO_JOB
 
@@ -35,16 +36,30 @@ that records it, and a job planned at the same instant chooses again rather than
 the same host."""
 
 
-def plan_job(ctx: StepContext, job_id: str, start_launch: StartLaunch) -> None:
+def plan_job(
+    ctx: StepContext, job_id: str, start_launch: StartLaunch, together: Sequence[str] = ()
+) -> None:
+    """Plan the job; ``together``: other jobs of its array, recorded with it for one launch
+    where its offer's provider makes arrays, else each planned on its own after it."""
+    planned = _plan_job(ctx, job_id, start_launch, together)
+    for other in together:
+        if other not in planned:
+            _plan_job(ctx, other, start_launch, ())
+
+
+def _plan_job(
+    ctx: StepContext, job_id: str, start_launch: StartLaunch, together: Sequence[str]
+) -> set[str]:
+    """The jobs planned: ``job_id``'s, and those of ``together`` recorded with it."""
     from gpulayer.spec import JobSpec
 
     job = ctx.store.get_job(job_id)
     if job.target != "cloud" or job.state not in ("queued", "provisioning"):
-        return
+        return set()
     live = ctx.store.list_instances(live_only=True)
     # Its own idle machine (it is queued again for a retry) is no job's: it may take it back.
     if any(r.job_id == job_id and r.state not in HELD_FOR_NO_JOB for r in live):
-        return
+        return set()
     spec = JobSpec.model_validate(job.spec)
     placement = spec.placement
     providers = ctx.load_providers(tuple(placement.providers))
@@ -57,9 +72,10 @@ def plan_job(ctx: StepContext, job_id: str, start_launch: StartLaunch) -> None:
         wait_seconds=ctx.settings.get("cloud_wait_seconds"),
     )
     if found.never is not None:
-        return next_target_or_fail(ctx, job, spec, found.never)
+        next_target_or_fail(ctx, job, spec, found.never)
+        return set()
     if found.warm and _take_warm(ctx, job, found.warm, gangs.nodes_of(spec)):
-        return
+        return set()
     now = time.time()
     # An offer inside a fleet's filter is the fleet's: a machine launched from it joins the
     # fleet, and none is launched once the fleet holds its max_nodes (the job waits for one).
@@ -101,14 +117,35 @@ def plan_job(ctx: StepContext, job_id: str, start_launch: StartLaunch) -> None:
             if decision.offer is not None:
                 ctx.store.end_capacity_waits([job_id])
                 fleet = joins.get(planning.offer_key(decision.offer))
-                _record(ctx, job, spec, decision.offer, start_launch, fleet)
-                return
+                arrayed = None
+                if fleet is None:  # a fleet's machine is one job's: never an array's task
+                    arrayed = record_array(
+                        ctx, job, spec, decision.offer, together, start_launch, providers
+                    )
+                if arrayed is None:
+                    _record(ctx, job, spec, decision.offer, start_launch, fleet)
+                return arrayed or set()
+    _wait_or_give_up(ctx, job, spec, decision, now, soon=bool(found.freeing or full))
+    return set()
+
+
+def _wait_or_give_up(
+    ctx: StepContext,
+    job: JobView,
+    spec: JobSpec,
+    decision: planning.Decision,
+    now: float,
+    *,
+    soon: bool,
+) -> None:
+    """No offer now: the job waits for capacity until a time kept in the store (``soon``:
+    machines free within a teardown, or idle ones a race took), or moves on."""
     if decision.wait is not None:
         retry_in = decision.retry_in or planning.backoff_seconds(1)
-        if found.freeing or full:  # machines that free within a teardown, or idle ones a race took
+        if soon:
             retry_in = min(retry_in, planning.FREEING_RETRY_SECONDS)
-        ctx.store.wait_for_capacity_until(job_id, now + retry_in)
-        ctx.service.wait_for_capacity(job_id, decision.wait)
+        ctx.store.wait_for_capacity_until(job.id, now + retry_in)
+        ctx.service.wait_for_capacity(job.id, decision.wait)
     else:
         next_target_or_fail(ctx, job, spec, decision.give_up or "no offer left")
 
