@@ -5,14 +5,20 @@ ending on its own, as ``sacct`` records it."""
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.e2e_cloud.journey import wait_until
-from tests.integration.slurm.test_journeys import no_job_keys, write_providers
+from tests.integration.slurm.test_journeys import (
+    no_job_keys,
+    no_worker_installs,
+    write_providers,
+)
 from tests.support.cli import run_cli
 from tests.support.slurm_cluster import SlurmCluster
 
@@ -46,7 +52,8 @@ def allocations_named(cluster: SlurmCluster, prefix: str) -> list[tuple[str, str
     for line in shown.splitlines():
         fields = line.split("|")
         if len(fields) == 5 and fields[1].startswith(prefix):
-            rows.append((fields[0], fields[2].split()[0] if fields[2] else "", *fields[3:5]))
+            state = fields[2].split()[0] if fields[2] else ""
+            rows.append((fields[0], state, fields[3], fields[4]))
     return rows
 
 
@@ -99,4 +106,66 @@ def test_an_array_is_one_slurm_job_array(
     assert logs.returncode == 0, logs.stderr
     said = sorted(line for line in logs.stdout.splitlines() if line.startswith("index "))
     assert said == [f"index {i} task {i}" for i in range(3)], logs.stdout
+    # Nothing left: no allocation, job key, worker or install dir of the jobs.
+    wait_until(lambda: no_job_keys(slurm_cluster), timeout=30, what="the jobs' keys to go")
+    for job in array_jobs(array_id).values():
+        wait_until(
+            lambda job=job: no_worker_installs(slurm_cluster, tmp_path, job["id"]),
+            timeout=30,
+            what="the workers and their installs to go",
+        )
+
+
+def array_jobs(array_id: str) -> dict[int, dict[str, Any]]:
+    """The array's jobs by index."""
+    shown = json.loads(run_cli(["status", array_id, "--json"]).stdout)
+    return {int(job["labels"]["gpulayer.array.index"]): job for job in shown["jobs"]}
+
+
+def running_tasks(cluster: SlurmCluster) -> dict[str, str]:
+    """Slurm job id -> state of every job in squeue, an array's tasks each on its own."""
+    shown = cluster.command("squeue", "-h", "-r", "-o", "%i %T")
+    pairs = (line.split() for line in shown.splitlines() if line.strip())
+    return {job: state for job, state in pairs}
+
+
+def test_cancelling_one_job_of_an_array_ends_only_its_task(
+    slurm_cluster: SlurmCluster, slurm_home: Path, tmp_path: Path
+) -> None:
+    write_providers(slurm_home, slurm_cluster, tmp_path)
+    sent = run_cli(
+        ["submit", "--array", "0-1", "--target", "cloud", "--provider", "slurm",
+         "--region", f"{slurm_cluster.name}/cpu", "--timeout", "300", "--detach",
+         "--", "sleep", "300"],
+    )  # fmt: skip
+    assert sent.returncode == 0, sent.stderr[-3000:]
+    array_id = sent.stdout.split()[0]
+    wait_until(
+        lambda: {job["state"] for job in array_jobs(array_id).values()} == {"running"},
+        timeout=180,
+        what="both jobs to run",
+    )
+    tasks = running_tasks(slurm_cluster)
+    assert sorted(tasks.values()) == ["RUNNING", "RUNNING"], tasks
+    (slurm_job,) = {task.split("_")[0] for task in tasks}
+    assert sorted(tasks) == [f"{slurm_job}_0", f"{slurm_job}_1"], tasks
+    first, second = array_jobs(array_id)[0]["id"], array_jobs(array_id)[1]["id"]
+    assert run_cli(["cancel", first]).returncode == 0
+    wait_until(
+        lambda: f"{slurm_job}_0" not in running_tasks(slurm_cluster),
+        timeout=60,
+        what="the cancelled job's task to end",
+    )
+    # The other task and its job run on.
+    assert running_tasks(slurm_cluster) == {f"{slurm_job}_1": "RUNNING"}
+    assert array_jobs(array_id)[1]["state"] == "running"
+    assert run_cli(["cancel", second]).returncode == 0
+    wait_until(lambda: slurm_cluster.queue() == [], timeout=60, what="an empty queue")
+    for task in (0, 1):
+        state = wait_until(
+            lambda task=task: slurm_cluster.ended_as(f"{slurm_job}_{task}"),
+            timeout=60,
+            what=f"task {task}'s end in sacct",
+        )
+        assert str(state) == "CANCELLED", (task, state)
     wait_until(lambda: no_job_keys(slurm_cluster), timeout=30, what="the jobs' keys to go")
