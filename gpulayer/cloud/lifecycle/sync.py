@@ -82,15 +82,20 @@ def gather(
     active: dict[tuple[str, str | None], AttemptView] = {
         (a.job_id, a.worker_id): a for a in store.active_attempts_on(sorted(workers))
     }
+    states = {r.request_id: r.state for r in records}
     facts = []
     for record in records:
         gang = gangs_of.get((record.job_id, record.launch_id or ""), [record])
         job = jobs.get(record.job_id)
         reservation = reservations.get(record.request_id)
         released = reservation is None or reservation.state == "released"
-        facts.append(
-            _facts(record, now, limits, local, job, released, gang, ran, active, reservations)
-        )
+        found = _facts(record, now, limits, local, job, released, gang, ran, active, reservations)
+        if found.array_call_pending and states.get(record.tags[ARRAY_LAUNCH_TAG]) == "launching":
+            # The array's call may be made already (a restart cut its launch off): the task
+            # waits for that launch, which the pass starts again, rather than count as never
+            # launched.
+            found = replace(found, launch_in_flight=True)
+        facts.append(found)
     return facts
 
 
