@@ -17,6 +17,8 @@ from typing import Any
 ARRAY_LABEL = "gpulayer.array"
 INDEX_LABEL = "gpulayer.array.index"
 LIMIT_LABEL = "gpulayer.array.limit"
+SIZE_LABEL = "gpulayer.array.size"
+"""How many jobs the array was made with: the cloud lifecycle plans them together once all wait."""
 ARRAY_ID = re.compile(r"a-[0-9a-f]{10}")
 
 
@@ -36,6 +38,7 @@ def array_members(
             **(labels if isinstance(labels, dict) else {}),
             ARRAY_LABEL: array_id,
             INDEX_LABEL: str(index),
+            SIZE_LABEL: str(len(indices)),
         }
         if limit is not None:
             job["labels"][LIMIT_LABEL] = str(limit)

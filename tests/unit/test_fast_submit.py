@@ -139,5 +139,6 @@ def test_each_task_sees_its_index_and_carries_the_array() -> None:
         "gpulayer.array": "a-0123456789",
         "gpulayer.array.index": "2",
         "gpulayer.array.limit": "2",
+        "gpulayer.array.size": "3",
     }
     assert data == {"workload": {"kind": "command", "command": ["x"]}, "env": {"A": "1"}}

@@ -7,11 +7,13 @@ from __future__ import annotations
 from gpulayer.cloud.lifecycle.arrays import (
     ARRAY_GATHER_SECONDS,
     ARRAY_LAUNCH_TAG,
+    ARRAY_MISSING_SECONDS,
     ArrayProvider,
     array_of,
     index_of,
     limit_of,
     plan_groups,
+    size_of,
     waits_for_array_call,
 )
 from gpulayer.cloud.lifecycle.decide import InstanceFacts, Submit, decide
@@ -40,6 +42,31 @@ def test_an_arrays_jobs_wait_until_none_joined_it_for_a_moment() -> None:
     assert later.plan_with == {"j-1": ("j-2",)}
 
 
+def test_an_array_of_known_size_is_planned_once_all_its_jobs_wait() -> None:
+    some = World(
+        [],
+        [("j-1", "cloud"), ("j-2", "cloud")],
+        arrays={"j-1": ("a-1", 100.0), "j-2": ("a-1", 101.5)},
+        array_sizes={"a-1": 3},
+    )
+    # Two of three: the third is on its way (sent one by one), however slowly.
+    early = decide_pass(some, 103.0)
+    assert early.plan == ()
+    assert {f.not_before for f in early.follow_ups} == {101.5 + ARRAY_MISSING_SECONDS}
+    every = World(
+        [],
+        [("j-1", "cloud"), ("j-2", "cloud"), ("j-3", "cloud")],
+        arrays={"j-1": ("a-1", 100.0), "j-2": ("a-1", 101.5), "j-3": ("a-1", 103.0)},
+        array_sizes={"a-1": 3},
+    )
+    # All three wait: planned at once, together.
+    now = decide_pass(every, 103.0)
+    assert now.plan == ("j-1",) and now.plan_with == {"j-1": ("j-2", "j-3")}
+    # One never came (cancelled): the others go once none joined for a while.
+    late = decide_pass(some, 101.5 + ARRAY_MISSING_SECONDS)
+    assert late.plan == ("j-1",) and late.plan_with == {"j-1": ("j-2",)}
+
+
 def test_a_task_waits_for_its_arrays_call() -> None:
     tags = {ARRAY_LAUNCH_TAG: "r-first"}
     assert waits_for_array_call("r-other", "requested", tags)
@@ -59,8 +86,14 @@ def test_a_task_waiting_for_its_arrays_call_makes_none_of_its_own() -> None:
 
 
 def test_a_jobs_array_labels_are_read() -> None:
-    labels = {"gpulayer.array": "a-1", "gpulayer.array.index": "4", "gpulayer.array.limit": "2"}
+    labels = {
+        "gpulayer.array": "a-1",
+        "gpulayer.array.index": "4",
+        "gpulayer.array.limit": "2",
+        "gpulayer.array.size": "10",
+    }
     assert (array_of(labels), index_of(labels), limit_of(labels)) == ("a-1", 4, 2)
+    assert (size_of(labels), size_of({})) == (10, None)
     assert (array_of({}), index_of({}), limit_of({})) == (None, None, None)
     assert limit_of({"gpulayer.array.limit": "0"}) is None
 

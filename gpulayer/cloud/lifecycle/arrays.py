@@ -22,11 +22,15 @@ if TYPE_CHECKING:
 ARRAY_LABEL = "gpulayer.array"
 INDEX_LABEL = "gpulayer.array.index"
 LIMIT_LABEL = "gpulayer.array.limit"
-"""The labels the control plane gives each job of an array (its id, index and limit)."""
+SIZE_LABEL = "gpulayer.array.size"
+"""The labels the control plane gives each job of an array (its id, index, limit, size)."""
 
+ARRAY_MISSING_SECONDS = 10.0
+"""An array's waiting jobs are planned once all its jobs wait (its size label says how many);
+while some do not (the local control plane stores them one by one, or one was cancelled), once
+none joined it for this long."""
 ARRAY_GATHER_SECONDS = 1.0
-"""An array's waiting jobs are planned once no job joined it for this long: a client that
-sends them one by one (the local control plane's submit) has sent them all by then."""
+"""The same for an array whose jobs carry no size."""
 
 ARRAY_LAUNCH_TAG = "gpulayer:array-launch"
 """On each task's record: the request id of the task whose launch makes the array's call."""
@@ -58,6 +62,11 @@ def array_of(spec_labels: Mapping[str, Any] | None) -> str | None:
 def index_of(spec_labels: Mapping[str, Any] | None) -> int | None:
     value = str((spec_labels or {}).get(INDEX_LABEL, ""))
     return int(value) if value.isdigit() else None
+
+
+def size_of(spec_labels: Mapping[str, Any] | None) -> int | None:
+    value = str((spec_labels or {}).get(SIZE_LABEL, ""))
+    return int(value) if value.isdigit() and int(value) > 0 else None
 
 
 def limit_of(spec_labels: Mapping[str, Any] | None) -> int | None:

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from gpulayer.cloud.credentials import using_environment
-from gpulayer.cloud.lifecycle.arrays import array_of
+from gpulayer.cloud.lifecycle.arrays import array_of, size_of
 from gpulayer.cloud.lifecycle.links import Links
 from gpulayer.cloud.lifecycle.states import GONE, HOLDS_WORKER
 from gpulayer.cloud.lifecycle.steps import check, drain, launch, prepare, reap, reconnect, terminate
@@ -278,6 +278,12 @@ class Reconciler:
                 job.id: (array_id, job.created_at)
                 for job in waiting
                 if (array_id := array_of(job.spec.get("labels"))) is not None
+            },
+            {
+                array_id: size
+                for job in waiting
+                if (array_id := array_of(job.spec.get("labels"))) is not None
+                and (size := size_of(job.spec.get("labels"))) is not None
             },
         )
         return {r.request_id: r for r in records}, world

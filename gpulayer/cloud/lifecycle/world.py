@@ -13,7 +13,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, NamedTuple
 
-from gpulayer.cloud.lifecycle.arrays import ARRAY_GATHER_SECONDS, plan_groups
+from gpulayer.cloud.lifecycle.arrays import (
+    ARRAY_GATHER_SECONDS,
+    ARRAY_MISSING_SECONDS,
+    plan_groups,
+)
 from gpulayer.cloud.lifecycle.decide import (
     CHECK_EVERY_SECONDS,
     Action,
@@ -64,6 +68,8 @@ class World:
     arrays: Mapping[str, tuple[str, float]] = field(default_factory=dict)
     """Waiting jobs of a job array: job id -> (array id, when the job was submitted); an
     array's jobs are planned together (see arrays.py)."""
+    array_sizes: Mapping[str, int] = field(default_factory=dict)
+    """Array id -> how many jobs it was made with, where its labels say."""
 
 
 @dataclass(frozen=True)
@@ -155,7 +161,7 @@ def decide_pass(world: World, now: float) -> PassDecision:
         if waits
         else frozenset()
     )
-    plan = gathered(plan, world.arrays, now, follow_ups)
+    plan = gathered(plan, world.arrays, world.array_sizes, now, follow_ups)
     firsts, together = plan_groups(plan, {job: a for job, (a, _) in world.arrays.items()})
     return PassDecision(
         acting, firsts, ended, tuple(follow_ups), world.reap_due, tuple(top_ups), together
@@ -165,20 +171,32 @@ def decide_pass(world: World, now: float) -> PassDecision:
 def gathered(
     plan: list[str],
     arrays: Mapping[str, tuple[str, float]],
+    sizes: Mapping[str, int],
     now: float,
     follow_ups: list[FollowUp],
 ) -> list[str]:
-    """The jobs of ``plan`` to plan now: an array's jobs wait until none joined the array
-    for ARRAY_GATHER_SECONDS (a client may send them one by one), then are planned together."""
+    """The jobs of ``plan`` to plan now: an array's jobs wait until all of them wait (a
+    client may send them one by one), then are planned together; see arrays.py for how long
+    they wait for jobs that never come."""
     if not arrays:
         return plan
     newest: dict[str, float] = {}
+    count: dict[str, int] = {}
     for array_id, created in arrays.values():
         newest[array_id] = max(created, newest.get(array_id, created))
+        count[array_id] = count.get(array_id, 0) + 1
+    ready: dict[str, float] = {}
+    for array_id, last in newest.items():
+        size = sizes.get(array_id)
+        if size is not None and count[array_id] >= size:
+            ready[array_id] = now
+        else:
+            wait = ARRAY_GATHER_SECONDS if size is None else ARRAY_MISSING_SECONDS
+            ready[array_id] = last + wait
     kept = []
     for job_id in plan:
         array = arrays.get(job_id)
-        ready_at = newest[array[0]] + ARRAY_GATHER_SECONDS if array is not None else now
+        ready_at = ready[array[0]] if array is not None else now
         if ready_at <= now:
             kept.append(job_id)
         else:
