@@ -114,7 +114,7 @@ def test_pending_past_its_timeout_is_a_capacity_error_and_is_cancelled(
         provider.launch(offer, request_for(tmp_path, progress=notes.append))
     assert any("waiting for capacity" in n and "(Resources)" in n for n in notes), notes
     assert [line.split()[2] for line in slurm_cluster.queue()] == ["RUNNING"]
-    provider.terminate([holder[0].id])
+    provider.terminate([node.id for node in holder])  # ends once every node is let go of
     assert slurm_cluster.queue() == []
 
 
