@@ -432,12 +432,24 @@ def test_missing_input_fails_before_anything_runs(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
-def test_cloud_input_without_its_provider_fails_before_running(tmp_path: Path) -> None:
-    # No gcp provider is installed here (s3:// is fetched once gpulayer-aws is installed).
-    spec = py("pass", inputs=[{"artifact": "gs://bucket/data.csv", "path": "data.csv"}])
+def test_a_cloud_input_the_worker_cannot_read_fails_before_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # gpulayer-gcp fetches gs:// here; with no Google credentials and no emulator the fetch
+    # fails and the job never starts, its message naming the input.
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "no-such-credentials.json"))
+    marker = tmp_path / "ran"
+    spec = py(
+        f"open({str(marker)!r}, 'w').close()",
+        inputs=[{"artifact": "gs://bucket/data.csv", "path": "data.csv"}],
+    )
     outcome = run(spec, tmp_path)
-    assert (outcome.state, outcome.reason) == ("failed", "input_missing")
-    assert "gcp provider" in (outcome.message or "")
+    assert outcome.state == "failed"
+    assert "inputs[0]" in (outcome.message or "") and "gs://bucket/data.csv" in (
+        outcome.message or ""
+    )
+    assert not marker.exists()
 
 
 # --- ending the process tree ------------------------------------------------------------------
