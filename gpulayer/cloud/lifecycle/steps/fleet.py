@@ -19,6 +19,7 @@ from gpulayer.cloud.fleets import FLEET_TAG, fleet_spec
 from gpulayer.cloud.lifecycle import planning
 from gpulayer.cloud.lifecycle.placement import candidates
 from gpulayer.cloud.lifecycle.states import GONE
+from gpulayer.cloud.lifecycle.steps.requested import requested_row
 from gpulayer.cloud.lifecycle.world import fleet_wait_key
 from gpulayer.cloud.protocol import OffersAreMachines
 
@@ -165,23 +166,15 @@ def _record(ctx: StepContext, fleet: FleetSettings, offer: Offer) -> InstanceRec
     tags = {"gpulayer:owner": ctx.owner, REQUEST_TAG: request_id, FLEET_TAG: fleet.name}
     (record,) = ctx.store.record_instances(
         [
-            {
-                "request_id": request_id,
-                "job_id": "",
-                "fleet": fleet.name,
-                "owner": ctx.owner,
-                "provider": offer.provider,
-                "region": offer.region,
-                "zone": offer.zone,
-                "instance_type": offer.instance_type,
-                "state": "requested",
-                "key_path": str(keys.private_path),
-                "hourly_price": offer.hourly_price,
-                "currency": offer.currency,
-                "spot": offer.spot,
-                "tags": tags,
-                "offer": offer.model_dump(mode="json"),
-            }
+            requested_row(
+                offer,
+                request_id=request_id,
+                job_id="",
+                owner=ctx.owner,
+                key_path=str(keys.private_path),
+                tags=tags,
+                fleet=fleet.name,
+            )
         ],
         reason=f"offer {offer.label} for fleet {fleet.name} (below its min_nodes)",
     )

@@ -15,6 +15,7 @@ from gpulayer.cloud.lifecycle import gangs, planning
 from gpulayer.cloud.lifecycle.placement import candidates
 from gpulayer.cloud.lifecycle.steps.fleet import fleet_room, machines_held
 from gpulayer.cloud.lifecycle.steps.plan_arrays import record_array
+from gpulayer.cloud.lifecycle.steps.requested import requested_row
 from gpulayer.cloud.lifecycle.steps.terminate import REQUEST_TAG
 from gpulayer.cloud.lifecycle.world import HELD_FOR_NO_JOB
 
@@ -249,25 +250,17 @@ def _record(
         tags[FLEET_TAG] = fleet
     ctx.store.record_instances(
         [
-            {
-                "request_id": node_request,
-                "job_id": job.id,
-                "owner": ctx.owner,
-                "provider": offer.provider,
-                "region": offer.region,
-                "zone": offer.zone,
-                "instance_type": offer.instance_type,
-                "state": "requested",
-                "key_path": str(keys.private_path),
-                "hourly_price": offer.hourly_price,
-                "currency": offer.currency,
-                "spot": offer.spot,
-                "tags": tags,
-                "offer": offer.model_dump(mode="json"),
-                "launch_id": request_id if nodes > 1 else None,
-                "node_rank": rank,
-                "fleet": fleet,
-            }
+            requested_row(
+                offer,
+                request_id=node_request,
+                job_id=job.id,
+                owner=ctx.owner,
+                key_path=str(keys.private_path),
+                tags=tags,
+                launch_id=request_id if nodes > 1 else None,
+                node_rank=rank,
+                fleet=fleet,
+            )
             for rank, node_request in enumerate(request_ids)
         ],
         reason=f"offer {offer.label} for job {job.id}"

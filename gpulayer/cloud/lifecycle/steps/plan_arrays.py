@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpulayer.cloud.lifecycle import arrays, gangs
+from gpulayer.cloud.lifecycle.steps.requested import requested_row
 from gpulayer.cloud.lifecycle.steps.terminate import REQUEST_TAG
 from gpulayer.cloud.lifecycle.world import HELD_FOR_NO_JOB
 
@@ -118,24 +119,16 @@ def _rows(
         if limit is not None:
             tags[arrays.ARRAY_LIMIT_TAG] = str(limit)
         rows.append(
-            {
-                "request_id": request_id,
-                "job_id": job.id,
-                "owner": ctx.owner,
-                "provider": offer.provider,
-                "region": offer.region,
-                "zone": offer.zone,
-                "instance_type": offer.instance_type,
-                "state": "requested",
-                "key_path": str(keys.private_path),
-                "hourly_price": offer.hourly_price,
-                "currency": offer.currency,
-                "spot": offer.spot,
-                "tags": tags,
-                "offer": offer.model_dump(mode="json"),
-                "launch_id": None,
-                "node_rank": 0,
-                "fleet": None,
-            }
+            requested_row(
+                offer,
+                request_id=request_id,
+                job_id=job.id,
+                owner=ctx.owner,
+                key_path=str(keys.private_path),
+                tags=tags,
+                launch_id=None,
+                node_rank=0,
+                fleet=None,
+            )
         )
     return rows
