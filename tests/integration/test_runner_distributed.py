@@ -49,6 +49,9 @@ def reduce(scale, *, offset=0):
             "value": t.item() * scale + offset}
 
 def fail_on_rank_one():
+    # Both ranks meet first: rank 0 returning at once could leave before rank 1's gloo mesh
+    # is up, failing rank 1 in its init rather than in its own code (seen under load).
+    dist.barrier()
     if dist.get_rank() == 1:
         raise ValueError("rank one gives up")
     return "rank zero is fine"
